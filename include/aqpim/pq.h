@@ -1,0 +1,115 @@
+#pragma once
+// ProductQuantizer: a head vector of D dims is mapped to "quantizer space" by an optional
+// per-channel scale, an optional orthogonal rotation and a subspace permutation, split into M
+// contiguous subvectors of dsub = D / M dims, and each subvector replaced by the index of its
+// nearest of ksub = 2^nbits centroids. Symbols as in faiss: D, M, nbits, dsub, ksub.
+//
+//   y = P · R · (x / s)            forward():  original space -> quantizer space
+//   x = s ∘ (Rᵀ · Pᵀ · y)          inverse()
+//   q·x = (P · R · (s ∘ q)) · y    transform_query(): so lookup tables are built in quantizer space
+//
+// s: per-channel scale (scale folding; 1 when off), R: rotation (identity, Hadamard with random
+// signs, or random orthogonal), P: permutation from the subspace plan (RoPE pairs kept in one
+// subspace, optionally variance-balanced across subspaces).
+
+#include <cstdint>
+#include <iosfwd>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "aqpim/aligned.h"
+#include "aqpim/kmeans.h"
+
+namespace aqpim {
+
+/// Which dims RoPE rotates together (keys are quantized after RoPE).
+enum class RopePairs {
+    none,         ///< no pairing constraint
+    interleaved,  ///< (2i, 2i+1): llama.cpp "llama" layout, llama2.c
+    neox,         ///< (i, i + D/2): HF rotate_half / NeoX / qwen2
+};
+/// How units (single dims, or RoPE pairs) are assigned to subspaces.
+enum class SubspaceOrder {
+    contiguous,         ///< in order (pairs adjacent)
+    variance_balanced,  ///< greedy: units by decreasing variance to the subspace with least total variance
+};
+enum class Rotation { none, hadamard, random_orthogonal };
+
+/// Parameters of a ProductQuantizer (validated by its constructor).
+struct PQParams {
+    int D = 128;      ///< vector dims
+    int M = 32;       ///< subspaces; D % M == 0
+    int nbits = 4;    ///< 4 or 8 bits per sub-code; ksub = 2^nbits
+    RopePairs pairs = RopePairs::none;
+    SubspaceOrder order = SubspaceOrder::contiguous;
+    Rotation rotation = Rotation::none;  ///< hadamard needs D a power of two
+    bool scale_folding = false;          ///< divide channels by their RMS over the training data
+    KMeansParams kmeans{};               ///< kmeans.k is overwritten with ksub
+    std::uint64_t seed = 1234;           ///< rotation signs / matrix
+};
+
+class ProductQuantizer {
+public:
+    ProductQuantizer() = default;
+    explicit ProductQuantizer(const PQParams& params);
+
+    int D() const { return params_.D; }
+    int M() const { return params_.M; }
+    int nbits() const { return params_.nbits; }
+    int dsub() const { return params_.D / params_.M; }
+    int ksub() const { return 1 << params_.nbits; }
+    const PQParams& params() const { return params_; }
+    bool is_trained() const { return trained_; }
+
+    // ---- training -------------------------------------------------------------------------------
+    /// Learn scale, plan and codebooks from x [n][D] (optional weights [n]).
+    KMeansStats train(const float* x, std::int64_t n, const float* weights = nullptr);
+
+    // ---- space transforms (valid after train) ---------------------------------------------------
+    void forward(const float* x, float* y, std::int64_t n) const;          ///< [n][D] -> [n][D]
+    void inverse(const float* y, float* x, std::int64_t n) const;          ///< [n][D] -> [n][D]
+    void transform_query(const float* q, float* qy, std::int64_t n) const;  ///< [n][D] -> [n][D]
+
+    // ---- codes ----------------------------------------------------------------------------------
+    /// codes [n][M], one byte per sub-code (value < ksub).
+    void encode(const float* x, std::int64_t n, std::uint8_t* codes) const;
+    /// x [n][D] in the original space.
+    void decode(const std::uint8_t* codes, std::int64_t n, float* x) const;
+
+    /// Codebooks in quantizer space: [M][ksub][dsub].
+    const float* centroids() const { return centroids_.data(); }
+    float* centroids() { return centroids_.data(); }
+    /// Squared norms of the centroids: [M][ksub].
+    const float* centroid_norms() const { return centroid_norms_.data(); }
+
+    /// Bytes this quantizer's parameters occupy in memory accounting (codebooks, scales,
+    /// permutation, rotation), as stored by save().
+    std::size_t parameter_bytes() const;
+
+    // ---- persistence (layout: docs/pq-format.md) ------------------------------------------------
+    void save(std::ostream& out) const;
+    static ProductQuantizer load(std::istream& in);  ///< throws aqpim::Error naming the bad field
+    void save_file(const std::string& path) const;
+    static ProductQuantizer load_file(const std::string& path);
+
+private:
+    PQParams params_{};
+    bool trained_ = false;
+    std::vector<std::int32_t> perm_;       ///< [D]: y[i] = z[perm_[i]] (z = rotated, scaled x)
+    std::vector<float> scale_;             ///< [D] per-channel scale s (empty when off)
+    std::vector<float> rotation_;          ///< [D][D] for random_orthogonal (empty otherwise)
+    std::vector<float> hadamard_signs_;    ///< [D] ±1 for hadamard (empty otherwise)
+    AlignedBuffer<float> centroids_;       ///< [M][ksub][dsub]
+    AlignedBuffer<float> centroid_norms_;  ///< [M][ksub]
+
+    friend KMeansStats train_product_quantizers(std::span<ProductQuantizer> pqs, std::span<const float* const> xs,
+                                                std::int64_t n);
+};
+
+/// Train many quantizers (e.g. every layer and KV head of a model, keys and values) in one batched
+/// k-means call: pqs[i] learns from xs[i] = [n][D]. All pqs must share D, M and nbits.
+KMeansStats train_product_quantizers(std::span<ProductQuantizer> pqs, std::span<const float* const> xs,
+                                     std::int64_t n);
+
+}  // namespace aqpim

@@ -1,0 +1,11 @@
+#pragma once
+// Subcommands of the `aqpim` command. Each add_* registers one subcommand on the app; its
+// callback runs the command and throws aqpim::Error on bad input (main prints it, exits 1).
+
+#include <CLI/CLI.hpp>
+
+namespace aqpim::cli {
+
+void add_info_command(CLI::App& app);
+
+}  // namespace aqpim::cli

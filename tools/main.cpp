@@ -1,0 +1,39 @@
+// The `aqpim` command: one binary, subcommands registered from tools/cmd_*.cpp.
+
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "aqpim/error.h"
+#include "aqpim/simd.h"
+#include "aqpim/threads.h"
+#include "commands.h"
+
+int main(int argc, char** argv) {
+    CLI::App app{"aqpim: adaptive product quantization of the LLM KV cache, attention on codes"};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", "aqpim 0.1.0");
+    std::string simd;
+    int threads = 0;
+    app.add_option("--simd", simd, "force the kernel level: ref, avx2 or avx512 (default: best the CPU has)");
+    app.add_option("-t,--threads", threads, "threads (default: all cores)")->check(CLI::Range(1, 1024));
+    app.parse_complete_callback([&] {
+        if (!simd.empty()) aqpim::set_simd_level(aqpim::parse_simd_level(simd));
+        if (threads > 0) aqpim::set_default_threads(threads);
+    });
+
+    aqpim::cli::add_info_command(app);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    } catch (const aqpim::Error& e) {
+        std::fprintf(stderr, "aqpim: error: %s\n", e.what());
+        return 1;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "aqpim: error: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
