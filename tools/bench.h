@@ -1,0 +1,22 @@
+#pragma once
+// Benchmarks behind `aqpim bench pq`. Each section measures its subject and its baseline in the
+// same process and returns rows; the command prints them as a table, or as JSON with --json.
+
+#include <nlohmann/json.hpp>
+
+namespace aqpim::cli {
+
+struct BenchOptions {
+    bool quick = false;      ///< smaller sizes, fewer repetitions (smoke runs, CI)
+    int max_threads = 2;     ///< figures are taken at 1 thread and, if > 1, at max_threads
+    std::uint64_t seed = 42;
+};
+
+/// k-means: aqpim kmeans_batch vs faiss k-means (same problems, one thread, same iteration
+/// count) - time, total SSE, ratios; whole-model codebook training (32 layers x 8 KV heads x
+/// {K,V} x M=32, 4-bit, 256 calibration tokens).
+nlohmann::json bench_kmeans(const BenchOptions& opt);
+/// PQ encode throughput (sub-vectors/s) for 4- and 8-bit codes.
+nlohmann::json bench_encode(const BenchOptions& opt);
+
+}  // namespace aqpim::cli
