@@ -1,0 +1,92 @@
+#pragma once
+// Single-KV-head attention for a whole GQA group of query heads: over dense f32/f16 keys and
+// values (the reference, and the competitor PQ must beat) and over PQ-coded keys and values
+// (lookup-table scores, stable softmax, values accumulated in the code domain). Work shared by the
+// group (loading and unpacking codes, converting f16 rows) is done once for all its heads.
+//
+// Results are AttentionPartial: mergeable flash-decoding state, so a cache made of segments (f16
+// sinks, coded pages of several codebook versions, an f16 recent window) attends to each segment
+// and merges; finalize() divides by the softmax denominator.
+
+#include <cstdint>
+#include <vector>
+
+#include "aqpim/half.h"
+#include "aqpim/pq.h"
+#include "aqpim/simd.h"
+
+namespace aqpim {
+
+/// Online-softmax state of n_q query heads over the segments seen so far.
+struct AttentionPartial {
+    int n_q = 0;
+    int D = 0;
+    std::vector<float> max;  ///< [n_q] largest score seen (-inf when nothing seen)
+    std::vector<float> sum;  ///< [n_q] Σ_t exp(s_t - max)
+    std::vector<float> acc;  ///< [n_q][D] Σ_t exp(s_t - max) v_t
+
+    AttentionPartial() = default;
+    AttentionPartial(int n_q, int D) { reset(n_q, D); }
+    void reset(int n_q, int D);
+    /// Fold another partial over disjoint tokens into this one (same n_q, D).
+    void merge(const AttentionPartial& other);
+    /// out [n_q][D] = acc / sum (zeros for a head that saw no token).
+    void finalize(float* out) const;
+};
+
+// ---- dense reference ------------------------------------------------------------------------------
+
+/// Attend q [n_q][D] (scores are scale * q·k) over K, V [n_tokens][D] (row-major), merging into `part`.
+void attend_dense_f32(const float* q, int n_q, int D, const float* K, const float* V, std::int64_t n_tokens,
+                      float scale, AttentionPartial& part);
+void attend_dense_f16(const float* q, int n_q, int D, const f16_t* K, const f16_t* V, std::int64_t n_tokens,
+                      float scale, AttentionPartial& part);
+
+// ---- attention on PQ codes --------------------------------------------------------------------------
+
+enum class PqScorePath {
+    f32,   ///< exact float tables (vpermps)
+    int8,  ///< u8 tables (pshufb), nbits 4 only; error bound in docs/pq-kernels.md
+};
+enum class PqValuePath {
+    automatic,  ///< the faster one measured for the active SIMD level (see bench pq)
+    histogram,  ///< softmax weights into per-subspace histograms, then histogram x codebook
+    permute,    ///< codebook columns fetched by register permutes (nbits 4 only)
+};
+struct PqAttentionOptions {
+    PqScorePath scores = PqScorePath::f32;
+    PqValuePath values = PqValuePath::automatic;
+};
+
+/// The value path `automatic` resolves to for this nbits at the active SIMD level.
+PqValuePath resolve_value_path(PqValuePath requested, int nbits);
+
+/// Attend q [n_q][D] (original space) over n_tokens tokens whose keys and values are coded by pq_k
+/// and pq_v into blocks (aqpim/pq_codes.h layout, code_blocks_for(n_tokens) blocks each), merging
+/// into `part` (values in the original space).
+void attend_pq(const float* q, int n_q, const ProductQuantizer& pq_k, const ProductQuantizer& pq_v,
+               const std::uint8_t* k_blocks, const std::uint8_t* v_blocks, std::int64_t n_tokens, float scale,
+               const PqAttentionOptions& options, AttentionPartial& part);
+
+// ---- kernels (per SIMD level; tests compare each with ref) -----------------------------------------
+
+struct AttnKernels {
+    /// scores [n_q][stride] -> p in place: p = exp(s - new_max) for t < n_valid, 0 for t in
+    /// [n_valid, n_cols). max/sum [n_q] updated online; alpha[h] = exp(old_max - new_max), the
+    /// factor by which accumulators of earlier tokens must be multiplied (1 if unchanged).
+    void (*softmax_tile)(float* scores, std::int64_t stride, int n_q, std::int64_t n_valid, std::int64_t n_cols,
+                         float* max, float* sum, float* alpha);
+    /// scores[h][t] = q[h]·K[t] for t < n_tok; K rows of D values, row stride D.
+    void (*dense_scores_f32)(const float* q, int n_q, int D, const float* K, std::int64_t n_tok, float* scores,
+                             std::int64_t stride);
+    void (*dense_scores_f16)(const float* q, int n_q, int D, const f16_t* K, std::int64_t n_tok, float* scores,
+                             std::int64_t stride);
+    /// acc[h][:] += Σ_t p[h][t] V[t][:] for t < n_tok.
+    void (*dense_values_f32)(const float* p, std::int64_t stride, int n_q, int D, const float* V, std::int64_t n_tok,
+                             float* acc);
+    void (*dense_values_f16)(const float* p, std::int64_t stride, int n_q, int D, const f16_t* V, std::int64_t n_tok,
+                             float* acc);
+};
+const AttnKernels& attn_kernels(SimdLevel level);
+
+}  // namespace aqpim

@@ -1,0 +1,55 @@
+#pragma once
+// Lookup-table kernels over PQ codes laid out for scanning (aqpim/pq_codes.h). Everything here
+// works in quantizer space (ProductQuantizer::transform_query for queries, centroids() for
+// codebooks). A GQA group's n_q query heads share one pass over the codes: codes are loaded and
+// unpacked once and looked up in every head's table.
+//
+// Shapes: lut [n_q][M][ksub] f32; qlut [n_q][M][16] u8; centroids [M][ksub][dsub];
+// scores/p [n_q][score_stride] with score_stride >= 32 * n_blocks; hist [M][ksub][n_q];
+// out [n_q][D] with D = M * dsub.
+
+#include <cstdint>
+
+#include "aqpim/simd.h"
+
+namespace aqpim {
+
+/// Int8 tables for the pshufb fast path (4-bit codes only): per head h,
+///   lut[h][m][c] ≈ bias[h] / M + scale[h] * qlut[h][m][c]   (per-subspace minima folded in bias)
+/// so score ≈ bias[h] + scale[h] * Σ_m qlut[h][m][code_m]. Rounding error per token is at most
+/// M * scale[h] / 2 (see docs/pq-kernels.md for the measured error).
+struct Int8LutParams {
+    float scale;  ///< step of the u8 grid
+    float bias;   ///< Σ_m min_c lut[h][m][c]
+};
+
+struct PqKernels {
+    /// lut[h][m][c] = qy[h][m*dsub : (m+1)*dsub] · centroids[m][c]
+    void (*build_lut)(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut);
+    /// scores[h][t] = Σ_m lut[h][m][code(t, m)] for every token of n_blocks blocks (padding too).
+    void (*scan_f32)(const float* lut, int n_q, int M, int nbits, const std::uint8_t* blocks, std::int64_t n_blocks,
+                     float* scores, std::int64_t score_stride);
+    /// Same with int8 tables (nbits 4 only): scores[h][t] = bias[h] + scale[h] * Σ_m qlut[h][m][code].
+    void (*scan_i8)(const std::uint8_t* qlut, const Int8LutParams* params, int n_q, int M,
+                    const std::uint8_t* blocks, std::int64_t n_blocks, float* scores, std::int64_t score_stride);
+    /// hist[m][c][h] += Σ_{t: code(t,m) = c} p[h][t] over the blocks' 32 * n_blocks tokens.
+    void (*values_hist)(const float* p, std::int64_t p_stride, int n_q, int M, int nbits, const std::uint8_t* blocks,
+                        std::int64_t n_blocks, float* hist);
+    /// out[h][m*dsub + d] += Σ_t p[h][t] * columns[m][d][code(t,m)]  (nbits 4 only): codebook columns
+    /// (see codebook_columns) fetched by register permutes, no histogram.
+    void (*values_perm)(const float* p, std::int64_t p_stride, int n_q, int M, int dsub, const std::uint8_t* blocks,
+                        std::int64_t n_blocks, const float* columns, float* out);
+};
+const PqKernels& pq_kernels(SimdLevel level);
+const PqKernels& pq_kernels();  ///< active level
+
+/// Quantize float tables (ksub = 16) to the int8 path's u8 tables; qlut [n_q][M][16].
+void quantize_luts(const float* lut, int n_q, int M, std::uint8_t* qlut, Int8LutParams* params);
+
+/// Transpose 4-bit codebooks [M][16][dsub] into columns [M][dsub][16] for values_perm.
+void codebook_columns(const float* centroids, int M, int dsub, float* columns);
+
+/// out[h][m*dsub + d] += Σ_c hist[m][c][h] * centroids[m][c][d]  (second half of the histogram path).
+void hist_times_codebook(const float* hist, int n_q, int M, int ksub, int dsub, const float* centroids, float* out);
+
+}  // namespace aqpim

@@ -1,0 +1,149 @@
+// AVX2 (+FMA, F16C) attention kernels: softmax tiles and dense f32/f16 scores and values.
+// Head dims that are not a multiple of 8 take the reference path.
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "attn/attn_kernels_isa.h"
+#include "attn/vec_exp.h"
+
+namespace aqpim {
+
+namespace {
+
+inline __m256 load8(const float* x) { return _mm256_loadu_ps(x); }
+inline __m256 load8(const f16_t* x) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))); }
+
+inline float hsum(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+
+template <int NQ, class T>
+void scores_heads(const float* q, int D, const T* K, std::int64_t n_tok, float* scores, std::int64_t stride) {
+    for (std::int64_t t = 0; t < n_tok; ++t) {
+        const T* k = K + t * D;
+        __m256 acc[NQ];
+        for (int h = 0; h < NQ; ++h) acc[h] = _mm256_setzero_ps();
+        for (int d = 0; d < D; d += 8) {
+            const __m256 kv = load8(k + d);
+            for (int h = 0; h < NQ; ++h) acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * D + d), kv, acc[h]);
+        }
+        for (int h = 0; h < NQ; ++h) scores[h * stride + t] = hsum(acc[h]);
+    }
+}
+
+// NQ x 3 accumulators over a 24-dim slice (16 ymm registers in all).
+template <int NQ, class T>
+void values_heads(const float* p, std::int64_t stride, int D, const T* V, std::int64_t n_tok, float* acc_out) {
+    for (int d0 = 0; d0 < D; d0 += 24) {
+        const int nj = std::min(3, (D - d0) / 8);
+        __m256 acc[NQ][3];
+        for (int h = 0; h < NQ; ++h)
+            for (int j = 0; j < 3; ++j) acc[h][j] = _mm256_setzero_ps();
+        for (std::int64_t t = 0; t < n_tok; ++t) {
+            const T* v = V + t * D + d0;
+            __m256 vv[3];
+            for (int j = 0; j < nj; ++j) vv[j] = load8(v + 8 * j);
+            for (int h = 0; h < NQ; ++h) {
+                const __m256 w = _mm256_broadcast_ss(p + h * stride + t);
+                for (int j = 0; j < nj; ++j) acc[h][j] = _mm256_fmadd_ps(w, vv[j], acc[h][j]);
+            }
+        }
+        for (int h = 0; h < NQ; ++h)
+            for (int j = 0; j < nj; ++j) {
+                float* o = acc_out + std::int64_t(h) * D + d0 + 8 * j;
+                _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), acc[h][j]));
+            }
+    }
+}
+
+template <class T>
+void dense_scores(const float* q, int n_q, int D, const T* K, std::int64_t n_tok, float* scores, std::int64_t stride) {
+    for (int h0 = 0; h0 < n_q; h0 += 4) {
+        const float* qh = q + std::int64_t(h0) * D;
+        float* s = scores + h0 * stride;
+        switch (std::min(4, n_q - h0)) {
+            case 1: scores_heads<1>(qh, D, K, n_tok, s, stride); break;
+            case 2: scores_heads<2>(qh, D, K, n_tok, s, stride); break;
+            case 3: scores_heads<3>(qh, D, K, n_tok, s, stride); break;
+            default: scores_heads<4>(qh, D, K, n_tok, s, stride); break;
+        }
+    }
+}
+
+template <class T>
+void dense_values(const float* p, std::int64_t stride, int n_q, int D, const T* V, std::int64_t n_tok, float* acc) {
+    for (int h0 = 0; h0 < n_q; h0 += 4) {
+        const float* ph = p + h0 * stride;
+        float* a = acc + std::int64_t(h0) * D;
+        switch (std::min(4, n_q - h0)) {
+            case 1: values_heads<1>(ph, stride, D, V, n_tok, a); break;
+            case 2: values_heads<2>(ph, stride, D, V, n_tok, a); break;
+            case 3: values_heads<3>(ph, stride, D, V, n_tok, a); break;
+            default: values_heads<4>(ph, stride, D, V, n_tok, a); break;
+        }
+    }
+}
+
+}  // namespace
+
+void softmax_tile_avx2(float* scores, std::int64_t stride, int n_q, std::int64_t n_valid, std::int64_t n_cols,
+                       float* max, float* sum, float* alpha) {
+    for (int h = 0; h < n_q; ++h) {
+        float* s = scores + h * stride;
+        float tile_max = -std::numeric_limits<float>::infinity();
+        std::int64_t t = 0;
+        __m256 vmax = _mm256_set1_ps(tile_max);
+        for (; t + 8 <= n_valid; t += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + t));
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, vmax);
+        for (float v : lanes) tile_max = std::fmax(tile_max, v);
+        for (; t < n_valid; ++t) tile_max = std::fmax(tile_max, s[t]);
+        const float new_max = std::fmax(max[h], tile_max);
+        alpha[h] = max[h] == new_max ? 1.0f : std::exp(max[h] - new_max);
+        const __m256 mx = _mm256_set1_ps(new_max);
+        __m256 vsum = _mm256_setzero_ps();
+        float tail_sum = 0;
+        for (t = 0; t + 8 <= n_valid; t += 8) {
+            const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + t), mx));
+            vsum = _mm256_add_ps(vsum, e);
+            _mm256_storeu_ps(s + t, e);
+        }
+        for (; t < n_valid; ++t) {
+            s[t] = std::exp(s[t] - new_max);
+            tail_sum += s[t];
+        }
+        for (; t < n_cols; ++t) s[t] = 0;
+        sum[h] = sum[h] * alpha[h] + hsum(vsum) + tail_sum;
+        max[h] = new_max;
+    }
+}
+
+void dense_scores_f32_avx2(const float* q, int n_q, int D, const float* K, std::int64_t n_tok, float* scores,
+                           std::int64_t stride) {
+    if (D % 8) return dense_scores_f32_ref(q, n_q, D, K, n_tok, scores, stride);
+    dense_scores(q, n_q, D, K, n_tok, scores, stride);
+}
+void dense_scores_f16_avx2(const float* q, int n_q, int D, const f16_t* K, std::int64_t n_tok, float* scores,
+                           std::int64_t stride) {
+    if (D % 8) return dense_scores_f16_ref(q, n_q, D, K, n_tok, scores, stride);
+    dense_scores(q, n_q, D, K, n_tok, scores, stride);
+}
+void dense_values_f32_avx2(const float* p, std::int64_t stride, int n_q, int D, const float* V, std::int64_t n_tok,
+                           float* acc) {
+    if (D % 8) return dense_values_f32_ref(p, stride, n_q, D, V, n_tok, acc);
+    dense_values(p, stride, n_q, D, V, n_tok, acc);
+}
+void dense_values_f16_avx2(const float* p, std::int64_t stride, int n_q, int D, const f16_t* V, std::int64_t n_tok,
+                           float* acc) {
+    if (D % 8) return dense_values_f16_ref(p, stride, n_q, D, V, n_tok, acc);
+    dense_values(p, stride, n_q, D, V, n_tok, acc);
+}
+
+}  // namespace aqpim

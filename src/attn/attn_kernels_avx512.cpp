@@ -1,0 +1,133 @@
+// AVX-512 attention kernels: softmax tiles and dense f32/f16 scores and values.
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "attn/attn_kernels_isa.h"
+#include "attn/vec_exp.h"
+
+namespace aqpim {
+
+namespace {
+
+inline __mmask16 tail_mask(std::int64_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
+
+inline __m512 load16(const float* x, __mmask16 m) { return _mm512_maskz_loadu_ps(m, x); }
+inline __m512 load16(const f16_t* x, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x)); }
+
+// scores for NQ <= 4 heads: one pass over the K rows, each row converted once.
+template <int NQ, class T>
+void scores_heads(const float* q, int D, const T* K, std::int64_t n_tok, float* scores, std::int64_t stride) {
+    for (std::int64_t t = 0; t < n_tok; ++t) {
+        const T* k = K + t * D;
+        __m512 acc[NQ];
+        for (int h = 0; h < NQ; ++h) acc[h] = _mm512_setzero_ps();
+        for (int d = 0; d < D; d += 16) {
+            const __mmask16 m = tail_mask(D - d);
+            const __m512 kv = load16(k + d, m);
+            for (int h = 0; h < NQ; ++h) acc[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + h * D + d), kv, acc[h]);
+        }
+        for (int h = 0; h < NQ; ++h) scores[h * stride + t] = _mm512_reduce_add_ps(acc[h]);
+    }
+}
+
+// values for NQ <= 4 heads over a 64-dim slice: NQ x 4 accumulators stay in registers while the
+// tile's rows stream by.
+template <int NQ, class T>
+void values_heads(const float* p, std::int64_t stride, int D, const T* V, std::int64_t n_tok, float* acc_out) {
+    for (int d0 = 0; d0 < D; d0 += 64) {
+        __m512 acc[NQ][4];
+        __mmask16 mk[4];
+        for (int j = 0; j < 4; ++j) mk[j] = d0 + 16 * j < D ? tail_mask(D - d0 - 16 * j) : __mmask16(0);
+        for (int h = 0; h < NQ; ++h)
+            for (int j = 0; j < 4; ++j) acc[h][j] = _mm512_setzero_ps();
+        for (std::int64_t t = 0; t < n_tok; ++t) {
+            const T* v = V + t * D + d0;
+            __m512 vv[4];
+            for (int j = 0; j < 4; ++j) vv[j] = load16(v + 16 * j, mk[j]);
+            for (int h = 0; h < NQ; ++h) {
+                const __m512 w = _mm512_set1_ps(p[h * stride + t]);
+                for (int j = 0; j < 4; ++j) acc[h][j] = _mm512_fmadd_ps(w, vv[j], acc[h][j]);
+            }
+        }
+        for (int h = 0; h < NQ; ++h)
+            for (int j = 0; j < 4; ++j) {
+                float* o = acc_out + std::int64_t(h) * D + d0 + 16 * j;
+                _mm512_mask_storeu_ps(o, mk[j], _mm512_add_ps(_mm512_maskz_loadu_ps(mk[j], o), acc[h][j]));
+            }
+    }
+}
+
+template <class T>
+void dense_scores(const float* q, int n_q, int D, const T* K, std::int64_t n_tok, float* scores, std::int64_t stride) {
+    for (int h0 = 0; h0 < n_q; h0 += 4) {
+        const float* qh = q + std::int64_t(h0) * D;
+        float* s = scores + h0 * stride;
+        switch (std::min(4, n_q - h0)) {
+            case 1: scores_heads<1>(qh, D, K, n_tok, s, stride); break;
+            case 2: scores_heads<2>(qh, D, K, n_tok, s, stride); break;
+            case 3: scores_heads<3>(qh, D, K, n_tok, s, stride); break;
+            default: scores_heads<4>(qh, D, K, n_tok, s, stride); break;
+        }
+    }
+}
+
+template <class T>
+void dense_values(const float* p, std::int64_t stride, int n_q, int D, const T* V, std::int64_t n_tok, float* acc) {
+    for (int h0 = 0; h0 < n_q; h0 += 4) {
+        const float* ph = p + h0 * stride;
+        float* a = acc + std::int64_t(h0) * D;
+        switch (std::min(4, n_q - h0)) {
+            case 1: values_heads<1>(ph, stride, D, V, n_tok, a); break;
+            case 2: values_heads<2>(ph, stride, D, V, n_tok, a); break;
+            case 3: values_heads<3>(ph, stride, D, V, n_tok, a); break;
+            default: values_heads<4>(ph, stride, D, V, n_tok, a); break;
+        }
+    }
+}
+
+}  // namespace
+
+void softmax_tile_avx512(float* scores, std::int64_t stride, int n_q, std::int64_t n_valid, std::int64_t n_cols,
+                         float* max, float* sum, float* alpha) {
+    for (int h = 0; h < n_q; ++h) {
+        float* s = scores + h * stride;
+        __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+        for (std::int64_t t = 0; t < n_valid; t += 16)
+            vmax = _mm512_mask_max_ps(vmax, tail_mask(n_valid - t), vmax, _mm512_maskz_loadu_ps(tail_mask(n_valid - t), s + t));
+        const float new_max = std::fmax(max[h], _mm512_reduce_max_ps(vmax));
+        alpha[h] = max[h] == new_max ? 1.0f : std::exp(max[h] - new_max);
+        const __m512 mx = _mm512_set1_ps(new_max);
+        __m512 vsum = _mm512_setzero_ps();
+        for (std::int64_t t = 0; t < n_cols; t += 16) {
+            const __mmask16 valid = t < n_valid ? tail_mask(n_valid - t) : __mmask16(0);
+            const __m512 e = _mm512_maskz_mov_ps(valid, exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(valid, s + t), mx)));
+            vsum = _mm512_add_ps(vsum, e);
+            _mm512_mask_storeu_ps(s + t, tail_mask(n_cols - t), e);
+        }
+        sum[h] = sum[h] * alpha[h] + _mm512_reduce_add_ps(vsum);
+        max[h] = new_max;
+    }
+}
+
+void dense_scores_f32_avx512(const float* q, int n_q, int D, const float* K, std::int64_t n_tok, float* scores,
+                             std::int64_t stride) {
+    dense_scores(q, n_q, D, K, n_tok, scores, stride);
+}
+void dense_scores_f16_avx512(const float* q, int n_q, int D, const f16_t* K, std::int64_t n_tok, float* scores,
+                             std::int64_t stride) {
+    dense_scores(q, n_q, D, K, n_tok, scores, stride);
+}
+void dense_values_f32_avx512(const float* p, std::int64_t stride, int n_q, int D, const float* V, std::int64_t n_tok,
+                             float* acc) {
+    dense_values(p, stride, n_q, D, V, n_tok, acc);
+}
+void dense_values_f16_avx512(const float* p, std::int64_t stride, int n_q, int D, const f16_t* V, std::int64_t n_tok,
+                             float* acc) {
+    dense_values(p, stride, n_q, D, V, n_tok, acc);
+}
+
+}  // namespace aqpim

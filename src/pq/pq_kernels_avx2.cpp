@@ -1,0 +1,164 @@
+// AVX2 LUT kernels. A 16-float table is two registers; a 4-bit lookup is two vpermps (low 3 bits)
+// and a blend on bit 3. Rows: byte i = code(token i) | code(token i + 16) << 4.
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "aqpim/pq_codes.h"
+#include "pq/pq_kernels_isa.h"
+
+namespace aqpim {
+
+namespace {
+
+constexpr int kMaxHeads = 4;
+
+// 16-entry lookup of 8 indices (0..15).
+inline __m256 lookup16(__m256i idx, __m256 t0, __m256 t1) {
+    const __m256 v0 = _mm256_permutevar8x32_ps(t0, idx), v1 = _mm256_permutevar8x32_ps(t1, idx);
+    return _mm256_blendv_ps(v0, v1, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+}
+
+// The four 8-token index groups of a 4-bit row: tokens 0-7, 8-15, 16-23, 24-31.
+inline void row_indices(const std::uint8_t* row, __m256i idx[4]) {
+    const __m256i nib = _mm256_set1_epi32(0x0f);
+    const __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row)));
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 8)));
+    idx[0] = _mm256_and_si256(a, nib);
+    idx[1] = _mm256_and_si256(b, nib);
+    idx[2] = _mm256_srli_epi32(a, 4);
+    idx[3] = _mm256_srli_epi32(b, 4);
+}
+
+template <int NQ>
+void scan_f32_4bit(const float* lut, int M, const std::uint8_t* blocks, std::int64_t n_blocks, float* scores,
+                   std::int64_t stride) {
+    const std::size_t block_bytes = code_block_bytes(M, 4);
+    for (std::int64_t b = 0; b < n_blocks; ++b) {
+        const std::uint8_t* block = blocks + b * block_bytes;
+        __m256 acc[NQ][4];
+        for (int h = 0; h < NQ; ++h)
+            for (int g = 0; g < 4; ++g) acc[h][g] = _mm256_setzero_ps();
+        for (int m = 0; m < M; ++m) {
+            __m256i idx[4];
+            row_indices(block + m * 16, idx);
+            for (int h = 0; h < NQ; ++h) {
+                const float* table = lut + (std::int64_t(h) * M + m) * 16;
+                const __m256 t0 = _mm256_loadu_ps(table), t1 = _mm256_loadu_ps(table + 8);
+                for (int g = 0; g < 4; ++g) acc[h][g] = _mm256_add_ps(acc[h][g], lookup16(idx[g], t0, t1));
+            }
+        }
+        for (int h = 0; h < NQ; ++h)
+            for (int g = 0; g < 4; ++g) _mm256_storeu_ps(scores + h * stride + b * 32 + g * 8, acc[h][g]);
+    }
+}
+
+void scan_f32_8bit(const float* lut, int n_q, int M, const std::uint8_t* blocks, std::int64_t n_blocks, float* scores,
+                   std::int64_t stride) {
+    const std::size_t block_bytes = code_block_bytes(M, 8);
+    for (std::int64_t b = 0; b < n_blocks; ++b) {
+        const std::uint8_t* block = blocks + b * block_bytes;
+        for (int h = 0; h < n_q; ++h) {
+            __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+            for (int m = 0; m < M; ++m) {
+                const float* table = lut + (std::int64_t(h) * M + m) * 256;
+                for (int g = 0; g < 4; ++g) {
+                    const __m256i idx = _mm256_cvtepu8_epi32(
+                        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + m * 32 + g * 8)));
+                    acc[g] = _mm256_add_ps(acc[g], _mm256_i32gather_ps(table, idx, 4));
+                }
+            }
+            for (int g = 0; g < 4; ++g) _mm256_storeu_ps(scores + h * stride + b * 32 + g * 8, acc[g]);
+        }
+    }
+}
+
+// Subspace-outer: NQ heads x 2 dims accumulators in registers while the tile's blocks stream by.
+template <int NQ>
+void values_perm_heads(const float* p, std::int64_t p_stride, int M, int dsub, const std::uint8_t* blocks,
+                       std::int64_t n_blocks, const float* columns, float* out, int D) {
+    const std::size_t block_bytes = code_block_bytes(M, 4);
+    for (int m = 0; m < M; ++m)
+        for (int d0 = 0; d0 < dsub; d0 += 2) {
+            const int nd = std::min(2, dsub - d0);
+            __m256 acc[NQ][2], t0[2], t1[2];
+            for (int h = 0; h < NQ; ++h) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
+            for (int j = 0; j < nd; ++j) {
+                t0[j] = _mm256_loadu_ps(columns + (std::int64_t(m) * dsub + d0 + j) * 16);
+                t1[j] = _mm256_loadu_ps(columns + (std::int64_t(m) * dsub + d0 + j) * 16 + 8);
+            }
+            for (std::int64_t b = 0; b < n_blocks; ++b) {
+                __m256i idx[4];
+                row_indices(blocks + b * block_bytes + m * 16, idx);
+                for (int g = 0; g < 4; ++g)
+                    for (int j = 0; j < nd; ++j) {
+                        const __m256 v = lookup16(idx[g], t0[j], t1[j]);
+                        for (int h = 0; h < NQ; ++h)
+                            acc[h][j] = _mm256_fmadd_ps(_mm256_loadu_ps(p + h * p_stride + b * 32 + g * 8), v, acc[h][j]);
+                    }
+            }
+            for (int h = 0; h < NQ; ++h)
+                for (int j = 0; j < nd; ++j) {
+                    __m128 x = _mm_add_ps(_mm256_castps256_ps128(acc[h][j]), _mm256_extractf128_ps(acc[h][j], 1));
+                    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+                    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+                    out[std::int64_t(h) * D + m * dsub + d0 + j] += _mm_cvtss_f32(x);
+                }
+        }
+}
+
+}  // namespace
+
+void build_lut_avx2(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut) {
+    if (ksub % 8 != 0) return build_lut_ref(qy, n_q, M, ksub, dsub, centroids, lut);
+    const int D = M * dsub;
+    const __m256i lane = _mm256_mullo_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0), _mm256_set1_epi32(dsub));
+    for (int m = 0; m < M; ++m)
+        for (int c0 = 0; c0 < ksub; c0 += 8) {
+            const float* cw = centroids + (std::int64_t(m) * ksub + c0) * dsub;
+            for (int h0 = 0; h0 < n_q; h0 += kMaxHeads) {
+                const int nq = std::min(kMaxHeads, n_q - h0);
+                __m256 acc[kMaxHeads];
+                for (int h = 0; h < nq; ++h) acc[h] = _mm256_setzero_ps();
+                for (int d = 0; d < dsub; ++d) {
+                    const __m256 col = _mm256_i32gather_ps(cw + d, lane, 4);
+                    for (int h = 0; h < nq; ++h)
+                        acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(qy[std::int64_t(h0 + h) * D + m * dsub + d]), col, acc[h]);
+                }
+                for (int h = 0; h < nq; ++h) _mm256_storeu_ps(lut + (std::int64_t(h0 + h) * M + m) * ksub + c0, acc[h]);
+            }
+        }
+}
+
+void scan_f32_avx2(const float* lut, int n_q, int M, int nbits, const std::uint8_t* blocks, std::int64_t n_blocks,
+                   float* scores, std::int64_t score_stride) {
+    if (nbits == 8) return scan_f32_8bit(lut, n_q, M, blocks, n_blocks, scores, score_stride);
+    for (int h0 = 0; h0 < n_q; h0 += kMaxHeads) {
+        const float* l = lut + std::int64_t(h0) * M * 16;
+        float* s = scores + h0 * score_stride;
+        switch (std::min(kMaxHeads, n_q - h0)) {
+            case 1: scan_f32_4bit<1>(l, M, blocks, n_blocks, s, score_stride); break;
+            case 2: scan_f32_4bit<2>(l, M, blocks, n_blocks, s, score_stride); break;
+            case 3: scan_f32_4bit<3>(l, M, blocks, n_blocks, s, score_stride); break;
+            default: scan_f32_4bit<4>(l, M, blocks, n_blocks, s, score_stride); break;
+        }
+    }
+}
+
+void values_perm_avx2(const float* p, std::int64_t p_stride, int n_q, int M, int dsub, const std::uint8_t* blocks,
+                      std::int64_t n_blocks, const float* columns, float* out) {
+    const int D = M * dsub;
+    for (int h0 = 0; h0 < n_q; h0 += kMaxHeads) {
+        const float* ph = p + h0 * p_stride;
+        float* o = out + std::int64_t(h0) * D;
+        switch (std::min(kMaxHeads, n_q - h0)) {
+            case 1: values_perm_heads<1>(ph, p_stride, M, dsub, blocks, n_blocks, columns, o, D); break;
+            case 2: values_perm_heads<2>(ph, p_stride, M, dsub, blocks, n_blocks, columns, o, D); break;
+            case 3: values_perm_heads<3>(ph, p_stride, M, dsub, blocks, n_blocks, columns, o, D); break;
+            default: values_perm_heads<4>(ph, p_stride, M, dsub, blocks, n_blocks, columns, o, D); break;
+        }
+    }
+}
+
+}  // namespace aqpim

@@ -1,0 +1,25 @@
+#pragma once
+// Per-ISA entries of aqpim::PqKernels (see aqpim/pq_kernels.h for the contracts).
+
+#include "aqpim/pq_kernels.h"
+
+namespace aqpim {
+
+#define AQPIM_DECLARE_PQ_KERNELS(isa)                                                                            \
+    void build_lut_##isa(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut); \
+    void scan_f32_##isa(const float* lut, int n_q, int M, int nbits, const std::uint8_t* blocks,                 \
+                        std::int64_t n_blocks, float* scores, std::int64_t score_stride);                          \
+    void scan_i8_##isa(const std::uint8_t* qlut, const Int8LutParams* params, int n_q, int M,                    \
+                       const std::uint8_t* blocks, std::int64_t n_blocks, float* scores, std::int64_t score_stride); \
+    void values_hist_##isa(const float* p, std::int64_t p_stride, int n_q, int M, int nbits,                     \
+                           const std::uint8_t* blocks, std::int64_t n_blocks, float* hist);                        \
+    void values_perm_##isa(const float* p, std::int64_t p_stride, int n_q, int M, int dsub,                      \
+                           const std::uint8_t* blocks, std::int64_t n_blocks, const float* columns, float* out);
+
+AQPIM_DECLARE_PQ_KERNELS(ref)
+AQPIM_DECLARE_PQ_KERNELS(avx2)
+AQPIM_DECLARE_PQ_KERNELS(avx512)
+
+#undef AQPIM_DECLARE_PQ_KERNELS
+
+}  // namespace aqpim

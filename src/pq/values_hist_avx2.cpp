@@ -1,0 +1,39 @@
+// AVX2 histogram value path: per token, the weights of up to 8 heads (one masked vector) are added
+// into bin hist[m][code][:] of every subspace; token-outer, subspace-inner.
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "aqpim/pq_codes.h"
+#include "pq/pq_kernels_isa.h"
+
+namespace aqpim {
+
+void values_hist_avx2(const float* p, std::int64_t p_stride, int n_q, int M, int nbits, const std::uint8_t* blocks,
+                      std::int64_t n_blocks, float* hist) {
+    const int ksub = 1 << nbits;
+    const std::size_t block_bytes = code_block_bytes(M, nbits);
+    alignas(32) std::uint8_t codes[kCodeBlock * 1024];  // [M][32] unpacked codes of one block (M <= 1024)
+    alignas(32) float pt[kCodeBlock * 8];               // [32][8] weights of up to 8 heads per token
+    for (int h0 = 0; h0 < n_q; h0 += 8) {
+        const int nq = std::min(8, n_q - h0);
+        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(nq), _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0));
+        for (std::int64_t b = 0; b < n_blocks; ++b) {
+            const std::uint8_t* block = blocks + b * block_bytes;
+            for (int m = 0; m < M; ++m)
+                for (int t = 0; t < kCodeBlock; ++t) codes[m * 32 + t] = code_at(block, t, M, nbits, m);
+            for (int h = 0; h < nq; ++h)
+                for (int t = 0; t < kCodeBlock; ++t) pt[t * 8 + h] = p[(h0 + h) * p_stride + b * 32 + t];
+            for (int t = 0; t < kCodeBlock; ++t) {
+                const __m256 w = _mm256_maskload_ps(pt + t * 8, mask);
+                for (int m = 0; m < M; ++m) {
+                    float* bin = hist + (std::int64_t(m) * ksub + codes[m * 32 + t]) * n_q + h0;
+                    _mm256_maskstore_ps(bin, mask, _mm256_add_ps(_mm256_maskload_ps(bin, mask), w));
+                }
+            }
+        }
+    }
+}
+
+}  // namespace aqpim

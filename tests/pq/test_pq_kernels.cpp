@@ -1,0 +1,179 @@
+// Every compiled SIMD level of the LUT kernels against the scalar reference, on odd sizes.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "aqpim/aligned.h"
+#include "aqpim/pq_codes.h"
+#include "aqpim/pq_kernels.h"
+#include "support/random.h"
+
+namespace aqpim {
+namespace {
+
+struct Shape {
+    int n_q, M, nbits, dsub;
+    std::int64_t n_tokens;
+};
+
+std::string name(const Shape& s) {
+    return "n_q=" + std::to_string(s.n_q) + " M=" + std::to_string(s.M) + " nbits=" + std::to_string(s.nbits) +
+           " dsub=" + std::to_string(s.dsub) + " n=" + std::to_string(s.n_tokens);
+}
+
+const Shape kShapes[] = {
+    {1, 1, 4, 2, 1}, {1, 3, 4, 1, 31}, {4, 32, 4, 4, 100}, {3, 33, 4, 3, 65}, {5, 8, 4, 2, 64},
+    {9, 16, 4, 8, 40}, {2, 5, 4, 5, 33}, {4, 16, 8, 8, 70}, {3, 7, 8, 2, 32}, {1, 64, 4, 2, 200},
+};
+
+struct Data {
+    std::vector<std::uint8_t> blocks;
+    std::vector<float> lut, p, centroids;
+    std::int64_t n_blocks, stride;
+};
+
+Data make_data(const Shape& s, std::uint64_t seed) {
+    const int ksub = 1 << s.nbits;
+    Data d;
+    d.n_blocks = code_blocks_for(s.n_tokens);
+    d.stride = d.n_blocks * kCodeBlock + 3;  // deliberately not a multiple of the block
+    auto codes = test::random_codes(std::size_t(s.n_tokens) * s.M, ksub, seed);
+    d.blocks.resize(std::size_t(d.n_blocks) * code_block_bytes(s.M, s.nbits));
+    pack_code_blocks(codes.data(), s.n_tokens, s.M, s.nbits, d.blocks.data());
+    d.lut = test::gaussian(std::size_t(s.n_q) * s.M * ksub, seed + 1);
+    d.p = test::gaussian(std::size_t(s.n_q) * d.stride, seed + 2);
+    for (float& x : d.p) x = std::fabs(x);
+    d.centroids = test::gaussian(std::size_t(s.M) * ksub * s.dsub, seed + 3);
+    return d;
+}
+
+TEST(PqCodes, PackUnpackRoundTrip) {
+    for (int nbits : {4, 8})
+        for (std::int64_t n : {1, 31, 32, 33, 100}) {
+            const int M = 7;
+            auto codes = test::random_codes(std::size_t(n) * M, 1 << nbits, 5);
+            std::vector<std::uint8_t> blocks(code_blocks_for(n) * code_block_bytes(M, nbits)), back(codes.size());
+            pack_code_blocks(codes.data(), n, M, nbits, blocks.data());
+            unpack_code_blocks(blocks.data(), n, M, nbits, back.data());
+            EXPECT_EQ(back, codes) << "nbits=" << nbits << " n=" << n;
+        }
+}
+
+TEST(PqCodes, FourBitRowLayout) {
+    // token i in the low nibble of byte i, token i+16 in the high nibble
+    std::vector<std::uint8_t> codes(32);
+    for (int t = 0; t < 32; ++t) codes[t] = std::uint8_t(t % 16);
+    std::vector<std::uint8_t> block(16);
+    pack_code_blocks(codes.data(), 32, 1, 4, block.data());
+    for (int i = 0; i < 16; ++i) EXPECT_EQ(block[i], std::uint8_t(codes[i] | (codes[i + 16] << 4)));
+}
+
+TEST(PqKernels, BuildLutMatchesRef) {
+    for (const Shape& s : kShapes) {
+        const int ksub = 1 << s.nbits, D = s.M * s.dsub;
+        auto qy = test::gaussian(std::size_t(s.n_q) * D, 11);
+        auto cents = test::gaussian(std::size_t(s.M) * ksub * s.dsub, 12);
+        std::vector<float> ref(std::size_t(s.n_q) * s.M * ksub), out(ref.size());
+        pq_kernels(SimdLevel::ref).build_lut(qy.data(), s.n_q, s.M, ksub, s.dsub, cents.data(), ref.data());
+        for (SimdLevel level : supported_simd_levels()) {
+            pq_kernels(level).build_lut(qy.data(), s.n_q, s.M, ksub, s.dsub, cents.data(), out.data());
+            for (std::size_t i = 0; i < ref.size(); ++i)
+                ASSERT_NEAR(out[i], ref[i], 1e-5f * (1 + std::fabs(ref[i]))) << simd_level_name(level) << " " << name(s);
+        }
+    }
+}
+
+TEST(PqKernels, ScanF32MatchesRef) {
+    for (const Shape& s : kShapes) {
+        Data d = make_data(s, 21);
+        std::vector<float> ref(std::size_t(s.n_q) * d.stride, -1.0f), out(ref.size(), -1.0f);
+        pq_kernels(SimdLevel::ref).scan_f32(d.lut.data(), s.n_q, s.M, s.nbits, d.blocks.data(), d.n_blocks, ref.data(), d.stride);
+        for (SimdLevel level : supported_simd_levels()) {
+            std::fill(out.begin(), out.end(), -1.0f);
+            pq_kernels(level).scan_f32(d.lut.data(), s.n_q, s.M, s.nbits, d.blocks.data(), d.n_blocks, out.data(), d.stride);
+            for (int h = 0; h < s.n_q; ++h)
+                for (std::int64_t t = 0; t < d.stride; ++t)  // includes the untouched gap after the blocks
+                    ASSERT_NEAR(out[h * d.stride + t], ref[h * d.stride + t], 1e-4f)
+                        << simd_level_name(level) << " " << name(s) << " h=" << h << " t=" << t;
+        }
+    }
+}
+
+// The integer sums are exact; only the final scale * sum + bias may differ by an FMA rounding.
+TEST(PqKernels, ScanI8MatchesRef) {
+    for (const Shape& s : kShapes) {
+        if (s.nbits != 4) continue;
+        Data d = make_data(s, 31);
+        std::vector<std::uint8_t> qlut(std::size_t(s.n_q) * s.M * 16);
+        std::vector<Int8LutParams> prm(s.n_q);
+        quantize_luts(d.lut.data(), s.n_q, s.M, qlut.data(), prm.data());
+        std::vector<float> ref(std::size_t(s.n_q) * d.stride), out(ref.size());
+        pq_kernels(SimdLevel::ref).scan_i8(qlut.data(), prm.data(), s.n_q, s.M, d.blocks.data(), d.n_blocks, ref.data(), d.stride);
+        for (SimdLevel level : supported_simd_levels()) {
+            pq_kernels(level).scan_i8(qlut.data(), prm.data(), s.n_q, s.M, d.blocks.data(), d.n_blocks, out.data(), d.stride);
+            for (int h = 0; h < s.n_q; ++h) {
+                // a few ulps of the magnitudes that are added (bias and scale * sum cancel)
+                const float tol = 1e-6f * (std::fabs(prm[h].bias) + prm[h].scale * 255 * s.M);
+                for (std::int64_t t = 0; t < d.n_blocks * kCodeBlock; ++t)
+                    ASSERT_NEAR(out[h * d.stride + t], ref[h * d.stride + t], tol) << simd_level_name(level) << " " << name(s);
+            }
+        }
+    }
+}
+
+TEST(PqKernels, ScanI8WithinDocumentedBound) {
+    // |int8 score - f32 score| <= M * scale / 2 (rounding of each table entry).
+    for (const Shape& s : kShapes) {
+        if (s.nbits != 4) continue;
+        Data d = make_data(s, 41);
+        std::vector<std::uint8_t> qlut(std::size_t(s.n_q) * s.M * 16);
+        std::vector<Int8LutParams> prm(s.n_q);
+        quantize_luts(d.lut.data(), s.n_q, s.M, qlut.data(), prm.data());
+        std::vector<float> exact(std::size_t(s.n_q) * d.stride), approx(exact.size());
+        pq_kernels().scan_f32(d.lut.data(), s.n_q, s.M, 4, d.blocks.data(), d.n_blocks, exact.data(), d.stride);
+        pq_kernels().scan_i8(qlut.data(), prm.data(), s.n_q, s.M, d.blocks.data(), d.n_blocks, approx.data(), d.stride);
+        for (int h = 0; h < s.n_q; ++h) {
+            const float bound = s.M * prm[h].scale * 0.5f * 1.0001f + 1e-5f;
+            for (std::int64_t t = 0; t < s.n_tokens; ++t)
+                ASSERT_LE(std::fabs(exact[h * d.stride + t] - approx[h * d.stride + t]), bound) << name(s);
+        }
+    }
+}
+
+TEST(PqKernels, ValuesHistMatchesRef) {
+    for (const Shape& s : kShapes) {
+        Data d = make_data(s, 51);
+        const int ksub = 1 << s.nbits;
+        std::vector<float> ref(std::size_t(s.M) * ksub * s.n_q, 0.5f), out(ref.size());
+        pq_kernels(SimdLevel::ref).values_hist(d.p.data(), d.stride, s.n_q, s.M, s.nbits, d.blocks.data(), d.n_blocks, ref.data());
+        for (SimdLevel level : supported_simd_levels()) {
+            std::fill(out.begin(), out.end(), 0.5f);
+            pq_kernels(level).values_hist(d.p.data(), d.stride, s.n_q, s.M, s.nbits, d.blocks.data(), d.n_blocks, out.data());
+            for (std::size_t i = 0; i < ref.size(); ++i)
+                ASSERT_NEAR(out[i], ref[i], 1e-4f * (1 + std::fabs(ref[i]))) << simd_level_name(level) << " " << name(s);
+        }
+    }
+}
+
+TEST(PqKernels, ValuesPermMatchesHistogramPath) {
+    for (const Shape& s : kShapes) {
+        if (s.nbits != 4) continue;
+        Data d = make_data(s, 61);
+        const int D = s.M * s.dsub;
+        std::vector<float> hist(std::size_t(s.M) * 16 * s.n_q, 0.0f), expect(std::size_t(s.n_q) * D, 0.25f);
+        pq_kernels(SimdLevel::ref).values_hist(d.p.data(), d.stride, s.n_q, s.M, 4, d.blocks.data(), d.n_blocks, hist.data());
+        hist_times_codebook(hist.data(), s.n_q, s.M, 16, s.dsub, d.centroids.data(), expect.data());
+        std::vector<float> columns(std::size_t(s.M) * s.dsub * 16);
+        codebook_columns(d.centroids.data(), s.M, s.dsub, columns.data());
+        for (SimdLevel level : supported_simd_levels()) {
+            std::vector<float> out(expect.size(), 0.25f);
+            pq_kernels(level).values_perm(d.p.data(), d.stride, s.n_q, s.M, s.dsub, d.blocks.data(), d.n_blocks, columns.data(), out.data());
+            for (std::size_t i = 0; i < out.size(); ++i)
+                ASSERT_NEAR(out[i], expect[i], 1e-3f * (1 + std::fabs(expect[i]))) << simd_level_name(level) << " " << name(s);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace aqpim
