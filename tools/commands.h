@@ -7,5 +7,6 @@
 namespace aqpim::cli {
 
 void add_info_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace aqpim::cli

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
     });
 
     aqpim::cli::add_info_command(app);
+    aqpim::cli::add_bench_command(app);
 
     try {
         app.parse(argc, argv);

@@ -44,6 +44,8 @@ void attend_pq(const float* q, int n_q, const ProductQuantizer& pq_k, const Prod
     AQPIM_CHECK(n_tokens >= 0, "negative token count {}", n_tokens);
     const bool int8 = options.scores == PqScorePath::int8;
     AQPIM_CHECK(!int8 || pq_k.nbits() == 4, "int8 score tables need 4-bit key codes (nbits={})", pq_k.nbits());
+    AQPIM_CHECK(!int8 || pq_k.M() <= 256, "int8 score tables support M <= 256 (u16 sums), got M={}", pq_k.M());
+    AQPIM_CHECK(pq_v.M() <= 1024, "value quantizer M={} exceeds the supported 1024 subspaces", pq_v.M());
     const PqValuePath value_path = resolve_value_path(options.values, pq_v.nbits());
     if (n_tokens == 0) return;
 

@@ -1,0 +1,138 @@
+// Attention on PQ codes equals attention over the decoded vectors (decode-then-dense), for both
+// value paths, every SIMD level, and several quantizer configurations.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "aqpim/attention.h"
+#include "aqpim/error.h"
+#include "aqpim/pq_codes.h"
+#include "support/random.h"
+
+namespace aqpim {
+namespace {
+
+struct Case {
+    int D, M, nbits, n_q;
+    std::int64_t n;
+    Rotation rotation;
+    bool scale_folding;
+    RopePairs pairs;
+};
+
+struct Coded {
+    ProductQuantizer pq;
+    std::vector<std::uint8_t> blocks;
+    std::vector<float> decoded;  // [n][D]
+};
+
+Coded code(const std::vector<float>& x, std::int64_t n, const Case& c, std::uint64_t seed) {
+    PQParams p;
+    p.D = c.D;
+    p.M = c.M;
+    p.nbits = c.nbits;
+    p.rotation = c.rotation;
+    p.scale_folding = c.scale_folding;
+    p.pairs = c.pairs;
+    p.seed = seed;
+    p.kmeans.max_iter = 8;
+    Coded out{ProductQuantizer(p), {}, {}};
+    out.pq.train(x.data(), std::min<std::int64_t>(n, 256));
+    std::vector<std::uint8_t> codes(std::size_t(n) * c.M);
+    out.pq.encode(x.data(), n, codes.data());
+    out.blocks.resize(std::size_t(code_blocks_for(n)) * code_block_bytes(c.M, c.nbits));
+    pack_code_blocks(codes.data(), n, c.M, c.nbits, out.blocks.data());
+    out.decoded.resize(std::size_t(n) * c.D);
+    out.pq.decode(codes.data(), n, out.decoded.data());
+    return out;
+}
+
+class LevelGuard {
+public:
+    explicit LevelGuard(SimdLevel l) : saved_(active_simd_level()) { set_simd_level(l); }
+    ~LevelGuard() { set_simd_level(saved_); }
+
+private:
+    SimdLevel saved_;
+};
+
+TEST(PqAttention, EqualsDecodeThenDense) {
+    const Case cases[] = {
+        {128, 32, 4, 4, 1000, Rotation::none, false, RopePairs::none},
+        {128, 16, 8, 2, 333, Rotation::none, true, RopePairs::interleaved},
+        {64, 16, 4, 3, 257, Rotation::hadamard, true, RopePairs::none},
+        {48, 12, 4, 5, 100, Rotation::random_orthogonal, false, RopePairs::neox},
+        {32, 32, 4, 1, 31, Rotation::none, false, RopePairs::none},
+        {16, 8, 4, 9, 64, Rotation::none, true, RopePairs::none},
+    };
+    for (const Case& c : cases) {
+        auto K = test::gaussian(std::size_t(c.n) * c.D, 1), V = test::gaussian(std::size_t(c.n) * c.D, 2);
+        auto q = test::gaussian(std::size_t(c.n_q) * c.D, 3);
+        Coded ck = code(K, c.n, c, 10), cv = code(V, c.n, c, 20);
+        const float scale = 1.0f / std::sqrt(float(c.D));
+        AttentionPartial dense(c.n_q, c.D);
+        attend_dense_f32(q.data(), c.n_q, c.D, ck.decoded.data(), cv.decoded.data(), c.n, scale, dense);
+        std::vector<float> expect(std::size_t(c.n_q) * c.D), got(expect.size());
+        dense.finalize(expect.data());
+        for (SimdLevel level : supported_simd_levels()) {
+            LevelGuard guard(level);
+            for (PqValuePath path : {PqValuePath::histogram, PqValuePath::permute, PqValuePath::automatic}) {
+                if (path == PqValuePath::permute && c.nbits != 4) continue;
+                PqAttentionOptions o;
+                o.values = path;
+                AttentionPartial part(c.n_q, c.D);
+                attend_pq(q.data(), c.n_q, ck.pq, cv.pq, ck.blocks.data(), cv.blocks.data(), c.n, scale, o, part);
+                part.finalize(got.data());
+                for (std::size_t i = 0; i < got.size(); ++i)
+                    ASSERT_NEAR(got[i], expect[i], 2e-4f * (1 + std::fabs(expect[i])))
+                        << simd_level_name(level) << " D=" << c.D << " M=" << c.M << " nbits=" << c.nbits
+                        << " n_q=" << c.n_q << " path=" << int(path) << " i=" << i;
+            }
+        }
+    }
+}
+
+TEST(PqAttention, Int8ScoresStayCloseToExact) {
+    const Case c{128, 32, 4, 4, 2000, Rotation::none, false, RopePairs::none};
+    auto K = test::gaussian(std::size_t(c.n) * c.D, 4), V = test::gaussian(std::size_t(c.n) * c.D, 5);
+    auto q = test::gaussian(std::size_t(c.n_q) * c.D, 6);
+    Coded ck = code(K, c.n, c, 30), cv = code(V, c.n, c, 40);
+    const float scale = 1.0f / std::sqrt(float(c.D));
+    std::vector<float> exact(c.n_q * c.D), approx(exact.size());
+    AttentionPartial a(c.n_q, c.D), b(c.n_q, c.D);
+    attend_pq(q.data(), c.n_q, ck.pq, cv.pq, ck.blocks.data(), cv.blocks.data(), c.n, scale, {}, a);
+    PqAttentionOptions o;
+    o.scores = PqScorePath::int8;
+    attend_pq(q.data(), c.n_q, ck.pq, cv.pq, ck.blocks.data(), cv.blocks.data(), c.n, scale, o, b);
+    a.finalize(exact.data());
+    b.finalize(approx.data());
+    double err = 0, norm = 0;
+    for (std::size_t i = 0; i < exact.size(); ++i) {
+        err += (exact[i] - approx[i]) * (exact[i] - approx[i]);
+        norm += exact[i] * exact[i];
+    }
+    EXPECT_LT(std::sqrt(err / norm), 0.05) << "int8 tables moved the attention output by more than 5%";
+    EXPECT_GT(std::sqrt(err / norm), 0.0) << "int8 path should not be bit-identical to exact tables";
+}
+
+TEST(PqAttention, BadOptionsAreErrors) {
+    const Case c{32, 8, 8, 2, 64, Rotation::none, false, RopePairs::none};
+    auto K = test::gaussian(std::size_t(c.n) * c.D, 7);
+    Coded ck = code(K, c.n, c, 1);
+    std::vector<float> q(c.n_q * c.D, 0.1f);
+    AttentionPartial part(c.n_q, c.D);
+    PqAttentionOptions int8;
+    int8.scores = PqScorePath::int8;
+    EXPECT_THROW(attend_pq(q.data(), c.n_q, ck.pq, ck.pq, ck.blocks.data(), ck.blocks.data(), c.n, 1.0f, int8, part), Error);
+    PqAttentionOptions perm;
+    perm.values = PqValuePath::permute;
+    EXPECT_THROW(attend_pq(q.data(), c.n_q, ck.pq, ck.pq, ck.blocks.data(), ck.blocks.data(), c.n, 1.0f, perm, part), Error);
+    ProductQuantizer untrained(PQParams{});
+    AttentionPartial p128(c.n_q, 128);
+    EXPECT_THROW(attend_pq(q.data(), c.n_q, untrained, untrained, nullptr, nullptr, 1, 1.0f, {}, p128), Error);
+}
+
+}  // namespace
+}  // namespace aqpim

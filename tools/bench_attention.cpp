@@ -1,0 +1,238 @@
+// `aqpim bench pq` sections on the attention side: bandwidth roof, score scan, value paths, and
+// whole GQA-group attention, PQ against dense f32/f16 in the same run.
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <vector>
+
+#include "aqpim/attention.h"
+#include "aqpim/pq.h"
+#include "aqpim/pq_codes.h"
+#include "aqpim/pq_kernels.h"
+#include "aqpim/simd.h"
+#include "aqpim/threads.h"
+#include "bench.h"
+#include "bench_util.h"
+
+namespace aqpim::cli {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int kD = 128;
+constexpr int kGroup = 4;  // query heads per KV head
+
+double min_seconds(const BenchOptions& opt) { return opt.quick ? 0.05 : 0.25; }
+int reps(const BenchOptions& opt) { return opt.quick ? 2 : 3; }
+
+std::vector<int> thread_counts(const BenchOptions& opt) {
+    std::vector<int> t{1};
+    if (opt.max_threads > 1) t.push_back(opt.max_threads);
+    return t;
+}
+
+std::vector<std::int64_t> contexts(const BenchOptions& opt) {
+    if (opt.quick) return {1024, 8192};
+    return {1024, 8192, 32768, 131072};
+}
+
+// A quantizer of the benchmark's shape trained on Gaussian data (codes are random: speed only).
+ProductQuantizer bench_pq(int M, int nbits, std::uint64_t seed) {
+    PQParams p;
+    p.D = kD;
+    p.M = M;
+    p.nbits = nbits;
+    p.seed = seed;
+    p.kmeans.max_iter = 4;
+    ProductQuantizer pq(p);
+    std::vector<float> x(std::size_t(512) * kD);
+    std::uint64_t s = seed * 2654435761u + 1;
+    for (float& v : x) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        v = float(std::int64_t(s >> 33) % 2001 - 1000) / 1000.0f;
+    }
+    pq.train(x.data(), 512);
+    return pq;
+}
+
+// Run one call per thread on its own slot(s), n_threads in parallel; returns seconds per round.
+double time_parallel(int n_threads, const std::function<void(std::int64_t, int)>& call, const BenchOptions& opt) {
+    return time_per_call(
+        [&](std::int64_t i) {
+            parallel_for(n_threads, [&](std::int64_t th) { call(i * n_threads + th, int(th)); }, n_threads);
+        },
+        min_seconds(opt), reps(opt));
+}
+
+}  // namespace
+
+json bench_bandwidth(const BenchOptions& opt) {
+    json rows = json::array();
+    const std::size_t slot = std::size_t(64) << 20;
+    ColdArena arena(slot, cold_bytes(opt.quick));
+    for (int nt : thread_counts(opt)) {
+        volatile std::uint64_t sink = 0;
+        const double s = time_parallel(nt, [&](std::int64_t i, int) { sink = sink + read_bytes(arena.slot(i), slot); }, opt);
+        rows.push_back({{"section", "bandwidth"}, {"case", "sequential read, cold"}, {"threads", nt},
+                        {"gbytes_per_s", double(slot) * nt / s / 1e9}, {"arena_mib", arena.bytes() >> 20}});
+    }
+    return rows;
+}
+
+json bench_scan(const BenchOptions& opt) {
+    json rows = json::array();
+    const std::int64_t T = 32768;
+    const std::int64_t n_blocks = code_blocks_for(T);
+    const std::vector<int> Ms = opt.quick ? std::vector<int>{32} : std::vector<int>{16, 32, 64};
+    for (int M : Ms)
+        for (int nbits : {4, 8}) {
+            const std::size_t bytes = std::size_t(n_blocks) * code_block_bytes(M, nbits);
+            const int ksub = 1 << nbits;
+            std::vector<float> lut(std::size_t(M) * ksub, 0.01f), scores(T);
+            std::vector<std::uint8_t> qlut(std::size_t(M) * 16, 1);
+            Int8LutParams prm{0.01f, 0.0f};
+            for (std::size_t i = 0; i < lut.size(); ++i) lut[i] = float(i % 97) * 0.01f;
+            ColdArena cold(bytes, cold_bytes(opt.quick));
+            const PqKernels& k = pq_kernels();
+            for (bool int8 : {false, true}) {
+                if (int8 && nbits != 4) continue;
+                for (bool in_cache : {true, false}) {
+                    // in cache: 1K tokens (a few KiB, L1/L2) scanned repeatedly; cold: 32K tokens per call from the arena
+                    const std::int64_t nb = in_cache ? code_blocks_for(1024) : n_blocks;
+                    const double s = time_per_call(
+                        [&](std::int64_t i) {
+                            const std::uint8_t* codes = cold.slot(in_cache ? 0 : i);
+                            if (int8)
+                                k.scan_i8(qlut.data(), &prm, 1, M, codes, nb, scores.data(), T);
+                            else
+                                k.scan_f32(lut.data(), 1, M, nbits, codes, nb, scores.data(), T);
+                        },
+                        min_seconds(opt), reps(opt));
+                    const double tokens = double(nb * kCodeBlock);
+                    rows.push_back({{"section", "scan"},
+                                    {"case", fmt::format("M={} {}-bit {} tables", M, nbits, int8 ? "int8" : "f32")},
+                                    {"M", M}, {"nbits", nbits}, {"tables", int8 ? "int8" : "f32"},
+                                    {"data", in_cache ? "in cache" : "cold"}, {"threads", 1},
+                                    {"simd", simd_level_name(active_simd_level())},
+                                    {"gtokens_per_s", tokens / s / 1e9},
+                                    {"gbytes_per_s", tokens * code_block_bytes(M, nbits) / kCodeBlock / s / 1e9}});
+                }
+            }
+        }
+    return rows;
+}
+
+json bench_values(const BenchOptions& opt) {
+    json rows = json::array();
+    const int M = 32, dsub = kD / M;
+    const std::int64_t T = 8192, nb = code_blocks_for(T);
+    std::vector<std::uint8_t> codes(std::size_t(nb) * code_block_bytes(M, 4));
+    for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = std::uint8_t(i * 2654435761u >> 13);
+    std::vector<float> p(std::size_t(kGroup) * T, 1e-3f), hist(std::size_t(M) * 16 * kGroup), out(kGroup * kD);
+    std::vector<float> cents(std::size_t(M) * 16 * dsub, 0.5f), cols(cents.size());
+    codebook_columns(cents.data(), M, dsub, cols.data());
+    const SimdLevel saved = active_simd_level();
+    for (SimdLevel level : supported_simd_levels()) {
+        const PqKernels& k = pq_kernels(level);
+        const double s_hist = time_per_call(
+            [&](std::int64_t) {
+                k.values_hist(p.data(), T, kGroup, M, 4, codes.data(), nb, hist.data());
+                hist_times_codebook(hist.data(), kGroup, M, 16, dsub, cents.data(), out.data());
+            },
+            min_seconds(opt), reps(opt));
+        const double s_perm = time_per_call(
+            [&](std::int64_t) { k.values_perm(p.data(), T, kGroup, M, dsub, codes.data(), nb, cols.data(), out.data()); },
+            min_seconds(opt), reps(opt));
+        set_simd_level(level);
+        const char* chosen = resolve_value_path(PqValuePath::automatic, 4) == PqValuePath::permute ? "permute" : "histogram";
+        rows.push_back({{"section", "values"}, {"case", fmt::format("GQA {} heads, M={}, 4-bit, T={}", kGroup, M, T)},
+                        {"simd", simd_level_name(level)}, {"threads", 1},
+                        {"histogram_mtokens_per_s", T / s_hist / 1e6}, {"permute_mtokens_per_s", T / s_perm / 1e6},
+                        {"permute_over_histogram", s_hist / s_perm}, {"automatic_uses", chosen}});
+    }
+    set_simd_level(saved);
+    return rows;
+}
+
+json bench_attention(const BenchOptions& opt) {
+    json rows = json::array();
+    const float scale = 1.0f / std::sqrt(float(kD));
+    std::vector<float> q(kGroup * kD);
+    for (int i = 0; i < kGroup * kD; ++i) q[i] = std::sin(0.37f * i);
+    const std::vector<int> Ms = opt.quick ? std::vector<int>{32} : std::vector<int>{16, 32, 64};
+    for (std::int64_t T : contexts(opt)) {
+        const std::size_t dense16_bytes = std::size_t(T) * kD * 2 * 2;  // K and V, f16
+        // dense baselines
+        for (int elem : {4, 2}) {
+            const std::size_t bytes = dense16_bytes / 2 * elem;
+            ColdArena cold(bytes, cold_bytes(opt.quick));
+            for (bool in_cache : {true, false}) {
+                if (in_cache && bytes > (std::size_t(16) << 20)) continue;  // cannot stay in cache
+                for (int nt : thread_counts(opt)) {
+                    std::vector<AttentionPartial> parts(nt, AttentionPartial(kGroup, kD));
+                    const double s = time_parallel(
+                        nt,
+                        [&](std::int64_t i, int th) {
+                            std::uint8_t* kv = cold.slot(in_cache ? th : i);
+                            parts[th].reset(kGroup, kD);
+                            if (elem == 4) {
+                                auto* K = reinterpret_cast<float*>(kv);
+                                attend_dense_f32(q.data(), kGroup, kD, K, K + T * kD, T, scale, parts[th]);
+                            } else {
+                                auto* K = reinterpret_cast<f16_t*>(kv);
+                                attend_dense_f16(q.data(), kGroup, kD, K, K + T * kD, T, scale, parts[th]);
+                            }
+                        },
+                        opt);
+                    rows.push_back({{"section", "attention"}, {"T", T}, {"kv", elem == 4 ? "dense f32" : "dense f16"},
+                                    {"data", in_cache ? "in cache" : "cold"}, {"threads", nt},
+                                    {"ns_per_token", s / double(T * nt) * 1e9},
+                                    {"gbytes_per_s", double(bytes) * nt / s / 1e9}, {"bytes_per_token", 2 * kD * elem}});
+                }
+            }
+        }
+        // PQ
+        for (int M : Ms)
+            for (int nbits : {4, 8}) {
+                if (opt.quick && nbits == 8) continue;
+                ProductQuantizer pq_k = bench_pq(M, nbits, 1), pq_v = bench_pq(M, nbits, 2);
+                const std::size_t code_bytes = std::size_t(code_blocks_for(T)) * code_block_bytes(M, nbits);
+                ColdArena cold(2 * code_bytes, cold_bytes(opt.quick));
+                for (bool int8 : {false, true}) {
+                    if (int8 && nbits != 4) continue;
+                    PqAttentionOptions o;
+                    o.scores = int8 ? PqScorePath::int8 : PqScorePath::f32;
+                    for (bool in_cache : {true, false})
+                        for (int nt : thread_counts(opt)) {
+                            std::vector<AttentionPartial> parts(nt, AttentionPartial(kGroup, kD));
+                            const double s = time_parallel(
+                                nt,
+                                [&](std::int64_t i, int th) {
+                                    std::uint8_t* codes = cold.slot(in_cache ? th : i);
+                                    parts[th].reset(kGroup, kD);
+                                    attend_pq(q.data(), kGroup, pq_k, pq_v, codes, codes + code_bytes, T, scale, o, parts[th]);
+                                },
+                                opt);
+                            rows.push_back({{"section", "attention"}, {"T", T},
+                                            {"kv", fmt::format("pq M={} {}-bit{}", M, nbits, int8 ? " int8" : "")},
+                                            {"data", in_cache ? "in cache" : "cold"}, {"threads", nt},
+                                            {"ns_per_token", s / double(T * nt) * 1e9},
+                                            {"gbytes_per_s", double(2 * code_bytes) * nt / s / 1e9},
+                                            {"bytes_per_token", 2.0 * code_bytes / double(T)}});
+                        }
+                }
+            }
+    }
+    // speedup of PQ over dense f16 for each matching (T, data, threads)
+    for (auto& r : rows) {
+        if (r["kv"].get<std::string>().rfind("pq", 0) != 0) continue;
+        for (const auto& d : rows)
+            if (d["kv"] == "dense f16" && d["T"] == r["T"] && d["data"] == r["data"] && d["threads"] == r["threads"])
+                r["speedup_vs_f16"] = d["ns_per_token"].get<double>() / r["ns_per_token"].get<double>();
+    }
+    return rows;
+}
+
+}  // namespace aqpim::cli

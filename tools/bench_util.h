@@ -1,0 +1,42 @@
+#pragma once
+// Measurement helpers for `aqpim bench`: best-of-N timing, and a cold arena (a working set several
+// times the last-level cache, walked so that every call reads memory no earlier call left in cache).
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "aqpim/aligned.h"
+
+namespace aqpim::cli {
+
+/// Seconds per call of fn(i): calls fn(0), fn(1), ... until at least min_seconds have passed,
+/// repeated `reps` times; the best repetition wins (least disturbed by other load).
+double time_per_call(const std::function<void(std::int64_t)>& fn, double min_seconds, int reps);
+
+/// Last-level cache size in bytes as the OS reports it (0 if unknown).
+std::size_t llc_bytes();
+
+/// A large buffer of random bytes cut into `n_slots` slots of `slot_bytes` each; slot(i) cycles
+/// through them. Sized to max(4 x LLC, min_bytes) so a round trip evicts everything.
+class ColdArena {
+public:
+    ColdArena(std::size_t slot_bytes, std::size_t min_bytes);
+    std::uint8_t* slot(std::int64_t i) { return data_.data() + std::size_t(i % n_slots_) * slot_bytes_; }
+    std::int64_t n_slots() const { return n_slots_; }
+    std::size_t bytes() const { return data_.size(); }
+
+private:
+    std::size_t slot_bytes_;
+    std::int64_t n_slots_;
+    AlignedBuffer<std::uint8_t> data_;
+};
+
+/// Total bytes a cold run should span at least: 4 x LLC, 1 GiB floor (quick: 256 MiB floor).
+std::size_t cold_bytes(bool quick);
+
+/// Read every byte of [p, p + n) with wide loads; returns a checksum so the read cannot be elided.
+/// The bandwidth baseline of the attention kernels.
+std::uint64_t read_bytes(const std::uint8_t* p, std::size_t n);
+
+}  // namespace aqpim::cli

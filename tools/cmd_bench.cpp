@@ -1,0 +1,116 @@
+// `aqpim bench pq`: the PQ engine's benchmarks, each subject beside its baseline in one run.
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "aqpim/error.h"
+#include "aqpim/simd.h"
+#include "aqpim/threads.h"
+#include "bench.h"
+#include "commands.h"
+
+namespace aqpim::cli {
+
+namespace {
+
+using nlohmann::json;
+
+std::string cell(const json& v) {
+    if (v.is_number_float()) {
+        const double x = v.get<double>();
+        if (x != 0 && (std::abs(x) < 0.01 || std::abs(x) >= 1e6)) return fmt::format("{:.3e}", x);
+        return fmt::format("{:.3f}", x);
+    }
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_null()) return "-";
+    return v.dump();
+}
+
+// One aligned table per section; columns in order of first appearance.
+void print_tables(const json& rows) {
+    std::vector<std::string> sections;
+    for (const auto& r : rows)
+        if (std::find(sections.begin(), sections.end(), r["section"].get<std::string>()) == sections.end())
+            sections.push_back(r["section"]);
+    for (const auto& sec : sections) {
+        std::vector<std::string> cols;
+        for (const auto& r : rows)
+            if (r["section"] == sec)
+                for (auto it = r.begin(); it != r.end(); ++it)
+                    if (it.key() != "section" && std::find(cols.begin(), cols.end(), it.key()) == cols.end())
+                        cols.push_back(it.key());
+        std::vector<std::vector<std::string>> table{cols};
+        for (const auto& r : rows)
+            if (r["section"] == sec) {
+                std::vector<std::string> line;
+                for (const auto& c : cols) line.push_back(r.contains(c) ? cell(r[c]) : "");
+                table.push_back(line);
+            }
+        std::vector<std::size_t> width(cols.size(), 0);
+        for (const auto& line : table)
+            for (std::size_t i = 0; i < line.size(); ++i) width[i] = std::max(width[i], line[i].size());
+        fmt::print("\n== {} ==\n", sec);
+        for (const auto& line : table) {
+            for (std::size_t i = 0; i < line.size(); ++i) fmt::print("{:>{}}  ", line[i], width[i]);
+            fmt::print("\n");
+        }
+    }
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+    auto* bench = app.add_subcommand("bench", "benchmarks (each against its baseline in the same run)");
+    bench->require_subcommand(1);
+    auto* pq = bench->add_subcommand("pq", "PQ engine: k-means vs faiss, encode, scan, value paths, GQA attention vs dense");
+    struct Args {
+        bool json = false, quick = false;
+        std::vector<std::string> sections;
+        std::string out;
+    };
+    auto args = std::make_shared<Args>();
+    pq->add_flag("--json", args->json, "print JSON instead of tables");
+    pq->add_flag("--quick", args->quick, "small sizes and short runs (smoke test)");
+    pq->add_option("--sections", args->sections, "subset: bandwidth,kmeans,encode,scan,values,attention")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"bandwidth", "kmeans", "encode", "scan", "values", "attention"}));
+    pq->add_option("-o,--out", args->out, "also write the JSON to this file");
+    pq->callback([args] {
+        BenchOptions opt;
+        opt.quick = args->quick;
+        opt.max_threads = default_threads();
+        auto wanted = [&](const char* s) {
+            return args->sections.empty() || std::find(args->sections.begin(), args->sections.end(), s) != args->sections.end();
+        };
+        json rows = json::array();
+        auto add = [&](const char* name, json (*fn)(const BenchOptions&)) {
+            if (!wanted(name)) return;
+            if (!args->json) fmt::print(stderr, "bench: {} ...\n", name);
+            for (auto& r : fn(opt)) rows.push_back(r);
+        };
+        add("bandwidth", bench_bandwidth);
+        add("kmeans", bench_kmeans);
+        add("encode", bench_encode);
+        add("scan", bench_scan);
+        add("values", bench_values);
+        add("attention", bench_attention);
+        json report = {{"simd", simd_level_name(active_simd_level())}, {"threads", opt.max_threads}, {"quick", opt.quick},
+                       {"rows", rows}};
+        if (!args->out.empty()) {
+            std::ofstream f(args->out);
+            AQPIM_CHECK(f.good(), "cannot write '{}'", args->out);
+            f << report.dump(2) << "\n";
+        }
+        if (args->json)
+            fmt::print("{}\n", report.dump(2));
+        else
+            print_tables(rows);
+    });
+}
+
+}  // namespace aqpim::cli
