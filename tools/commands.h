@@ -8,5 +8,6 @@ namespace aqpim::cli {
 
 void add_info_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_demo_command(CLI::App& app);
 
 }  // namespace aqpim::cli

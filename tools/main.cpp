@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
 
     aqpim::cli::add_info_command(app);
     aqpim::cli::add_bench_command(app);
+    aqpim::cli::add_demo_command(app);
 
     try {
         app.parse(argc, argv);
