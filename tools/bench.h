@@ -23,6 +23,8 @@ nlohmann::json bench_encode(const BenchOptions& opt);
 nlohmann::json bench_bandwidth(const BenchOptions& opt);
 /// Score scan alone (exact f32 tables and int8 tables), tokens/s and bytes/s, in cache and cold.
 nlohmann::json bench_scan(const BenchOptions& opt);
+/// Error of the int8-table scan against exact float tables (measured vs the M * scale / 2 bound).
+nlohmann::json bench_int8_error(const BenchOptions& opt);
 /// Value side alone: histogram path vs register-permute path, per SIMD level.
 nlohmann::json bench_values(const BenchOptions& opt);
 /// GQA-group attention (4 query heads, D = 128): PQ vs dense f32 and f16, in cache and cold,

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -121,6 +122,50 @@ json bench_scan(const BenchOptions& opt) {
                 }
             }
         }
+    return rows;
+}
+
+json bench_int8_error(const BenchOptions& opt) {
+    // Tables from Gaussian queries and codebooks (what attention sees), codes uniform.
+    json rows = json::array();
+    const std::int64_t T = 32768, nb = code_blocks_for(T);
+    for (int M : {16, 32, 64}) {
+        const int dsub = kD / M;
+        std::vector<float> qy(kD), cents(std::size_t(M) * 16 * dsub), lut(std::size_t(M) * 16);
+        std::uint64_t s = 12345 + M;
+        auto gauss = [&] {
+            double u = 0;
+            for (int i = 0; i < 12; ++i) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                u += double(s >> 11) / double(1ull << 53);
+            }
+            return float(u - 6.0);
+        };
+        for (float& v : qy) v = gauss() / std::sqrt(float(kD));
+        for (float& v : cents) v = gauss();
+        pq_kernels().build_lut(qy.data(), 1, M, 16, dsub, cents.data(), lut.data());
+        std::vector<std::uint8_t> codes(std::size_t(nb) * code_block_bytes(M, 4));
+        for (auto& c : codes) c = std::uint8_t((s = s * 6364136223846793005ull + 1) >> 56);
+        std::vector<std::uint8_t> qlut(std::size_t(M) * 16);
+        Int8LutParams prm;
+        quantize_luts(lut.data(), 1, M, qlut.data(), &prm);
+        std::vector<float> exact(T), approx(T);
+        pq_kernels().scan_f32(lut.data(), 1, M, 4, codes.data(), nb, exact.data(), T);
+        pq_kernels().scan_i8(qlut.data(), &prm, 1, M, codes.data(), nb, approx.data(), T);
+        double max_err = 0, se = 0, mean = 0, var = 0;
+        for (std::int64_t t = 0; t < T; ++t) mean += exact[t] / double(T);
+        for (std::int64_t t = 0; t < T; ++t) {
+            const double e = std::fabs(double(exact[t]) - approx[t]);
+            max_err = std::max(max_err, e);
+            se += e * e;
+            var += (exact[t] - mean) * (exact[t] - mean);
+        }
+        rows.push_back({{"section", "int8_error"}, {"case", fmt::format("M={} 4-bit, D={}, T={}", M, kD, T)},
+                        {"bound_M_scale_half", M * prm.scale / 2}, {"max_abs_err", max_err},
+                        {"rms_err", std::sqrt(se / T)}, {"score_std", std::sqrt(var / T)},
+                        {"rms_err_over_std", std::sqrt(se / var)}});
+    }
+    (void)opt;
     return rows;
 }
 

@@ -18,6 +18,14 @@ inline __mmask16 tail_mask(std::int64_t n) { return n >= 16 ? __mmask16(0xffff) 
 inline __m512 load16(const float* x, __mmask16 m) { return _mm512_maskz_loadu_ps(m, x); }
 inline __m512 load16(const f16_t* x, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x)); }
 
+// Horizontal sums of four registers at once: [Σa, Σb, Σc, Σd] (19 uops instead of 4 x 8).
+inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+    auto half = [](__m512 x) { return _mm256_add_ps(_mm512_castps512_ps256(x), _mm512_extractf32x8_ps(x, 1)); };
+    const __m256 ab = _mm256_hadd_ps(half(a), half(b)), cd = _mm256_hadd_ps(half(c), half(d));
+    const __m256 abcd = _mm256_hadd_ps(ab, cd);  // lanes: a b c d (low 128) and a b c d (high 128)
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
 // scores for NQ <= 4 heads: one pass over the K rows, each row converted once.
 template <int NQ, class T>
 void scores_heads(const float* q, int D, const T* K, std::int64_t n_tok, float* scores, std::int64_t stride) {
@@ -30,7 +38,13 @@ void scores_heads(const float* q, int D, const T* K, std::int64_t n_tok, float* 
             const __m512 kv = load16(k + d, m);
             for (int h = 0; h < NQ; ++h) acc[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + h * D + d), kv, acc[h]);
         }
-        for (int h = 0; h < NQ; ++h) scores[h * stride + t] = _mm512_reduce_add_ps(acc[h]);
+        if constexpr (NQ == 4) {
+            alignas(16) float sums[4];
+            _mm_store_ps(sums, reduce4(acc[0], acc[1], acc[2], acc[3]));
+            for (int h = 0; h < 4; ++h) scores[h * stride + t] = sums[h];
+        } else {
+            for (int h = 0; h < NQ; ++h) scores[h * stride + t] = _mm512_reduce_add_ps(acc[h]);
+        }
     }
 }
 
