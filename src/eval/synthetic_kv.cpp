@@ -65,7 +65,12 @@ CapturedAttention synthetic_attention(int n_tokens, int n_head, int n_kv_head, i
         scatter(c.k, n_kv_head, ih, structured_rows(n_tokens, head_dim, 4, rng), true);
         scatter(c.v, n_kv_head, ih, structured_rows(n_tokens, head_dim, 0, rng), false);
     }
-    for (int ih = 0; ih < n_head; ++ih) scatter(c.q, n_head, ih, structured_rows(n_tokens, head_dim, 0, rng), true);
+    // Queries scaled so that scaled scores have a spread of a few units, as in trained models.
+    for (int ih = 0; ih < n_head; ++ih) {
+        auto rows = structured_rows(n_tokens, head_dim, 0, rng);
+        for (float& x : rows) x *= 0.05f;
+        scatter(c.q, n_head, ih, rows, true);
+    }
     return c;
 }
 
