@@ -14,7 +14,7 @@
 #include "aqpim/simd.h"
 #include "aqpim/threads.h"
 #include "bench.h"
-#include "bench_util.h"
+#include "aqpim/bench_util.h"
 
 namespace aqpim::cli {
 

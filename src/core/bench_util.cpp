@@ -1,4 +1,4 @@
-#include "bench_util.h"
+#include "aqpim/bench_util.h"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 
 #include "aqpim/timer.h"
 
-namespace aqpim::cli {
+namespace aqpim {
 
 double time_per_call(const std::function<void(std::int64_t)>& fn, double min_seconds, int reps) {
     double best = 1e300;
@@ -65,4 +65,4 @@ std::uint64_t read_bytes(const std::uint8_t* p, std::size_t n) {
     return s;
 }
 
-}  // namespace aqpim::cli
+}  // namespace aqpim

@@ -1,5 +1,5 @@
 #pragma once
-// Measurement helpers for `aqpim bench`: best-of-N timing, and a cold arena (a working set several
+// Measurement helpers for benchmarks (`aqpim bench`, bench/): best-of-N timing, and a cold arena (a working set several
 // times the last-level cache, walked so that every call reads memory no earlier call left in cache).
 
 #include <cstdint>
@@ -8,7 +8,7 @@
 
 #include "aqpim/aligned.h"
 
-namespace aqpim::cli {
+namespace aqpim {
 
 /// Seconds per call of fn(i): calls fn(0), fn(1), ... until at least min_seconds have passed,
 /// repeated `reps` times; the best repetition wins (least disturbed by other load).
@@ -39,4 +39,4 @@ std::size_t cold_bytes(bool quick);
 /// The bandwidth baseline of the attention kernels.
 std::uint64_t read_bytes(const std::uint8_t* p, std::size_t n);
 
-}  // namespace aqpim::cli
+}  // namespace aqpim

@@ -1,0 +1,132 @@
+// Google Benchmark: GQA-group attention (4 query heads, D = 128) on PQ codes vs dense f16 and f32,
+// in cache (one KV head reused) and cold (a rotating arena of 4 x LLC). Counters: tokens/s
+// (per KV head) and bytes/s of KV read, so each row sits on a roofline.
+//   build/bin/bench_attention --benchmark_counters_tabular=true
+
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "aqpim/attention.h"
+#include "aqpim/bench_util.h"
+#include "aqpim/pq.h"
+#include "aqpim/pq_codes.h"
+
+namespace {
+
+using namespace aqpim;
+
+constexpr int kD = 128, kGroup = 4;
+
+std::vector<float> query() {
+    std::vector<float> q(kGroup * kD);
+    for (int i = 0; i < kGroup * kD; ++i) q[i] = std::sin(0.37f * i);
+    return q;
+}
+
+ProductQuantizer trained_pq(int M, std::uint64_t seed) {
+    PQParams p;
+    p.D = kD;
+    p.M = M;
+    p.seed = seed;
+    p.kmeans.max_iter = 4;
+    ProductQuantizer pq(p);
+    std::vector<float> x(std::size_t(512) * kD);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.001f * float(i * (seed + 3)));
+    pq.train(x.data(), 512);
+    return pq;
+}
+
+// One arena per (bytes per head) so repeated benchmark runs do not refill it.
+ColdArena& arena(std::size_t slot_bytes) {
+    static std::map<std::size_t, std::unique_ptr<ColdArena>> arenas;
+    auto& a = arenas[slot_bytes];
+    if (!a) a = std::make_unique<ColdArena>(slot_bytes, cold_bytes(false));
+    return *a;
+}
+
+void report(benchmark::State& state, std::int64_t T, double bytes_per_head) {
+    state.counters["tokens/s"] = benchmark::Counter(double(T) * state.iterations(), benchmark::Counter::kIsRate);
+    state.counters["bytes/s"] = benchmark::Counter(bytes_per_head * state.iterations(), benchmark::Counter::kIsRate);
+}
+
+// args: T, cold (0/1)
+void BM_DenseF16(benchmark::State& state) {
+    const std::int64_t T = state.range(0);
+    const bool cold = state.range(1);
+    const std::size_t bytes = std::size_t(T) * kD * 2 * sizeof(f16_t);
+    ColdArena& a = arena(bytes);
+    const auto q = query();
+    AttentionPartial part(kGroup, kD);
+    std::int64_t i = 0;
+    for (auto _ : state) {
+        auto* K = reinterpret_cast<f16_t*>(a.slot(cold ? i++ : 0));
+        part.reset(kGroup, kD);
+        attend_dense_f16(q.data(), kGroup, kD, K, K + T * kD, T, 0.088f, part);
+        benchmark::DoNotOptimize(part.acc.data());
+    }
+    report(state, T, double(bytes));
+}
+
+void BM_DenseF32(benchmark::State& state) {
+    const std::int64_t T = state.range(0);
+    const bool cold = state.range(1);
+    const std::size_t bytes = std::size_t(T) * kD * 2 * sizeof(float);
+    ColdArena& a = arena(bytes);
+    const auto q = query();
+    AttentionPartial part(kGroup, kD);
+    std::int64_t i = 0;
+    for (auto _ : state) {
+        auto* K = reinterpret_cast<float*>(a.slot(cold ? i++ : 0));
+        part.reset(kGroup, kD);
+        attend_dense_f32(q.data(), kGroup, kD, K, K + T * kD, T, 0.088f, part);
+        benchmark::DoNotOptimize(part.acc.data());
+    }
+    report(state, T, double(bytes));
+}
+
+// args: T, cold, M, int8 scores (0/1)
+void BM_PqAttention(benchmark::State& state) {
+    const std::int64_t T = state.range(0);
+    const bool cold = state.range(1);
+    const int M = int(state.range(2));
+    PqAttentionOptions o;
+    o.scores = state.range(3) ? PqScorePath::int8 : PqScorePath::f32;
+    static std::map<int, std::pair<ProductQuantizer, ProductQuantizer>> pqs;
+    if (!pqs.count(M)) pqs.emplace(M, std::make_pair(trained_pq(M, 1), trained_pq(M, 2)));
+    const auto& [pk, pv] = pqs.at(M);
+    const std::size_t code_bytes = std::size_t(code_blocks_for(T)) * code_block_bytes(M, 4);
+    ColdArena& a = arena(2 * code_bytes);
+    const auto q = query();
+    AttentionPartial part(kGroup, kD);
+    std::int64_t i = 0;
+    for (auto _ : state) {
+        std::uint8_t* codes = a.slot(cold ? i++ : 0);
+        part.reset(kGroup, kD);
+        attend_pq(q.data(), kGroup, pk, pv, codes, codes + code_bytes, T, 0.088f, o, part);
+        benchmark::DoNotOptimize(part.acc.data());
+    }
+    report(state, T, double(2 * code_bytes));
+}
+
+void BM_ReadBandwidth(benchmark::State& state) {
+    const std::size_t bytes = std::size_t(64) << 20;
+    ColdArena& a = arena(bytes);
+    std::int64_t i = 0;
+    for (auto _ : state) benchmark::DoNotOptimize(read_bytes(a.slot(i++), bytes));
+    state.counters["bytes/s"] = benchmark::Counter(double(bytes) * state.iterations(), benchmark::Counter::kIsRate);
+}
+
+BENCHMARK(BM_ReadBandwidth)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DenseF32)->ArgsProduct({{1024, 8192, 32768}, {0, 1}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DenseF16)->ArgsProduct({{1024, 8192, 32768, 131072}, {0, 1}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PqAttention)
+    ->ArgsProduct({{1024, 8192, 32768, 131072}, {0, 1}, {16, 32, 64}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
