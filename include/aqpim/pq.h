@@ -49,6 +49,8 @@ struct PQParams {
     std::uint64_t seed = 1234;           ///< rotation signs / matrix
 };
 
+struct PqTransform;  // src/pq/pq_transform.h
+
 class ProductQuantizer {
 public:
     ProductQuantizer() = default;
@@ -63,18 +65,33 @@ public:
     bool is_trained() const { return trained_; }
 
     // ---- training -------------------------------------------------------------------------------
-    /// Learn scale, plan and codebooks from x [n][D] (optional weights [n]).
+    /// Learn scale, plan and codebooks from x [n][D] (optional weights [n], finite, >= 0, not all
+    /// zero). Weights only weigh k-means; scale (per-channel RMS, floored at 1e-3 x the mean RMS) and
+    /// the variance-balanced plan use the unweighted data. The M subspaces are k-means problems
+    /// 0..M-1 of one kmeans_batch call. Retraining replaces everything.
     KMeansStats train(const float* x, std::int64_t n, const float* weights = nullptr);
 
-    // ---- space transforms (valid after train) ---------------------------------------------------
+    // ---- space transforms (valid after train; input and output may be the same buffer) -----------
     void forward(const float* x, float* y, std::int64_t n) const;          ///< [n][D] -> [n][D]
     void inverse(const float* y, float* x, std::int64_t n) const;          ///< [n][D] -> [n][D]
     void transform_query(const float* q, float* qy, std::int64_t n) const;  ///< [n][D] -> [n][D]
+    /// True when forward() is the identity (no scale folding, no rotation, identity permutation).
+    bool is_identity_transform() const { return identity_; }
+    /// The permutation P [D] (y[i] = z[perm[i]]), empty before training.
+    const std::vector<std::int32_t>& permutation() const { return perm_; }
+    /// Per-channel scale s [D], empty when scale folding is off.
+    const std::vector<float>& scale() const { return scale_; }
+    /// Rotation R [D][D] row-major (random_orthogonal only, else empty).
+    const std::vector<float>& rotation_matrix() const { return rotation_; }
+    /// Hadamard signs [D] (hadamard only, else empty).
+    const std::vector<float>& hadamard_signs() const { return hadamard_signs_; }
 
     // ---- codes ----------------------------------------------------------------------------------
-    /// codes [n][M], one byte per sub-code (value < ksub).
+    /// codes [n][M], one byte per sub-code (value < ksub): nearest centroid of each subvector of
+    /// forward(x) (ties: lowest index).
     void encode(const float* x, std::int64_t n, std::uint8_t* codes) const;
-    /// x [n][D] in the original space.
+    /// x [n][D] in the original space: inverse() of the concatenated centroids. Throws
+    /// aqpim::Error on a code >= ksub.
     void decode(const std::uint8_t* codes, std::int64_t n, float* x) const;
 
     /// Codebooks in quantizer space: [M][ksub][dsub].
@@ -84,7 +101,8 @@ public:
     const float* centroid_norms() const { return centroid_norms_.data(); }
 
     /// Bytes this quantizer's parameters occupy in memory accounting (codebooks, scales,
-    /// permutation, rotation), as stored by save().
+    /// permutation, rotation), as stored by save(): the file's sections, without its fixed header
+    /// and checksum (docs/pq-format.md). An identity permutation is not stored and not counted.
     std::size_t parameter_bytes() const;
 
     // ---- persistence (layout: docs/pq-format.md) ------------------------------------------------
@@ -102,13 +120,31 @@ private:
     std::vector<float> hadamard_signs_;    ///< [D] ±1 for hadamard (empty otherwise)
     AlignedBuffer<float> centroids_;       ///< [M][ksub][dsub]
     AlignedBuffer<float> centroid_norms_;  ///< [M][ksub]
+    // derived by set_derived_(), never stored (see src/pq/pq_transform.h)
+    std::vector<float> key_gain_;          ///< [D] c · signs / s before the rotation (empty when all ones)
+    std::vector<float> query_gain_;        ///< [D] c · signs ∘ s (queries, and inverse) (empty when all ones)
+    bool identity_ = true;                 ///< forward() is the identity
+
+    PqTransform transform_view_() const;
+    KMeansParams kmeans_params_() const;  ///< params_.kmeans with k = ksub
+    void set_derived_();
+    /// Fit scale, rotation (or take `rotation` [D][D] when not null) and plan on x [n][D]; write the
+    /// transformed data as xt [M][n][dsub]. z: scratch [n][D], used only with a rotation.
+    void prepare_training_(const float* x, std::int64_t n, const float* rotation, float* z, float* xt);
+    void finish_training_();  ///< centroid norms, trained_
 
     friend KMeansStats train_product_quantizers(std::span<ProductQuantizer> pqs, std::span<const float* const> xs,
                                                 std::int64_t n);
 };
 
 /// Train many quantizers (e.g. every layer and KV head of a model, keys and values) in one batched
-/// k-means call: pqs[i] learns from xs[i] = [n][D]. All pqs must share D, M and nbits.
+/// k-means call: pqs[i] learns from xs[i] = [n][D]. All pqs must share D, M, nbits and k-means
+/// options (max_iter, tol, seed, init, n_threads), else aqpim::Error; their other options (pairs,
+/// order, rotation, scale folding, seed) may differ. Subspace m of pqs[i] is k-means problem i*M + m,
+/// so pqs[0] gets exactly what train() gives it, and every pqs[i] gets the same scale, rotation and
+/// plan as train(); the codebooks of pqs[i > 0] come from other k-means seeds (problem indices) and
+/// so differ from a separate train() (same quality, not the same bits). Returns the call's stats
+/// (sse [n_pqs * M]).
 KMeansStats train_product_quantizers(std::span<ProductQuantizer> pqs, std::span<const float* const> xs,
                                      std::int64_t n);
 
