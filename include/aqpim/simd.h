@@ -17,7 +17,7 @@ const char* simd_level_name(SimdLevel level);
 SimdLevel parse_simd_level(std::string_view name);
 
 /// True if this CPU can run kernels of `level` (AVX2 needs AVX2+FMA+F16C+BMI2; AVX-512 needs
-/// F+BW+VL+DQ as well).
+/// F+BW+VL+DQ+VBMI+VNNI as well: Ice Lake, Sapphire Rapids, Zen 4 and later).
 bool cpu_supports(SimdLevel level);
 /// The best level this CPU supports.
 SimdLevel best_simd_level();

@@ -7,16 +7,13 @@ namespace aqpim {
 void store_token_code(std::uint8_t* blocks, std::int64_t t, int M, int nbits, const std::uint8_t* code) {
     std::uint8_t* block = blocks + (t / kCodeBlock) * code_block_bytes(M, nbits);
     const int i = int(t % kCodeBlock);
-    const std::size_t row_bytes = code_row_bytes(nbits);
     for (int m = 0; m < M; ++m) {
-        std::uint8_t* row = block + m * row_bytes;
-        if (nbits == 8) {
-            row[i] = code[m];
-        } else if (i < 16) {
-            row[i] = std::uint8_t((row[i] & 0xf0) | (code[m] & 0x0f));
-        } else {
-            row[i - 16] = std::uint8_t((row[i - 16] & 0x0f) | (code[m] << 4));
-        }
+        int shift;
+        std::uint8_t& byte = block[code_byte_in_block(i, m, nbits, &shift)];
+        if (nbits == 8)
+            byte = code[m];
+        else
+            byte = std::uint8_t((byte & ~(0x0f << shift)) | ((code[m] & 0x0f) << shift));
     }
 }
 

@@ -1,9 +1,12 @@
-// AVX2 LUT kernels. A 16-float table is two registers; a 4-bit lookup is two vpermps (low 3 bits)
-// and a blend on bit 3. Rows: byte i = code(token i) | code(token i + 16) << 4.
+// AVX2 LUT kernels. A 16-float table is two registers; a 4-bit lookup is two vpermps (low 3 bits
+// of the index) and a blend on bit 3. A 4-bit group (aqpim/pq_codes.h) is two registers of 8
+// dwords (tokens 0-7 / 16-23 and 8-15 / 24-31); a shift by 8j (+4) brings subspace 4g+j's codes
+// to the low nibbles.
 
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "aqpim/pq_codes.h"
 #include "pq/pq_kernels_isa.h"
@@ -20,15 +23,24 @@ inline __m256 lookup16(__m256i idx, __m256 t0, __m256 t1) {
     return _mm256_blendv_ps(v0, v1, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
 }
 
-// The four 8-token index groups of a 4-bit row: tokens 0-7, 8-15, 16-23, 24-31.
-inline void row_indices(const std::uint8_t* row, __m256i idx[4]) {
-    const __m256i nib = _mm256_set1_epi32(0x0f);
-    const __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row)));
-    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 8)));
-    idx[0] = _mm256_and_si256(a, nib);
-    idx[1] = _mm256_and_si256(b, nib);
-    idx[2] = _mm256_srli_epi32(a, 4);
-    idx[3] = _mm256_srli_epi32(b, 4);
+// Index vectors of subspace 4g+J of a group for tokens 0-7, 8-15, 16-23, 24-31 (garbage above bit 3).
+template <int J>
+inline void group_indices(const std::uint8_t* group, __m256i idx[4]) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 32));
+    idx[0] = J == 0 ? a : _mm256_srli_epi32(a, 8 * J);
+    idx[1] = J == 0 ? b : _mm256_srli_epi32(b, 8 * J);
+    idx[2] = _mm256_srli_epi32(a, 8 * J + 4);
+    idx[3] = _mm256_srli_epi32(b, 8 * J + 4);
+}
+
+// Calls f(std::integral_constant<int, J>) for J < n (n <= 4), unrolled.
+template <class F>
+inline void for_subspaces_in_group(int n, F&& f) {
+    f(std::integral_constant<int, 0>{});
+    if (n > 1) f(std::integral_constant<int, 1>{});
+    if (n > 2) f(std::integral_constant<int, 2>{});
+    if (n > 3) f(std::integral_constant<int, 3>{});
 }
 
 template <int NQ>
@@ -40,15 +52,16 @@ void scan_f32_4bit(const float* lut, int M, const std::uint8_t* blocks, std::int
         __m256 acc[NQ][4];
         for (int h = 0; h < NQ; ++h)
             for (int g = 0; g < 4; ++g) acc[h][g] = _mm256_setzero_ps();
-        for (int m = 0; m < M; ++m) {
-            __m256i idx[4];
-            row_indices(block + m * 16, idx);
-            for (int h = 0; h < NQ; ++h) {
-                const float* table = lut + (std::int64_t(h) * M + m) * 16;
-                const __m256 t0 = _mm256_loadu_ps(table), t1 = _mm256_loadu_ps(table + 8);
-                for (int g = 0; g < 4; ++g) acc[h][g] = _mm256_add_ps(acc[h][g], lookup16(idx[g], t0, t1));
-            }
-        }
+        for (int grp = 0; grp < (M + 3) / 4; ++grp)
+            for_subspaces_in_group(std::min(4, M - 4 * grp), [&](auto J) {
+                __m256i idx[4];
+                group_indices<J()>(block + grp * 64, idx);
+                for (int h = 0; h < NQ; ++h) {
+                    const float* table = lut + (std::int64_t(h) * M + 4 * grp + J()) * 16;
+                    const __m256 t0 = _mm256_loadu_ps(table), t1 = _mm256_loadu_ps(table + 8);
+                    for (int g = 0; g < 4; ++g) acc[h][g] = _mm256_add_ps(acc[h][g], lookup16(idx[g], t0, t1));
+                }
+            });
         for (int h = 0; h < NQ; ++h)
             for (int g = 0; g < 4; ++g) _mm256_storeu_ps(scores + h * stride + b * 32 + g * 8, acc[h][g]);
     }
@@ -79,33 +92,37 @@ template <int NQ>
 void values_perm_heads(const float* p, std::int64_t p_stride, int M, int dsub, const std::uint8_t* blocks,
                        std::int64_t n_blocks, const float* columns, float* out, int D) {
     const std::size_t block_bytes = code_block_bytes(M, 4);
-    for (int m = 0; m < M; ++m)
-        for (int d0 = 0; d0 < dsub; d0 += 2) {
-            const int nd = std::min(2, dsub - d0);
-            __m256 acc[NQ][2], t0[2], t1[2];
-            for (int h = 0; h < NQ; ++h) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
-            for (int j = 0; j < nd; ++j) {
-                t0[j] = _mm256_loadu_ps(columns + (std::int64_t(m) * dsub + d0 + j) * 16);
-                t1[j] = _mm256_loadu_ps(columns + (std::int64_t(m) * dsub + d0 + j) * 16 + 8);
-            }
-            for (std::int64_t b = 0; b < n_blocks; ++b) {
-                __m256i idx[4];
-                row_indices(blocks + b * block_bytes + m * 16, idx);
-                for (int g = 0; g < 4; ++g)
+    for (int grp = 0; grp < (M + 3) / 4; ++grp)
+        for_subspaces_in_group(std::min(4, M - 4 * grp), [&](auto J) {
+            const int m = 4 * grp + J();
+            for (int d0 = 0; d0 < dsub; d0 += 2) {
+                const int nd = std::min(2, dsub - d0);
+                __m256 acc[NQ][2], t0[2], t1[2];
+                for (int h = 0; h < NQ; ++h) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
+                for (int j = 0; j < nd; ++j) {
+                    t0[j] = _mm256_loadu_ps(columns + (std::int64_t(m) * dsub + d0 + j) * 16);
+                    t1[j] = _mm256_loadu_ps(columns + (std::int64_t(m) * dsub + d0 + j) * 16 + 8);
+                }
+                for (std::int64_t b = 0; b < n_blocks; ++b) {
+                    __m256i idx[4];
+                    group_indices<J()>(blocks + b * block_bytes + grp * 64, idx);
+                    for (int g = 0; g < 4; ++g)
+                        for (int j = 0; j < nd; ++j) {
+                            const __m256 v = lookup16(idx[g], t0[j], t1[j]);
+                            for (int h = 0; h < NQ; ++h)
+                                acc[h][j] =
+                                    _mm256_fmadd_ps(_mm256_loadu_ps(p + h * p_stride + b * 32 + g * 8), v, acc[h][j]);
+                        }
+                }
+                for (int h = 0; h < NQ; ++h)
                     for (int j = 0; j < nd; ++j) {
-                        const __m256 v = lookup16(idx[g], t0[j], t1[j]);
-                        for (int h = 0; h < NQ; ++h)
-                            acc[h][j] = _mm256_fmadd_ps(_mm256_loadu_ps(p + h * p_stride + b * 32 + g * 8), v, acc[h][j]);
+                        __m128 x = _mm_add_ps(_mm256_castps256_ps128(acc[h][j]), _mm256_extractf128_ps(acc[h][j], 1));
+                        x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+                        x = _mm_add_ss(x, _mm_movehdup_ps(x));
+                        out[std::int64_t(h) * D + m * dsub + d0 + j] += _mm_cvtss_f32(x);
                     }
             }
-            for (int h = 0; h < NQ; ++h)
-                for (int j = 0; j < nd; ++j) {
-                    __m128 x = _mm_add_ps(_mm256_castps256_ps128(acc[h][j]), _mm256_extractf128_ps(acc[h][j], 1));
-                    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-                    x = _mm_add_ss(x, _mm_movehdup_ps(x));
-                    out[std::int64_t(h) * D + m * dsub + d0 + j] += _mm_cvtss_f32(x);
-                }
-        }
+        });
 }
 
 }  // namespace

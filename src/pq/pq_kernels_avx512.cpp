@@ -1,10 +1,12 @@
-// AVX-512 LUT kernels. 4-bit rows: byte i = code(token i) | code(token i + 16) << 4, so one 16-byte
-// row widened to 16 dwords gives tokens 0-15 in the low nibbles and 16-31 in the high nibbles, and
-// a 16-float table is one register: vpermps does 16 exact lookups.
+// AVX-512 LUT kernels. A 4-bit group (aqpim/pq_codes.h) is 16 dwords, one per token pair (i, i+16);
+// shifting it right by 8j (or 8j + 4) leaves subspace 4g+j's codes of tokens 0-15 (or 16-31) in
+// the low nibbles, and vpermps, which reads only the low 4 bits of each index, looks the 16 tokens
+// up in a 16-float table held in one register: 16 exact lookups, no unpacking.
 
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "aqpim/pq_codes.h"
 #include "pq/pq_kernels_isa.h"
@@ -15,8 +17,22 @@ namespace {
 
 constexpr int kMaxHeads = 8;  // heads per pass over the codes (register budget)
 
-inline __m512i load_row4(const std::uint8_t* row) {
-    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)));
+inline __m512i load_group(const std::uint8_t* p) { return _mm512_loadu_si512(p); }
+
+// Index vectors of subspace 4g+J for tokens 0-15 (lo) and 16-31 (hi) from a group's dwords.
+template <int J>
+inline void group_indices(__m512i d, __m512i& lo, __m512i& hi) {
+    lo = J == 0 ? d : _mm512_srli_epi32(d, 8 * J);
+    hi = _mm512_srli_epi32(d, 8 * J + 4);
+}
+
+// Calls f(std::integral_constant<int, J>) for J < n (n <= 4), unrolled.
+template <class F>
+inline void for_subspaces_in_group(int n, F&& f) {
+    f(std::integral_constant<int, 0>{});
+    if (n > 1) f(std::integral_constant<int, 1>{});
+    if (n > 2) f(std::integral_constant<int, 2>{});
+    if (n > 3) f(std::integral_constant<int, 3>{});
 }
 
 template <int NQ>
@@ -24,28 +40,26 @@ void scan_f32_4bit(const float* lut, int M, const std::uint8_t* blocks, std::int
                    std::int64_t stride) {
     // Even and odd subspaces accumulate separately: two add chains of M/2 per half-block instead
     // of one of M, so the 4-cycle add latency stays hidden when few heads share the pass.
-    const __m512i low4 = _mm512_set1_epi32(0x0f);
     const std::size_t block_bytes = code_block_bytes(M, 4);
+    const int n_groups = (M + 3) / 4;
     for (std::int64_t b = 0; b < n_blocks; ++b) {
         const std::uint8_t* block = blocks + b * block_bytes;
         __m512 lo[2][NQ], hi[2][NQ];
         for (int e = 0; e < 2; ++e)
             for (int h = 0; h < NQ; ++h) lo[e][h] = hi[e][h] = _mm512_setzero_ps();
-        auto step = [&](int m, int e) {
-            const __m512i c = load_row4(block + m * 16);
-            const __m512i c_lo = _mm512_and_si512(c, low4), c_hi = _mm512_srli_epi32(c, 4);
-            for (int h = 0; h < NQ; ++h) {
-                const __m512 table = _mm512_loadu_ps(lut + (std::int64_t(h) * M + m) * 16);
-                lo[e][h] = _mm512_add_ps(lo[e][h], _mm512_permutexvar_ps(c_lo, table));
-                hi[e][h] = _mm512_add_ps(hi[e][h], _mm512_permutexvar_ps(c_hi, table));
-            }
-        };
-        int m = 0;
-        for (; m + 2 <= M; m += 2) {
-            step(m, 0);
-            step(m + 1, 1);
+        for (int g = 0; g < n_groups; ++g) {
+            const __m512i d = load_group(block + g * 64);
+            for_subspaces_in_group(std::min(4, M - 4 * g), [&](auto J) {
+                __m512i c_lo, c_hi;
+                group_indices<J()>(d, c_lo, c_hi);
+                constexpr int e = J() & 1;
+                for (int h = 0; h < NQ; ++h) {
+                    const __m512 table = _mm512_loadu_ps(lut + (std::int64_t(h) * M + 4 * g + J()) * 16);
+                    lo[e][h] = _mm512_add_ps(lo[e][h], _mm512_permutexvar_ps(c_lo, table));
+                    hi[e][h] = _mm512_add_ps(hi[e][h], _mm512_permutexvar_ps(c_hi, table));
+                }
+            });
         }
-        if (m < M) step(m, 0);
         for (int h = 0; h < NQ; ++h) {
             _mm512_storeu_ps(scores + h * stride + b * 32, _mm512_add_ps(lo[0][h], lo[1][h]));
             _mm512_storeu_ps(scores + h * stride + b * 32 + 16, _mm512_add_ps(hi[0][h], hi[1][h]));
@@ -79,35 +93,37 @@ void values_perm_heads(const float* p, std::int64_t p_stride, int M, int dsub, c
                        std::int64_t n_blocks, const float* columns, float* out, int D) {
     // Subspace-outer so the NQ x dsub accumulators of one subspace stay in registers while the
     // tile's blocks stream by (the tile's codes and weights are L1/L2 resident).
-    const __m512i low4 = _mm512_set1_epi32(0x0f);
     const std::size_t block_bytes = code_block_bytes(M, 4);
-    for (int m = 0; m < M; ++m) {
-        for (int d0 = 0; d0 < dsub; d0 += 4) {
-            const int nd = std::min(4, dsub - d0);
-            __m512 acc[NQ][4];
-            for (int h = 0; h < NQ; ++h)
-                for (int j = 0; j < 4; ++j) acc[h][j] = _mm512_setzero_ps();
-            __m512 col[4];
-            for (int j = 0; j < nd; ++j) col[j] = _mm512_loadu_ps(columns + (std::int64_t(m) * dsub + d0 + j) * 16);
-            for (std::int64_t b = 0; b < n_blocks; ++b) {
-                const __m512i c = load_row4(blocks + b * block_bytes + m * 16);
-                const __m512i c_lo = _mm512_and_si512(c, low4), c_hi = _mm512_srli_epi32(c, 4);
-                __m512 p_lo[NQ], p_hi[NQ];
-                for (int h = 0; h < NQ; ++h) {
-                    p_lo[h] = _mm512_loadu_ps(p + h * p_stride + b * 32);
-                    p_hi[h] = _mm512_loadu_ps(p + h * p_stride + b * 32 + 16);
+    for (int g = 0; g < (M + 3) / 4; ++g)
+        for_subspaces_in_group(std::min(4, M - 4 * g), [&](auto J) {
+            const int m = 4 * g + J();
+            for (int d0 = 0; d0 < dsub; d0 += 4) {
+                const int nd = std::min(4, dsub - d0);
+                __m512 acc[NQ][4];
+                for (int h = 0; h < NQ; ++h)
+                    for (int j = 0; j < 4; ++j) acc[h][j] = _mm512_setzero_ps();
+                __m512 col[4];
+                for (int j = 0; j < nd; ++j) col[j] = _mm512_loadu_ps(columns + (std::int64_t(m) * dsub + d0 + j) * 16);
+                for (std::int64_t b = 0; b < n_blocks; ++b) {
+                    __m512i c_lo, c_hi;
+                    group_indices<J()>(load_group(blocks + b * block_bytes + g * 64), c_lo, c_hi);
+                    __m512 p_lo[NQ], p_hi[NQ];
+                    for (int h = 0; h < NQ; ++h) {
+                        p_lo[h] = _mm512_loadu_ps(p + h * p_stride + b * 32);
+                        p_hi[h] = _mm512_loadu_ps(p + h * p_stride + b * 32 + 16);
+                    }
+                    for (int j = 0; j < nd; ++j) {
+                        const __m512 v_lo = _mm512_permutexvar_ps(c_lo, col[j]);
+                        const __m512 v_hi = _mm512_permutexvar_ps(c_hi, col[j]);
+                        for (int h = 0; h < NQ; ++h)
+                            acc[h][j] = _mm512_fmadd_ps(p_hi[h], v_hi, _mm512_fmadd_ps(p_lo[h], v_lo, acc[h][j]));
+                    }
                 }
-                for (int j = 0; j < nd; ++j) {
-                    const __m512 v_lo = _mm512_permutexvar_ps(c_lo, col[j]);
-                    const __m512 v_hi = _mm512_permutexvar_ps(c_hi, col[j]);
-                    for (int h = 0; h < NQ; ++h)
-                        acc[h][j] = _mm512_fmadd_ps(p_hi[h], v_hi, _mm512_fmadd_ps(p_lo[h], v_lo, acc[h][j]));
-                }
+                for (int h = 0; h < NQ; ++h)
+                    for (int j = 0; j < nd; ++j)
+                        out[std::int64_t(h) * D + m * dsub + d0 + j] += _mm512_reduce_add_ps(acc[h][j]);
             }
-            for (int h = 0; h < NQ; ++h)
-                for (int j = 0; j < nd; ++j) out[std::int64_t(h) * D + m * dsub + d0 + j] += _mm512_reduce_add_ps(acc[h][j]);
-        }
-    }
+        });
 }
 
 // Split n_q heads into passes of at most kMaxHeads and call kernel<NQ> for each.

@@ -1,11 +1,13 @@
-// AVX2 int8-table score scan (4-bit codes): one register holds 2 subspaces' u8 tables (one per
-// 128-bit lane) and their code rows for 32 tokens; vpshufb does 32 lookups. u16 sums, even and
-// odd tokens apart, lanes added at the end of the block.
+// AVX2 int8-table score scan (4-bit codes). A 4-bit group (aqpim/pq_codes.h) is 32 tokens x 4
+// subspaces with byte 4i + j holding subspace j. vpshufb looks up one 16-entry table per lane, so
+// each subspace j gets its own vpshufb whose index has bit 7 set (output 0) on the other
+// subspaces' bytes; the four results occupy disjoint bytes and are OR-ed, then vpmaddubsw adds
+// the token's bytes pairwise into u16 sums, and vpmaddwd finishes the per-token sum at the end of
+// the block. Exact integer sums.
 
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "aqpim/pq_codes.h"
 #include "pq/pq_kernels_isa.h"
@@ -14,51 +16,49 @@ namespace aqpim {
 
 namespace {
 
-inline __m128i sum_lanes(__m256i x) { return _mm_add_epi16(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1)); }
-
-inline void store_scores(__m128i even, __m128i odd, const Int8LutParams& prm, float* out) {
-    const __m128i t0_7 = _mm_unpacklo_epi16(even, odd), t8_15 = _mm_unpackhi_epi16(even, odd);
-    const __m256 scale = _mm256_set1_ps(prm.scale), bias = _mm256_set1_ps(prm.bias);
-    _mm256_storeu_ps(out, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(t0_7)), scale, bias));
-    _mm256_storeu_ps(out + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(t8_15)), scale, bias));
-}
-
 template <int NQ>
 void scan_heads(const std::uint8_t* qlut, const Int8LutParams* params, int M, const std::uint8_t* blocks,
                 std::int64_t n_blocks, float* scores, std::int64_t stride) {
-    const __m256i nib = _mm256_set1_epi8(0x0f), low_byte = _mm256_set1_epi16(0x00ff);
+    const __m256i nib = _mm256_set1_epi8(0x0f), ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    __m256i other[4];  // byte 4i + k: 0x80 unless k == j
+    for (int j = 0; j < 4; ++j) {
+        std::uint32_t pattern = 0x80808080u & ~(0xffu << (8 * j));
+        other[j] = _mm256_set1_epi32(int(pattern));
+    }
     const std::size_t block_bytes = code_block_bytes(M, 4);
-    const int n_pairs = M / 2;
-    // An odd last subspace is scanned from a zero-padded copy (table and codes of a missing
-    // subspace are zero, so it adds nothing).
-    alignas(32) std::uint8_t odd_tables[NQ][32] = {};
-    alignas(32) std::uint8_t odd_codes[32] = {};
-    if (M % 2)
-        for (int h = 0; h < NQ; ++h) std::memcpy(odd_tables[h], qlut + (std::int64_t(h) * M + M - 1) * 16, 16);
+    const int n_groups = (M + 3) / 4;
     for (std::int64_t b = 0; b < n_blocks; ++b) {
         const std::uint8_t* block = blocks + b * block_bytes;
-        __m256i lo_even[NQ], lo_odd[NQ], hi_even[NQ], hi_odd[NQ];
-        for (int h = 0; h < NQ; ++h) lo_even[h] = lo_odd[h] = hi_even[h] = hi_odd[h] = _mm256_setzero_si256();
-        if (M % 2) std::memcpy(odd_codes, block + (M - 1) * 16, 16);
-        for (int g = 0; g < n_pairs + M % 2; ++g) {
-            const bool odd = g == n_pairs;
-            const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(odd ? odd_codes : block + g * 32));
-            const __m256i c_lo = _mm256_and_si256(codes, nib);
-            const __m256i c_hi = _mm256_and_si256(_mm256_srli_epi16(codes, 4), nib);
+        __m256i acc[NQ][4];  // token quarters 0-7, 8-15, 16-23, 24-31: u16 pair sums
+        for (int h = 0; h < NQ; ++h)
+            for (int q = 0; q < 4; ++q) acc[h][q] = _mm256_setzero_si256();
+        for (int g = 0; g < n_groups; ++g) {
+            const int n_sub = std::min(4, M - 4 * g);
+            const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + g * 64));
+            const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + g * 64 + 32));
+            const __m256i nibbles[4] = {_mm256_and_si256(x0, nib), _mm256_and_si256(x1, nib),
+                                        _mm256_and_si256(_mm256_srli_epi16(x0, 4), nib),
+                                        _mm256_and_si256(_mm256_srli_epi16(x1, 4), nib)};
             for (int h = 0; h < NQ; ++h) {
-                const std::uint8_t* tp = odd ? odd_tables[h] : qlut + (std::int64_t(h) * M + g * 2) * 16;
-                const __m256i table = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tp));
-                const __m256i a = _mm256_shuffle_epi8(table, c_lo), c = _mm256_shuffle_epi8(table, c_hi);
-                lo_even[h] = _mm256_add_epi16(lo_even[h], _mm256_and_si256(a, low_byte));
-                lo_odd[h] = _mm256_add_epi16(lo_odd[h], _mm256_srli_epi16(a, 8));
-                hi_even[h] = _mm256_add_epi16(hi_even[h], _mm256_and_si256(c, low_byte));
-                hi_odd[h] = _mm256_add_epi16(hi_odd[h], _mm256_srli_epi16(c, 8));
+                __m256i table[4];
+                for (int j = 0; j < n_sub; ++j)
+                    table[j] = _mm256_broadcastsi128_si256(
+                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(qlut + (std::int64_t(h) * M + 4 * g + j) * 16)));
+                for (int q = 0; q < 4; ++q) {
+                    __m256i sum = _mm256_shuffle_epi8(table[0], _mm256_or_si256(nibbles[q], other[0]));
+                    for (int j = 1; j < n_sub; ++j)
+                        sum = _mm256_or_si256(sum, _mm256_shuffle_epi8(table[j], _mm256_or_si256(nibbles[q], other[j])));
+                    acc[h][q] = _mm256_add_epi16(acc[h][q], _mm256_maddubs_epi16(sum, ones8));
+                }
             }
         }
         for (int h = 0; h < NQ; ++h) {
+            const __m256 scale = _mm256_set1_ps(params[h].scale), bias = _mm256_set1_ps(params[h].bias);
             float* out = scores + h * stride + b * 32;
-            store_scores(sum_lanes(lo_even[h]), sum_lanes(lo_odd[h]), params[h], out);
-            store_scores(sum_lanes(hi_even[h]), sum_lanes(hi_odd[h]), params[h], out + 16);
+            for (int q = 0; q < 4; ++q) {
+                const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(acc[h][q], ones16));
+                _mm256_storeu_ps(out + q * 8, _mm256_fmadd_ps(s, scale, bias));
+            }
         }
     }
 }

@@ -1,7 +1,9 @@
-// AVX-512 int8-table score scan (4-bit codes). One register holds 4 subspaces' 16-entry u8 tables
-// (one per 128-bit lane) and the same 4 subspaces' code rows for 32 tokens: vpshufb does 64
-// lookups at once. Sums accumulate in u16 (even/odd tokens in separate accumulators), lanes are
-// added at the end of the block. Exact integer sums; the only error is the table rounding.
+// AVX-512 int8-table score scan (4-bit codes; needs VBMI and VNNI, part of the avx512 level).
+// A 4-bit group is 64 bytes = 32 tokens x 4 subspaces, byte 4i + j holding subspace j of tokens i
+// (low nibble) and i+16 (high nibble). One register holds the group's four 16-entry u8 tables
+// (subspace j at bytes 16j..16j+15), so with index = nibble | j << 4 one vpermb does 64 lookups,
+// and the four lookups of a token are adjacent bytes: vpdpbusd against ones adds them into the
+// token's 32-bit sum. Exact integer sums; the only error is the table rounding.
 
 #include <immintrin.h>
 
@@ -14,49 +16,36 @@ namespace aqpim {
 
 namespace {
 
-// 32 u16 (4 lanes x 8 words) -> 8 u16: sum over the lanes.
-inline __m128i sum_lanes(__m512i x) {
-    const __m256i y = _mm256_add_epi16(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64(x, 1));
-    return _mm_add_epi16(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1));
-}
-
-// even/odd token sums (8 + 8 words) -> 16 floats in token order.
-inline __m512 to_scores(__m128i even, __m128i odd, const Int8LutParams& prm) {
-    const __m256i words = _mm256_set_m128i(_mm_unpackhi_epi16(even, odd), _mm_unpacklo_epi16(even, odd));
-    const __m512 s = _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(words));
-    return _mm512_fmadd_ps(s, _mm512_set1_ps(prm.scale), _mm512_set1_ps(prm.bias));
-}
-
 template <int NQ>
 void scan_heads(const std::uint8_t* qlut, const Int8LutParams* params, int M, const std::uint8_t* blocks,
                 std::int64_t n_blocks, float* scores, std::int64_t stride) {
-    const __m512i nib = _mm512_set1_epi8(0x0f), low_byte = _mm512_set1_epi16(0x00ff);
+    const __m512i nib = _mm512_set1_epi8(0x0f), ones = _mm512_set1_epi8(1);
+    const __m512i subspace = _mm512_set1_epi32(0x30201000);  // byte 4i + j -> j << 4
     const std::size_t block_bytes = code_block_bytes(M, 4);
     const int n_groups = (M + 3) / 4;
     const int tail = M - (n_groups - 1) * 4;  // subspaces in the last group
     const __mmask64 tail_mask = tail == 4 ? ~__mmask64(0) : (__mmask64(1) << (tail * 16)) - 1;
     for (std::int64_t b = 0; b < n_blocks; ++b) {
         const std::uint8_t* block = blocks + b * block_bytes;
-        __m512i lo_even[NQ], lo_odd[NQ], hi_even[NQ], hi_odd[NQ];
-        for (int h = 0; h < NQ; ++h) lo_even[h] = lo_odd[h] = hi_even[h] = hi_odd[h] = _mm512_setzero_si512();
+        __m512i lo[NQ], hi[NQ];
+        for (int h = 0; h < NQ; ++h) lo[h] = hi[h] = _mm512_setzero_si512();
         for (int g = 0; g < n_groups; ++g) {
+            const __m512i d = _mm512_loadu_si512(block + g * 64);
+            // (d & 0x0f) | subspace and ((d >> 4) & 0x0f) | subspace, one ternary-logic op each
+            const __m512i i_lo = _mm512_ternarylogic_epi32(d, nib, subspace, 0xEA);
+            const __m512i i_hi = _mm512_ternarylogic_epi32(_mm512_srli_epi32(d, 4), nib, subspace, 0xEA);
             const __mmask64 mask = g + 1 == n_groups ? tail_mask : ~__mmask64(0);
-            const __m512i codes = _mm512_maskz_loadu_epi8(mask, block + g * 64);
-            const __m512i c_lo = _mm512_and_si512(codes, nib);
-            const __m512i c_hi = _mm512_and_si512(_mm512_srli_epi16(codes, 4), nib);
             for (int h = 0; h < NQ; ++h) {
                 const __m512i table = _mm512_maskz_loadu_epi8(mask, qlut + (std::int64_t(h) * M + g * 4) * 16);
-                const __m512i a = _mm512_shuffle_epi8(table, c_lo), c = _mm512_shuffle_epi8(table, c_hi);
-                lo_even[h] = _mm512_add_epi16(lo_even[h], _mm512_and_si512(a, low_byte));
-                lo_odd[h] = _mm512_add_epi16(lo_odd[h], _mm512_srli_epi16(a, 8));
-                hi_even[h] = _mm512_add_epi16(hi_even[h], _mm512_and_si512(c, low_byte));
-                hi_odd[h] = _mm512_add_epi16(hi_odd[h], _mm512_srli_epi16(c, 8));
+                lo[h] = _mm512_dpbusd_epi32(lo[h], _mm512_permutexvar_epi8(i_lo, table), ones);
+                hi[h] = _mm512_dpbusd_epi32(hi[h], _mm512_permutexvar_epi8(i_hi, table), ones);
             }
         }
         for (int h = 0; h < NQ; ++h) {
+            const __m512 scale = _mm512_set1_ps(params[h].scale), bias = _mm512_set1_ps(params[h].bias);
             float* out = scores + h * stride + b * 32;
-            _mm512_storeu_ps(out, to_scores(sum_lanes(lo_even[h]), sum_lanes(lo_odd[h]), params[h]));
-            _mm512_storeu_ps(out + 16, to_scores(sum_lanes(hi_even[h]), sum_lanes(hi_odd[h]), params[h]));
+            _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo[h]), scale, bias));
+            _mm512_storeu_ps(out + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi[h]), scale, bias));
         }
     }
 }

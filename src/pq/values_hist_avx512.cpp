@@ -14,7 +14,7 @@ namespace aqpim {
 void values_hist_avx512(const float* p, std::int64_t p_stride, int n_q, int M, int nbits, const std::uint8_t* blocks,
                         std::int64_t n_blocks, float* hist) {
     const int ksub = 1 << nbits;
-    const std::size_t block_bytes = code_block_bytes(M, nbits), row_bytes = code_row_bytes(nbits);
+    const std::size_t block_bytes = code_block_bytes(M, nbits);
     alignas(64) std::uint8_t codes[kCodeBlock * 1024];  // [M][32] unpacked codes of one block (M <= 1024)
     alignas(64) float pt[kCodeBlock * 16];              // [32][16] weights of up to 16 heads per token
     for (int h0 = 0; h0 < n_q; h0 += 16) {
@@ -22,19 +22,8 @@ void values_hist_avx512(const float* p, std::int64_t p_stride, int n_q, int M, i
         const __mmask16 mask = __mmask16((1u << nq) - 1);
         for (std::int64_t b = 0; b < n_blocks; ++b) {
             const std::uint8_t* block = blocks + b * block_bytes;
-            for (int m = 0; m < M; ++m) {
-                const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + m * row_bytes));
-                if (nbits == 4) {
-                    const __m128i nib = _mm_set1_epi8(0x0f);
-                    _mm_store_si128(reinterpret_cast<__m128i*>(codes + m * 32), _mm_and_si128(r0, nib));
-                    _mm_store_si128(reinterpret_cast<__m128i*>(codes + m * 32 + 16),
-                                    _mm_and_si128(_mm_srli_epi16(r0, 4), nib));
-                } else {
-                    _mm_store_si128(reinterpret_cast<__m128i*>(codes + m * 32), r0);
-                    _mm_store_si128(reinterpret_cast<__m128i*>(codes + m * 32 + 16),
-                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + m * row_bytes + 16)));
-                }
-            }
+            for (int m = 0; m < M; ++m)
+                for (int t = 0; t < kCodeBlock; ++t) codes[m * 32 + t] = code_at(block, t, M, nbits, m);
             for (int h = 0; h < nq; ++h)
                 for (int t = 0; t < kCodeBlock; ++t) pt[t * 16 + h] = p[(h0 + h) * p_stride + b * 32 + t];
             for (int t = 0; t < kCodeBlock; ++t) {

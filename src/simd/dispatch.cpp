@@ -20,7 +20,8 @@ bool detect(SimdLevel level) {
         case SimdLevel::avx512:
             return detect(SimdLevel::avx2) && __builtin_cpu_supports("avx512f") &&
                    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                   __builtin_cpu_supports("avx512dq");
+                   __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vbmi") &&
+                   __builtin_cpu_supports("avx512vnni");
     }
     return false;
 }

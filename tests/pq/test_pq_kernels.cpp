@@ -60,13 +60,34 @@ TEST(PqCodes, PackUnpackRoundTrip) {
         }
 }
 
-TEST(PqCodes, FourBitRowLayout) {
-    // token i in the low nibble of byte i, token i+16 in the high nibble
-    std::vector<std::uint8_t> codes(32);
-    for (int t = 0; t < 32; ++t) codes[t] = std::uint8_t(t % 16);
-    std::vector<std::uint8_t> block(16);
-    pack_code_blocks(codes.data(), 32, 1, 4, block.data());
-    for (int i = 0; i < 16; ++i) EXPECT_EQ(block[i], std::uint8_t(codes[i] | (codes[i + 16] << 4)));
+TEST(PqCodes, FourBitGroupLayout) {
+    // M = 6 -> two groups of 4 subspaces (the second half padding), 64 bytes each
+    const int M = 6;
+    std::vector<std::uint8_t> codes(32 * M);
+    for (int t = 0; t < 32; ++t)
+        for (int m = 0; m < M; ++m) codes[t * M + m] = std::uint8_t((t * 7 + m * 3) % 16);
+    ASSERT_EQ(code_block_bytes(M, 4), 128u);
+    std::vector<std::uint8_t> block(128);
+    pack_code_blocks(codes.data(), 32, M, 4, block.data());
+    for (int g = 0; g < 2; ++g)
+        for (int i = 0; i < 16; ++i)
+            for (int j = 0; j < 4; ++j) {
+                const int m = 4 * g + j;
+                const std::uint8_t expect =
+                    m < M ? std::uint8_t(codes[i * M + m] | (codes[(i + 16) * M + m] << 4)) : std::uint8_t(0);
+                EXPECT_EQ(block[g * 64 + 4 * i + j], expect) << "g=" << g << " i=" << i << " j=" << j;
+            }
+}
+
+TEST(PqCodes, EightBitRowLayout) {
+    const int M = 3;
+    std::vector<std::uint8_t> codes(40 * M);
+    for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = std::uint8_t(i * 13);
+    std::vector<std::uint8_t> blocks(2 * code_block_bytes(M, 8));
+    pack_code_blocks(codes.data(), 40, M, 8, blocks.data());
+    for (int t = 0; t < 40; ++t)
+        for (int m = 0; m < M; ++m)
+            EXPECT_EQ(blocks[(t / 32) * 96 + m * 32 + t % 32], codes[t * M + m]);
 }
 
 TEST(PqKernels, BuildLutMatchesRef) {
