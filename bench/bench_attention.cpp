@@ -40,11 +40,11 @@ ProductQuantizer trained_pq(int M, std::uint64_t seed) {
     return pq;
 }
 
-// One arena per (bytes per head) so repeated benchmark runs do not refill it.
-ColdArena& arena(std::size_t slot_bytes) {
-    static std::map<std::size_t, std::unique_ptr<ColdArena>> arenas;
-    auto& a = arenas[slot_bytes];
-    if (!a) a = std::make_unique<ColdArena>(slot_bytes, cold_bytes(false));
+// One arena per (bytes per head, fill) so repeated benchmark runs do not refill it.
+ColdArena& arena(std::size_t slot_bytes, ArenaFill fill = ArenaFill::bytes) {
+    static std::map<std::pair<std::size_t, int>, std::unique_ptr<ColdArena>> arenas;
+    auto& a = arenas[{slot_bytes, int(fill)}];
+    if (!a) a = std::make_unique<ColdArena>(slot_bytes, cold_bytes(false), fill);
     return *a;
 }
 
@@ -58,7 +58,7 @@ void BM_DenseF16(benchmark::State& state) {
     const std::int64_t T = state.range(0);
     const bool cold = state.range(1);
     const std::size_t bytes = std::size_t(T) * kD * 2 * sizeof(f16_t);
-    ColdArena& a = arena(bytes);
+    ColdArena& a = arena(bytes, ArenaFill::f16);
     const auto q = query();
     AttentionPartial part(kGroup, kD);
     std::int64_t i = 0;
@@ -75,7 +75,7 @@ void BM_DenseF32(benchmark::State& state) {
     const std::int64_t T = state.range(0);
     const bool cold = state.range(1);
     const std::size_t bytes = std::size_t(T) * kD * 2 * sizeof(float);
-    ColdArena& a = arena(bytes);
+    ColdArena& a = arena(bytes, ArenaFill::f32);
     const auto q = query();
     AttentionPartial part(kGroup, kD);
     std::int64_t i = 0;

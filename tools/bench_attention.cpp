@@ -212,7 +212,7 @@ json bench_attention(const BenchOptions& opt) {
         // dense baselines
         for (int elem : {4, 2}) {
             const std::size_t bytes = dense16_bytes / 2 * elem;
-            ColdArena cold(bytes, cold_bytes(opt.quick));
+            ColdArena cold(bytes, cold_bytes(opt.quick), elem == 4 ? ArenaFill::f32 : ArenaFill::f16);
             for (bool in_cache : {true, false}) {
                 if (in_cache && bytes > (std::size_t(16) << 20)) continue;  // cannot stay in cache
                 for (int nt : thread_counts(opt)) {

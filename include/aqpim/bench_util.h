@@ -17,11 +17,15 @@ double time_per_call(const std::function<void(std::int64_t)>& fn, double min_sec
 /// Last-level cache size in bytes as the OS reports it (0 if unknown).
 std::size_t llc_bytes();
 
-/// A large buffer of random bytes cut into `n_slots` slots of `slot_bytes` each; slot(i) cycles
+/// What a cold arena holds: random bytes (valid PQ codes), or f16 / f32 values uniform in
+/// [-1, 1) (random bits would contain NaNs and subnormals, whose slow paths distort timings).
+enum class ArenaFill { bytes, f16, f32 };
+
+/// A large buffer of random data cut into `n_slots` slots of `slot_bytes` each; slot(i) cycles
 /// through them. Sized to max(4 x LLC, min_bytes) so a round trip evicts everything.
 class ColdArena {
 public:
-    ColdArena(std::size_t slot_bytes, std::size_t min_bytes);
+    ColdArena(std::size_t slot_bytes, std::size_t min_bytes, ArenaFill fill = ArenaFill::bytes);
     std::uint8_t* slot(std::int64_t i) { return data_.data() + std::size_t(i % n_slots_) * slot_bytes_; }
     std::int64_t n_slots() const { return n_slots_; }
     std::size_t bytes() const { return data_.size(); }
@@ -35,8 +39,9 @@ private:
 /// Total bytes a cold run should span at least: 4 x LLC, 1 GiB floor (quick: 256 MiB floor).
 std::size_t cold_bytes(bool quick);
 
-/// Read every byte of [p, p + n) with wide loads; returns a checksum so the read cannot be elided.
-/// The bandwidth baseline of the attention kernels.
+/// Read every byte of [p, p + n) with the widest loads of the active SIMD level and a software
+/// prefetch ahead; returns a checksum so the read cannot be elided. The bandwidth roof of the
+/// attention kernels.
 std::uint64_t read_bytes(const std::uint8_t* p, std::size_t n);
 
 }  // namespace aqpim

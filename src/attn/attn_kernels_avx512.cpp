@@ -8,6 +8,7 @@
 
 #include "attn/attn_kernels_isa.h"
 #include "attn/vec_exp.h"
+#include "simd/avx512_util.h"
 
 namespace aqpim {
 
@@ -15,35 +16,47 @@ namespace {
 
 inline __mmask16 tail_mask(std::int64_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
 
+// Software prefetch of the row kPrefetchRows ahead (it may lie in the next tile, or past the end:
+// prefetches never fault). The hardware prefetcher alone leaves a single core waiting on DRAM.
+constexpr int kPrefetchRows = 16;
+template <class T>
+inline void prefetch_row(const T* row, int D) {
+    const char* p = reinterpret_cast<const char*>(row);
+    for (std::size_t off = 0; off < std::size_t(D) * sizeof(T); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
 inline __m512 load16(const float* x, __mmask16 m) { return _mm512_maskz_loadu_ps(m, x); }
 inline __m512 load16(const f16_t* x, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x)); }
 
-// Horizontal sums of four registers at once: [Σa, Σb, Σc, Σd] (19 uops instead of 4 x 8).
-inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
-    auto half = [](__m512 x) { return _mm256_add_ps(_mm512_castps512_ps256(x), _mm512_extractf32x8_ps(x, 1)); };
-    const __m256 ab = _mm256_hadd_ps(half(a), half(b)), cd = _mm256_hadd_ps(half(c), half(d));
-    const __m256 abcd = _mm256_hadd_ps(ab, cd);  // lanes: a b c d (low 128) and a b c d (high 128)
-    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
-}
-
-// scores for NQ <= 4 heads: one pass over the K rows, each row converted once.
+// scores for NQ <= 4 heads: one pass over the K rows, each row converted once. Two accumulators
+// per head (even and odd 16-dim chunks) halve the FMA dependency chain of a row.
 template <int NQ, class T>
 void scores_heads(const float* q, int D, const T* K, std::int64_t n_tok, float* scores, std::int64_t stride) {
     for (std::int64_t t = 0; t < n_tok; ++t) {
         const T* k = K + t * D;
-        __m512 acc[NQ];
-        for (int h = 0; h < NQ; ++h) acc[h] = _mm512_setzero_ps();
-        for (int d = 0; d < D; d += 16) {
+        prefetch_row(k + kPrefetchRows * D, D);
+        __m512 acc[2][NQ];
+        for (int h = 0; h < NQ; ++h) acc[0][h] = acc[1][h] = _mm512_setzero_ps();
+        int d = 0;
+        for (; d + 32 <= D; d += 32) {
+            const __m512 k0 = load16(k + d, 0xffff), k1 = load16(k + d + 16, 0xffff);
+            for (int h = 0; h < NQ; ++h) {
+                acc[0][h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * D + d), k0, acc[0][h]);
+                acc[1][h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * D + d + 16), k1, acc[1][h]);
+            }
+        }
+        for (; d < D; d += 16) {
             const __mmask16 m = tail_mask(D - d);
             const __m512 kv = load16(k + d, m);
-            for (int h = 0; h < NQ; ++h) acc[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + h * D + d), kv, acc[h]);
+            for (int h = 0; h < NQ; ++h) acc[0][h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + h * D + d), kv, acc[0][h]);
         }
+        for (int h = 0; h < NQ; ++h) acc[0][h] = _mm512_add_ps(acc[0][h], acc[1][h]);
         if constexpr (NQ == 4) {
             alignas(16) float sums[4];
-            _mm_store_ps(sums, reduce4(acc[0], acc[1], acc[2], acc[3]));
+            _mm_store_ps(sums, reduce4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]));
             for (int h = 0; h < 4; ++h) scores[h * stride + t] = sums[h];
         } else {
-            for (int h = 0; h < NQ; ++h) scores[h * stride + t] = _mm512_reduce_add_ps(acc[h]);
+            for (int h = 0; h < NQ; ++h) scores[h * stride + t] = _mm512_reduce_add_ps(acc[0][h]);
         }
     }
 }
@@ -60,6 +73,7 @@ void values_heads(const float* p, std::int64_t stride, int D, const T* V, std::i
             for (int j = 0; j < 4; ++j) acc[h][j] = _mm512_setzero_ps();
         for (std::int64_t t = 0; t < n_tok; ++t) {
             const T* v = V + t * D + d0;
+            if (d0 == 0) prefetch_row(v + kPrefetchRows * D, D);
             __m512 vv[4];
             for (int j = 0; j < 4; ++j) vv[j] = load16(v + 16 * j, mk[j]);
             for (int h = 0; h < NQ; ++h) {

@@ -2,6 +2,8 @@
 //   per tile of blocks: LUT score scan -> online softmax -> values in the code domain
 //   (histogram or register-permute path), then one inverse transform of the value sum.
 
+#include <xmmintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -16,8 +18,14 @@ namespace aqpim {
 
 namespace {
 
-constexpr std::int64_t kTileBlocks = 8;  // 256 tokens per tile
+constexpr std::int64_t kTileBlocks = 32;  // 1024 tokens per tile: 16 KiB of scores for 4 heads
 constexpr std::int64_t kTile = kTileBlocks * kCodeBlock;
+
+// Ask for the next tile's codes while this one is computed: the value pass reads a tile's codes
+// in subspace-strided order, which the hardware prefetcher does not follow from DRAM.
+void prefetch_l2(const std::uint8_t* p, std::size_t n) {
+    for (std::size_t off = 0; off < n; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T1);
+}
 
 
 }  // namespace
@@ -86,6 +94,11 @@ void attend_pq(const float* q, int n_q, const ProductQuantizer& pq_k, const Prod
     for (std::int64_t b0 = 0; b0 < n_blocks; b0 += kTileBlocks) {
         const std::int64_t nb = std::min(kTileBlocks, n_blocks - b0);
         const std::int64_t n_valid = std::min(nb * kCodeBlock, n_tokens - b0 * kCodeBlock);
+        if (b0 + kTileBlocks < n_blocks) {
+            const std::int64_t nb_next = std::min(kTileBlocks, n_blocks - b0 - kTileBlocks);
+            prefetch_l2(k_blocks + (b0 + kTileBlocks) * kbb, nb_next * kbb);
+            prefetch_l2(v_blocks + (b0 + kTileBlocks) * vbb, nb_next * vbb);
+        }
         if (int8)
             k.scan_i8(ws.qlut.data(), qparams.data(), n_q, Mk, k_blocks + b0 * kbb, nb, ws.scores.data(), kTile);
         else

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "aqpim/half.h"
+#include "aqpim/simd.h"
+#include "core/read_bandwidth.h"
 #include "aqpim/timer.h"
 
 namespace aqpim {
@@ -37,22 +40,38 @@ std::size_t cold_bytes(bool quick) {
     return std::max(floor, 4 * llc_bytes());
 }
 
-ColdArena::ColdArena(std::size_t slot_bytes, std::size_t min_bytes) : slot_bytes_((slot_bytes + 63) / 64 * 64) {
+ColdArena::ColdArena(std::size_t slot_bytes, std::size_t min_bytes, ArenaFill fill)
+    : slot_bytes_((slot_bytes + 63) / 64 * 64) {
     n_slots_ = std::int64_t(std::max<std::size_t>(2, (min_bytes + slot_bytes_ - 1) / slot_bytes_));
     data_.resize(std::size_t(n_slots_) * slot_bytes_);
     std::uint64_t x = 0x9e3779b97f4a7c15ull;
-    auto* w = reinterpret_cast<std::uint64_t*>(data_.data());
-    for (std::size_t i = 0; i < data_.size() / 8; ++i) {
+    auto next = [&x] {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        w[i] = x;
+        return x;
+    };
+    auto unit = [](std::uint64_t r) { return float(std::int64_t(r >> 40) - (1 << 23)) / float(1 << 23); };
+    switch (fill) {
+        case ArenaFill::bytes: {
+            auto* w = reinterpret_cast<std::uint64_t*>(data_.data());
+            for (std::size_t i = 0; i < data_.size() / 8; ++i) w[i] = next();
+            break;
+        }
+        case ArenaFill::f16: {
+            auto* h = reinterpret_cast<f16_t*>(data_.data());
+            for (std::size_t i = 0; i < data_.size() / 2; ++i) h[i] = f32_to_fp16_scalar(unit(next()));
+            break;
+        }
+        case ArenaFill::f32: {
+            auto* f = reinterpret_cast<float*>(data_.data());
+            for (std::size_t i = 0; i < data_.size() / 4; ++i) f[i] = unit(next());
+            break;
+        }
     }
 }
 
-std::uint64_t read_bytes(const std::uint8_t* p, std::size_t n) {
-    // Eight independent accumulators of 64-bit words; the compiler vectorises this to wide loads
-    // at the baseline ISA (SSE), which saturates a core's load bandwidth from DRAM.
+std::uint64_t read_bytes_ref(const std::uint8_t* p, std::size_t n) {
     const auto* w = reinterpret_cast<const std::uint64_t*>(p);
     std::uint64_t a[8] = {};
     const std::size_t nw = n / 8;
@@ -62,7 +81,14 @@ std::uint64_t read_bytes(const std::uint8_t* p, std::size_t n) {
     std::uint64_t s = 0;
     for (int j = 0; j < 8; ++j) s ^= a[j];
     for (; i < nw; ++i) s ^= w[i];
+    for (std::size_t b = nw * 8; b < n; ++b) s ^= p[b];
     return s;
+}
+
+std::uint64_t read_bytes(const std::uint8_t* p, std::size_t n) {
+    using Fn = std::uint64_t (*)(const std::uint8_t*, std::size_t);
+    static const Fn table[3] = {read_bytes_ref, read_bytes_avx2, read_bytes_avx512};
+    return dispatch(table)(p, n);
 }
 
 }  // namespace aqpim

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "aqpim/pq_codes.h"
+#include "simd/avx512_util.h"
 #include "pq/pq_kernels_isa.h"
 
 namespace aqpim {
@@ -119,9 +120,14 @@ void values_perm_heads(const float* p, std::int64_t p_stride, int M, int dsub, c
                             acc[h][j] = _mm512_fmadd_ps(p_hi[h], v_hi, _mm512_fmadd_ps(p_lo[h], v_lo, acc[h][j]));
                     }
                 }
-                for (int h = 0; h < NQ; ++h)
-                    for (int j = 0; j < nd; ++j)
-                        out[std::int64_t(h) * D + m * dsub + d0 + j] += _mm512_reduce_add_ps(acc[h][j]);
+                for (int h = 0; h < NQ; ++h) {
+                    float* o = out + std::int64_t(h) * D + m * dsub + d0;
+                    if (nd == 4) {
+                        _mm_storeu_ps(o, _mm_add_ps(_mm_loadu_ps(o), reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3])));
+                    } else {
+                        for (int j = 0; j < nd; ++j) o[j] += _mm512_reduce_add_ps(acc[h][j]);
+                    }
+                }
             }
         });
 }

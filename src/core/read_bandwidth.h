@@ -1,0 +1,17 @@
+#pragma once
+// Streaming-read kernels behind aqpim::read_bytes (aqpim/bench_util.h): the bandwidth roof the
+// attention kernels are compared with. They read the way the dense kernels do (wide loads plus a
+// software prefetch a few KiB ahead), so neither side has an access-pattern advantage.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace aqpim {
+
+inline constexpr std::size_t kReadPrefetchBytes = 4096;
+
+std::uint64_t read_bytes_ref(const std::uint8_t* p, std::size_t n);
+std::uint64_t read_bytes_avx2(const std::uint8_t* p, std::size_t n);
+std::uint64_t read_bytes_avx512(const std::uint8_t* p, std::size_t n);
+
+}  // namespace aqpim
