@@ -17,8 +17,8 @@ enum class KMeansInit { kmeanspp, random };
 struct KMeansParams {
     int k = 16;                 ///< centroids per problem (ksub), >= 1
     int max_iter = 25;          ///< Lloyd iterations at most, >= 0
-    double tol = 1e-6;          ///< early stop when the relative SSE decrease of an iteration is below tol;
-                                ///< an iteration that changes no assignment always stops
+    double tol = 1e-6;          ///< early stop when an iteration lowers the SSE by at most tol (relative);
+                                ///< an assignment that changes nothing always stops
     std::uint64_t seed = 1234;  ///< problem p uses an RNG seeded from (seed, p)
     KMeansInit init = KMeansInit::kmeanspp;
     int n_threads = 0;          ///< 0 = default_threads()
@@ -37,8 +37,13 @@ struct KMeansStats {
 ///   x         [n_problems][n_points][dim], row-major
 ///   weights   nullptr, or [n_problems][n_points] point weights (finite, >= 0, not all zero per problem)
 ///   centroids [n_problems][k][dim] output
-/// When n_points <= k the points themselves become centroids (the rest duplicate them; SSE 0).
-/// Throws aqpim::Error on bad sizes, non-finite input or bad params.
+/// Each problem: seeds by greedy weighted k-means++ (the best of 2 + ln k draws per seed, as
+/// scikit-learn) or k random distinct points, then Lloyd iterations (assignment, weighted means)
+/// until an assignment repeats, an update gains less than tol, or max_iter updates. A cluster left
+/// without weight is repaired by splitting the cluster of largest SSE (it takes that cluster's
+/// farthest point). A point of weight 0 never moves a centroid; weight 2 counts as the point twice.
+/// When n_points <= k the points themselves become centroids (centroid j = point j mod n_points;
+/// SSE 0). Throws aqpim::Error on bad sizes, non-finite input or bad params, naming the value.
 KMeansStats kmeans_batch(const KMeansParams& params, std::int64_t n_problems, int n_points, int dim,
                          const float* x, const float* weights, float* centroids);
 

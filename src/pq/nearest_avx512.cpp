@@ -1,11 +1,105 @@
+// Nearest centroid, AVX-512: 16 strided points per block, gathered into registers (SoA), then
+// nearest16 (pq/nearest_block_avx512.h) against centroids broadcast from memory.
+
+#include <climits>
+
+#include "aqpim/aligned.h"
+#include "pq/nearest_block_avx512.h"
 #include "pq/nearest_kernels.h"
 
 namespace aqpim {
+namespace {
 
-// Placeholder until the vectorised kernel lands: same results as the reference.
-void nearest_avx512(const float* x, std::int64_t n, std::int64_t x_stride, int dim, const float* centroids,
+using avx512::lanes_below;
+using avx512::Nearest16;
+
+/// xm2 [dim] receives the points x + i * x_stride (i < 16, lanes in `valid`) times -2; returns
+/// their ||x||^2. Gathers when lane offsets fit in int32, else copies lane by lane.
+template <int DIM>
+inline __m512 load_block(const float* x, std::int64_t x_stride, int dim_rt, __mmask16 valid, bool gather,
+                         __m512i offsets, __m512* xm2) {
+    const int dim = DIM > 0 ? DIM : dim_rt;
+    const __m512 minus2 = _mm512_set1_ps(-2.0f);
+    __m512 norm = _mm512_setzero_ps();
+    for (int d = 0; d < dim; ++d) {
+        __m512 v;
+        if (gather) {
+            v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), valid, offsets, x + d, 4);
+        } else {
+            alignas(64) float lane[16] = {};
+            for (int i = 0; i < 16; ++i)
+                if (valid >> i & 1) lane[i] = x[i * x_stride + d];
+            v = _mm512_load_ps(lane);
+        }
+        norm = _mm512_fmadd_ps(v, v, norm);
+        xm2[d] = _mm512_mul_ps(v, minus2);
+    }
+    return norm;
+}
+
+/// Full block of 16 points of 4 dims: 16 row loads and an in-lane 4x4 transpose instead of four
+/// gathers. v[q] holds points q, 4 + q, 8 + q, 12 + q (one per 128-bit lane), so the transpose
+/// leaves coordinate d of points 0..15, in order, in xm2[d].
+inline __m512 load_block4(const float* x, std::int64_t x_stride, __m512* xm2) {
+    __m512 v[4];
+    for (int q = 0; q < 4; ++q) {
+        const float* p = x + q * x_stride;
+        __m512 r = _mm512_castps128_ps512(_mm_loadu_ps(p));
+        r = _mm512_insertf32x4(r, _mm_loadu_ps(p + 4 * x_stride), 1);
+        r = _mm512_insertf32x4(r, _mm_loadu_ps(p + 8 * x_stride), 2);
+        v[q] = _mm512_insertf32x4(r, _mm_loadu_ps(p + 12 * x_stride), 3);
+    }
+    const __m512 t0 = _mm512_unpacklo_ps(v[0], v[1]), t1 = _mm512_unpackhi_ps(v[0], v[1]);
+    const __m512 t2 = _mm512_unpacklo_ps(v[2], v[3]), t3 = _mm512_unpackhi_ps(v[2], v[3]);
+    const __m512 x0 = _mm512_shuffle_ps(t0, t2, 0x44), x1 = _mm512_shuffle_ps(t0, t2, 0xee);
+    const __m512 x2 = _mm512_shuffle_ps(t1, t3, 0x44), x3 = _mm512_shuffle_ps(t1, t3, 0xee);
+    const __m512 minus2 = _mm512_set1_ps(-2.0f);
+    xm2[0] = _mm512_mul_ps(x0, minus2);
+    xm2[1] = _mm512_mul_ps(x1, minus2);
+    xm2[2] = _mm512_mul_ps(x2, minus2);
+    xm2[3] = _mm512_mul_ps(x3, minus2);
+    return _mm512_fmadd_ps(x3, x3, _mm512_fmadd_ps(x2, x2, _mm512_fmadd_ps(x1, x1, _mm512_mul_ps(x0, x0))));
+}
+
+template <int DIM>
+void nearest_impl(const float* x, std::int64_t n, std::int64_t x_stride, int dim_rt, const float* centroids,
                   const float* c_norms, int k, std::int32_t* idx, float* dist) {
-    nearest_ref(x, n, x_stride, dim, centroids, c_norms, k, idx, dist);
+    const int dim = DIM > 0 ? DIM : dim_rt;
+    avx512::PointTile<avx512::kUnrolledDim<DIM> ? DIM : 0> tile;
+    __m512* xm2 = tile.get(dim);
+
+    const bool gather = x_stride >= 0 && x_stride <= INT_MAX / 16;
+    const __m512i offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                               _mm512_set1_epi32(gather ? int(x_stride) : 0));
+    for (std::int64_t i0 = 0; i0 < n; i0 += 16) {
+        const __mmask16 valid = lanes_below(n - i0);
+        __m512 norm = DIM == 4 && valid == 0xffff
+                          ? load_block4(x + i0 * x_stride, x_stride, xm2)
+                          : load_block<DIM>(x + i0 * x_stride, x_stride, dim, valid, gather, offsets, xm2);
+        Nearest16 r = avx512::nearest16<DIM>(xm2, dim, centroids, c_norms, k);
+        _mm512_mask_storeu_epi32(idx + i0, valid, r.idx);
+        if (dist)
+            _mm512_mask_storeu_ps(dist + i0, valid, _mm512_max_ps(_mm512_add_ps(r.dist, norm), _mm512_setzero_ps()));
+    }
+}
+
+}  // namespace
+
+void nearest_avx512(const float* x, std::int64_t n, std::int64_t x_stride, int dim, const float* centroids,
+                    const float* c_norms, int k, std::int32_t* idx, float* dist) {
+    auto run = [&](auto impl) { impl(x, n, x_stride, dim, centroids, c_norms, k, idx, dist); };
+    switch (dim) {
+        case 1: return run(nearest_impl<1>);
+        case 2: return run(nearest_impl<2>);
+        case 3: return run(nearest_impl<3>);
+        case 4: return run(nearest_impl<4>);
+        case 5: return run(nearest_impl<5>);
+        case 6: return run(nearest_impl<6>);
+        case 7: return run(nearest_impl<7>);
+        case 8: return run(nearest_impl<8>);
+        case 16: return run(nearest_impl<16>);
+        default: return run(nearest_impl<0>);
+    }
 }
 
 }  // namespace aqpim
