@@ -22,42 +22,73 @@ constexpr int kPrefetchRows = 16;
 template <class T>
 inline void prefetch_row(const T* row, int D) {
     const char* p = reinterpret_cast<const char*>(row);
-    for (std::size_t off = 0; off < std::size_t(D) * sizeof(T); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+    for (std::size_t off = 0; off < std::size_t(D) * sizeof(T); off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
 }
 
 inline __m512 load16(const float* x, __mmask16 m) { return _mm512_maskz_loadu_ps(m, x); }
 inline __m512 load16(const f16_t* x, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x)); }
 
-// scores for NQ <= 4 heads: one pass over the K rows, each row converted once. Two accumulators
-// per head (even and odd 16-dim chunks) halve the FMA dependency chain of a row.
-template <int NQ, class T>
+// scores for NQ <= 4 heads: one pass over the K rows, each row converted once; two rows per
+// iteration share every load of q, and the 2 x 4 sums are reduced together. CHUNKS > 0 fixes
+// D = 16 * CHUNKS at compile time (unmasked, fully unrolled); CHUNKS == 0 handles any D.
+template <int NQ, int CHUNKS, class T>
 void scores_heads(const float* q, int D, const T* K, std::int64_t n_tok, float* scores, std::int64_t stride) {
-    for (std::int64_t t = 0; t < n_tok; ++t) {
-        const T* k = K + t * D;
-        prefetch_row(k + kPrefetchRows * D, D);
-        __m512 acc[2][NQ];
-        for (int h = 0; h < NQ; ++h) acc[0][h] = acc[1][h] = _mm512_setzero_ps();
-        int d = 0;
-        for (; d + 32 <= D; d += 32) {
-            const __m512 k0 = load16(k + d, 0xffff), k1 = load16(k + d + 16, 0xffff);
+    if constexpr (CHUNKS > 0) D = 16 * CHUNKS;
+    const int n_chunks = (D + 15) / 16;
+    std::int64_t t = 0;
+    for (; t + 2 <= n_tok; t += 2) {
+        const T* k0 = K + t * D;
+        const T* k1 = k0 + D;
+        prefetch_row(k0 + kPrefetchRows * D, D);
+        prefetch_row(k1 + kPrefetchRows * D, D);
+        __m512 a0[NQ], a1[NQ];
+        for (int h = 0; h < NQ; ++h) a0[h] = a1[h] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+        for (int c = 0; c < (CHUNKS > 0 ? CHUNKS : n_chunks); ++c) {
+            const int d = 16 * c;
+            const __mmask16 m = CHUNKS > 0 ? __mmask16(0xffff) : tail_mask(D - d);
+            const __m512 x0 = load16(k0 + d, m), x1 = load16(k1 + d, m);
             for (int h = 0; h < NQ; ++h) {
-                acc[0][h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * D + d), k0, acc[0][h]);
-                acc[1][h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * D + d + 16), k1, acc[1][h]);
+                const __m512 qv = CHUNKS > 0 ? _mm512_loadu_ps(q + h * D + d) : _mm512_maskz_loadu_ps(m, q + h * D + d);
+                a0[h] = _mm512_fmadd_ps(qv, x0, a0[h]);
+                a1[h] = _mm512_fmadd_ps(qv, x1, a1[h]);
             }
         }
-        for (; d < D; d += 16) {
+        if constexpr (NQ == 4) {
+            alignas(16) float s0[4], s1[4];
+            _mm_store_ps(s0, reduce4(a0[0], a0[1], a0[2], a0[3]));
+            _mm_store_ps(s1, reduce4(a1[0], a1[1], a1[2], a1[3]));
+            for (int h = 0; h < 4; ++h) {
+                scores[h * stride + t] = s0[h];
+                scores[h * stride + t + 1] = s1[h];
+            }
+        } else {
+            for (int h = 0; h < NQ; ++h) {
+                scores[h * stride + t] = _mm512_reduce_add_ps(a0[h]);
+                scores[h * stride + t + 1] = _mm512_reduce_add_ps(a1[h]);
+            }
+        }
+    }
+    for (; t < n_tok; ++t) {
+        const T* k = K + t * D;
+        __m512 acc[NQ];
+        for (int h = 0; h < NQ; ++h) acc[h] = _mm512_setzero_ps();
+        for (int d = 0; d < D; d += 16) {
             const __mmask16 m = tail_mask(D - d);
             const __m512 kv = load16(k + d, m);
-            for (int h = 0; h < NQ; ++h) acc[0][h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + h * D + d), kv, acc[0][h]);
+            for (int h = 0; h < NQ; ++h) acc[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + h * D + d), kv, acc[h]);
         }
-        for (int h = 0; h < NQ; ++h) acc[0][h] = _mm512_add_ps(acc[0][h], acc[1][h]);
-        if constexpr (NQ == 4) {
-            alignas(16) float sums[4];
-            _mm_store_ps(sums, reduce4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]));
-            for (int h = 0; h < 4; ++h) scores[h * stride + t] = sums[h];
-        } else {
-            for (int h = 0; h < NQ; ++h) scores[h * stride + t] = _mm512_reduce_add_ps(acc[0][h]);
-        }
+        for (int h = 0; h < NQ; ++h) scores[h * stride + t] = _mm512_reduce_add_ps(acc[h]);
+    }
+}
+
+template <int NQ, class T>
+void scores_heads_any_d(const float* q, int D, const T* K, std::int64_t n_tok, float* scores, std::int64_t stride) {
+    switch (D) {
+        case 64: return scores_heads<NQ, 4>(q, D, K, n_tok, scores, stride);
+        case 128: return scores_heads<NQ, 8>(q, D, K, n_tok, scores, stride);
+        case 256: return scores_heads<NQ, 16>(q, D, K, n_tok, scores, stride);
+        default: return scores_heads<NQ, 0>(q, D, K, n_tok, scores, stride);
     }
 }
 
@@ -95,10 +126,10 @@ void dense_scores(const float* q, int n_q, int D, const T* K, std::int64_t n_tok
         const float* qh = q + std::int64_t(h0) * D;
         float* s = scores + h0 * stride;
         switch (std::min(4, n_q - h0)) {
-            case 1: scores_heads<1>(qh, D, K, n_tok, s, stride); break;
-            case 2: scores_heads<2>(qh, D, K, n_tok, s, stride); break;
-            case 3: scores_heads<3>(qh, D, K, n_tok, s, stride); break;
-            default: scores_heads<4>(qh, D, K, n_tok, s, stride); break;
+            case 1: scores_heads_any_d<1>(qh, D, K, n_tok, s, stride); break;
+            case 2: scores_heads_any_d<2>(qh, D, K, n_tok, s, stride); break;
+            case 3: scores_heads_any_d<3>(qh, D, K, n_tok, s, stride); break;
+            default: scores_heads_any_d<4>(qh, D, K, n_tok, s, stride); break;
         }
     }
 }

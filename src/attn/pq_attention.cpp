@@ -2,8 +2,6 @@
 //   per tile of blocks: LUT score scan -> online softmax -> values in the code domain
 //   (histogram or register-permute path), then one inverse transform of the value sum.
 
-#include <xmmintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -21,11 +19,6 @@ namespace {
 constexpr std::int64_t kTileBlocks = 32;  // 1024 tokens per tile: 16 KiB of scores for 4 heads
 constexpr std::int64_t kTile = kTileBlocks * kCodeBlock;
 
-// Ask for the next tile's codes while this one is computed: the value pass reads a tile's codes
-// in subspace-strided order, which the hardware prefetcher does not follow from DRAM.
-void prefetch_l2(const std::uint8_t* p, std::size_t n) {
-    for (std::size_t off = 0; off < n; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T1);
-}
 
 
 }  // namespace
@@ -94,6 +87,8 @@ void attend_pq(const float* q, int n_q, const ProductQuantizer& pq_k, const Prod
     for (std::int64_t b0 = 0; b0 < n_blocks; b0 += kTileBlocks) {
         const std::int64_t nb = std::min(kTileBlocks, n_blocks - b0);
         const std::int64_t n_valid = std::min(nb * kCodeBlock, n_tokens - b0 * kCodeBlock);
+        // The next tile's codes come in while this one is computed: the value pass reads a tile's
+        // codes in subspace-strided order, which the hardware prefetcher does not follow from DRAM.
         if (b0 + kTileBlocks < n_blocks) {
             const std::int64_t nb_next = std::min(kTileBlocks, n_blocks - b0 - kTileBlocks);
             prefetch_l2(k_blocks + (b0 + kTileBlocks) * kbb, nb_next * kbb);
