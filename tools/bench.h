@@ -15,20 +15,20 @@ struct BenchOptions {
 /// k-means: aqpim kmeans_batch vs faiss k-means (same problems, one thread, same iteration
 /// count) - time, total SSE, ratios; whole-model codebook training (32 layers x 8 KV heads x
 /// {K,V} x M=32, 4-bit, 256 calibration tokens).
-nlohmann::json bench_kmeans(const BenchOptions& opt);
+nlohmann::ordered_json bench_kmeans(const BenchOptions& opt);
 /// PQ encode throughput (sub-vectors/s) for 4- and 8-bit codes.
-nlohmann::json bench_encode(const BenchOptions& opt);
+nlohmann::ordered_json bench_encode(const BenchOptions& opt);
 
 /// Read bandwidth of one and of all threads over a cold arena: the roofline for what follows.
-nlohmann::json bench_bandwidth(const BenchOptions& opt);
+nlohmann::ordered_json bench_bandwidth(const BenchOptions& opt);
 /// Score scan alone (exact f32 tables and int8 tables), tokens/s and bytes/s, in cache and cold.
-nlohmann::json bench_scan(const BenchOptions& opt);
+nlohmann::ordered_json bench_scan(const BenchOptions& opt);
 /// Error of the int8-table scan against exact float tables (measured vs the M * scale / 2 bound).
-nlohmann::json bench_int8_error(const BenchOptions& opt);
+nlohmann::ordered_json bench_int8_error(const BenchOptions& opt);
 /// Value side alone: histogram path vs register-permute path, per SIMD level.
-nlohmann::json bench_values(const BenchOptions& opt);
+nlohmann::ordered_json bench_values(const BenchOptions& opt);
 /// GQA-group attention (4 query heads, D = 128): PQ vs dense f32 and f16, in cache and cold,
 /// one and two threads.
-nlohmann::json bench_attention(const BenchOptions& opt);
+nlohmann::ordered_json bench_attention(const BenchOptions& opt);
 
 }  // namespace aqpim::cli

@@ -18,7 +18,7 @@
 
 namespace aqpim::cli {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 

@@ -29,7 +29,7 @@ extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 namespace aqpim::cli {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 constexpr int kIterations = 25;
 constexpr const char* kNoFaiss = "faiss not available (built without AQPIM_HAVE_FAISS)";

@@ -18,7 +18,7 @@ namespace aqpim::cli {
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 std::string cell(const json& v) {
     if (v.is_number_float()) {
