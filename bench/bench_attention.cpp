@@ -53,36 +53,23 @@ void report(benchmark::State& state, std::int64_t T, double bytes_per_head) {
     state.counters["bytes/s"] = benchmark::Counter(bytes_per_head * state.iterations(), benchmark::Counter::kIsRate);
 }
 
-// args: T, cold (0/1)
-void BM_DenseF16(benchmark::State& state) {
+// args: T, cold (0/1). Elem is f16_t or float.
+template <class Elem>
+void BM_Dense(benchmark::State& state) {
     const std::int64_t T = state.range(0);
     const bool cold = state.range(1);
-    const std::size_t bytes = std::size_t(T) * kD * 2 * sizeof(f16_t);
-    ColdArena& a = arena(bytes, ArenaFill::f16);
+    const std::size_t bytes = std::size_t(T) * kD * 2 * sizeof(Elem);
+    ColdArena& a = arena(bytes, sizeof(Elem) == 2 ? ArenaFill::f16 : ArenaFill::f32);
     const auto q = query();
     AttentionPartial part(kGroup, kD);
     std::int64_t i = 0;
     for (auto _ : state) {
-        auto* K = reinterpret_cast<f16_t*>(a.slot(cold ? i++ : 0));
+        auto* K = reinterpret_cast<Elem*>(a.slot(cold ? i++ : 0));
         part.reset(kGroup, kD);
-        attend_dense_f16(q.data(), kGroup, kD, K, K + T * kD, T, 0.088f, part);
-        benchmark::DoNotOptimize(part.acc.data());
-    }
-    report(state, T, double(bytes));
-}
-
-void BM_DenseF32(benchmark::State& state) {
-    const std::int64_t T = state.range(0);
-    const bool cold = state.range(1);
-    const std::size_t bytes = std::size_t(T) * kD * 2 * sizeof(float);
-    ColdArena& a = arena(bytes, ArenaFill::f32);
-    const auto q = query();
-    AttentionPartial part(kGroup, kD);
-    std::int64_t i = 0;
-    for (auto _ : state) {
-        auto* K = reinterpret_cast<float*>(a.slot(cold ? i++ : 0));
-        part.reset(kGroup, kD);
-        attend_dense_f32(q.data(), kGroup, kD, K, K + T * kD, T, 0.088f, part);
+        if constexpr (sizeof(Elem) == 2)
+            attend_dense_f16(q.data(), kGroup, kD, K, K + T * kD, T, 0.088f, part);
+        else
+            attend_dense_f32(q.data(), kGroup, kD, K, K + T * kD, T, 0.088f, part);
         benchmark::DoNotOptimize(part.acc.data());
     }
     report(state, T, double(bytes));
@@ -121,8 +108,11 @@ void BM_ReadBandwidth(benchmark::State& state) {
 }
 
 BENCHMARK(BM_ReadBandwidth)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_DenseF32)->ArgsProduct({{1024, 8192, 32768}, {0, 1}})->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_DenseF16)->ArgsProduct({{1024, 8192, 32768, 131072}, {0, 1}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Dense<float>)->Name("BM_DenseF32")->ArgsProduct({{1024, 8192, 32768}, {0, 1}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Dense<f16_t>)
+    ->Name("BM_DenseF16")
+    ->ArgsProduct({{1024, 8192, 32768, 131072}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_PqAttention)
     ->ArgsProduct({{1024, 8192, 32768, 131072}, {0, 1}, {16, 32, 64}, {0, 1}})
     ->Unit(benchmark::kMicrosecond);

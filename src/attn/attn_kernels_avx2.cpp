@@ -9,6 +9,7 @@
 
 #include "attn/attn_kernels_isa.h"
 #include "attn/vec_exp.h"
+#include "simd/static_dispatch.h"
 
 namespace aqpim {
 
@@ -76,30 +77,16 @@ void values_heads(const float* p, std::int64_t stride, int D, const T* V, std::i
 
 template <class T>
 void dense_scores(const float* q, int n_q, int D, const T* K, std::int64_t n_tok, float* scores, std::int64_t stride) {
-    for (int h0 = 0; h0 < n_q; h0 += 4) {
-        const float* qh = q + std::int64_t(h0) * D;
-        float* s = scores + h0 * stride;
-        switch (std::min(4, n_q - h0)) {
-            case 1: scores_heads<1>(qh, D, K, n_tok, s, stride); break;
-            case 2: scores_heads<2>(qh, D, K, n_tok, s, stride); break;
-            case 3: scores_heads<3>(qh, D, K, n_tok, s, stride); break;
-            default: scores_heads<4>(qh, D, K, n_tok, s, stride); break;
-        }
-    }
+    for_head_groups<4>(n_q, [&](auto NQ, int h0) {
+        scores_heads<NQ()>(q + std::int64_t(h0) * D, D, K, n_tok, scores + h0 * stride, stride);
+    });
 }
 
 template <class T>
 void dense_values(const float* p, std::int64_t stride, int n_q, int D, const T* V, std::int64_t n_tok, float* acc) {
-    for (int h0 = 0; h0 < n_q; h0 += 4) {
-        const float* ph = p + h0 * stride;
-        float* a = acc + std::int64_t(h0) * D;
-        switch (std::min(4, n_q - h0)) {
-            case 1: values_heads<1>(ph, stride, D, V, n_tok, a); break;
-            case 2: values_heads<2>(ph, stride, D, V, n_tok, a); break;
-            case 3: values_heads<3>(ph, stride, D, V, n_tok, a); break;
-            default: values_heads<4>(ph, stride, D, V, n_tok, a); break;
-        }
-    }
+    for_head_groups<4>(n_q, [&](auto NQ, int h0) {
+        values_heads<NQ()>(p + h0 * stride, stride, D, V, n_tok, acc + std::int64_t(h0) * D);
+    });
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "aqpim/aligned.h"
 #include "pq/kmeans_kernels.h"
+#include "simd/static_dispatch.h"
 #include "pq/nearest_block_avx2.h"
 
 namespace aqpim {
@@ -35,18 +36,8 @@ std::int64_t assign_impl(const float* xt, int n, int n_pad, int dim_rt, const fl
 
 std::int64_t kmeans_assign_avx2(const float* xt, const float* xn, int n, int n_pad, int dim, const float* c,
                                 const float* cn, int k, std::int32_t* idx) {
-    auto run = [&](auto impl) { return impl(xt, n, n_pad, dim, c, cn, k, idx); };
-    switch (dim) {
-        case 1: return run(assign_impl<1>);
-        case 2: return run(assign_impl<2>);
-        case 3: return run(assign_impl<3>);
-        case 4: return run(assign_impl<4>);
-        case 5: return run(assign_impl<5>);
-        case 6: return run(assign_impl<6>);
-        case 7: return run(assign_impl<7>);
-        case 8: return run(assign_impl<8>);
-        default: return run(assign_impl<0>);
-    }
+    return with_constant<1, 2, 3, 4, 5, 6, 7, 8>(
+        dim, [&](auto DIM) { return assign_impl<DIM()>(xt, n, n_pad, dim, c, cn, k, idx); });
 }
 
 void kmeans_seed_dist_avx2(const float* xt, const float* xn, const float* w, int n_pad, int dim, const float* cand,

@@ -5,6 +5,7 @@
 
 #include "aqpim/aligned.h"
 #include "pq/kmeans_kernels.h"
+#include "simd/static_dispatch.h"
 #include "pq/nearest_block_avx512.h"
 
 namespace aqpim {
@@ -138,33 +139,17 @@ double seed_dist_impl(const float* xt, const float* xn, const float* w, int n_pa
 
 std::int64_t kmeans_assign_avx512(const float* xt, const float* xn, int n, int n_pad, int dim, const float* c,
                                   const float* cn, int k, std::int32_t* idx) {
-    auto run = [&](auto impl) { return impl(xt, xn, n, n_pad, dim, c, cn, k, idx); };
-    switch (dim) {
-        case 1: return run(assign_impl<1>);
-        case 2: return run(assign_impl<2>);
-        case 3: return run(assign_impl<3>);
-        case 4: return run(assign_impl<4>);
-        case 5: return run(assign_impl<5>);
-        case 6: return run(assign_impl<6>);
-        case 7: return run(assign_impl<7>);
-        case 8: return run(assign_impl<8>);
-        case 16: return run(assign_impl<16>);
-        default: return run(assign_impl<0>);
-    }
+    return with_constant<1, 2, 3, 4, 5, 6, 7, 8, 16>(
+        dim, [&](auto DIM) { return assign_impl<DIM()>(xt, xn, n, n_pad, dim, c, cn, k, idx); });
 }
 
 void kmeans_seed_dist_avx512(const float* xt, const float* xn, const float* w, int n_pad, int dim, const float* cand,
                              int n_cand, const float* d2_in, float* d2_out, double* pot) {
-    auto run = [&](auto impl) {
+    with_constant<2, 4, 8>(dim, [&](auto DIM) {
         for (int t = 0; t < n_cand; ++t)
-            pot[t] = impl(xt, xn, w, n_pad, dim, cand + std::int64_t(t) * dim, d2_in, d2_out + std::int64_t(t) * n_pad);
-    };
-    switch (dim) {
-        case 2: return run(seed_dist_impl<2>);
-        case 4: return run(seed_dist_impl<4>);
-        case 8: return run(seed_dist_impl<8>);
-        default: return run(seed_dist_impl<0>);
-    }
+            pot[t] = seed_dist_impl<DIM()>(xt, xn, w, n_pad, dim, cand + std::int64_t(t) * dim, d2_in,
+                                           d2_out + std::int64_t(t) * n_pad);
+    });
 }
 
 void kmeans_sample_avx512(const float* w, const float* d2, int n_pad, const double* r, int n_draws, float* block_sums,

@@ -6,6 +6,7 @@
 #include "aqpim/aligned.h"
 #include "pq/nearest_block_avx2.h"
 #include "pq/nearest_kernels.h"
+#include "simd/static_dispatch.h"
 
 namespace aqpim {
 namespace {
@@ -65,18 +66,8 @@ void nearest_impl(const float* x, std::int64_t n, std::int64_t x_stride, int dim
 
 void nearest_avx2(const float* x, std::int64_t n, std::int64_t x_stride, int dim, const float* centroids,
                   const float* c_norms, int k, std::int32_t* idx, float* dist) {
-    auto run = [&](auto impl) { impl(x, n, x_stride, dim, centroids, c_norms, k, idx, dist); };
-    switch (dim) {
-        case 1: return run(nearest_impl<1>);
-        case 2: return run(nearest_impl<2>);
-        case 3: return run(nearest_impl<3>);
-        case 4: return run(nearest_impl<4>);
-        case 5: return run(nearest_impl<5>);
-        case 6: return run(nearest_impl<6>);
-        case 7: return run(nearest_impl<7>);
-        case 8: return run(nearest_impl<8>);
-        default: return run(nearest_impl<0>);
-    }
+    return with_constant<1, 2, 3, 4, 5, 6, 7, 8>(
+        dim, [&](auto DIM) { return nearest_impl<DIM()>(x, n, x_stride, dim, centroids, c_norms, k, idx, dist); });
 }
 
 }  // namespace aqpim

@@ -6,6 +6,7 @@
 #include "aqpim/aligned.h"
 #include "pq/nearest_block_avx512.h"
 #include "pq/nearest_kernels.h"
+#include "simd/static_dispatch.h"
 
 namespace aqpim {
 namespace {
@@ -87,19 +88,8 @@ void nearest_impl(const float* x, std::int64_t n, std::int64_t x_stride, int dim
 
 void nearest_avx512(const float* x, std::int64_t n, std::int64_t x_stride, int dim, const float* centroids,
                     const float* c_norms, int k, std::int32_t* idx, float* dist) {
-    auto run = [&](auto impl) { impl(x, n, x_stride, dim, centroids, c_norms, k, idx, dist); };
-    switch (dim) {
-        case 1: return run(nearest_impl<1>);
-        case 2: return run(nearest_impl<2>);
-        case 3: return run(nearest_impl<3>);
-        case 4: return run(nearest_impl<4>);
-        case 5: return run(nearest_impl<5>);
-        case 6: return run(nearest_impl<6>);
-        case 7: return run(nearest_impl<7>);
-        case 8: return run(nearest_impl<8>);
-        case 16: return run(nearest_impl<16>);
-        default: return run(nearest_impl<0>);
-    }
+    return with_constant<1, 2, 3, 4, 5, 6, 7, 8, 16>(
+        dim, [&](auto DIM) { return nearest_impl<DIM()>(x, n, x_stride, dim, centroids, c_norms, k, idx, dist); });
 }
 
 }  // namespace aqpim

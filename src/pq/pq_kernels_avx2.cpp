@@ -9,6 +9,8 @@
 #include <type_traits>
 
 #include "aqpim/pq_codes.h"
+#include "pq/code_groups.h"
+#include "simd/static_dispatch.h"
 #include "pq/pq_kernels_isa.h"
 
 namespace aqpim {
@@ -32,15 +34,6 @@ inline void group_indices(const std::uint8_t* group, __m256i idx[4]) {
     idx[1] = J == 0 ? b : _mm256_srli_epi32(b, 8 * J);
     idx[2] = _mm256_srli_epi32(a, 8 * J + 4);
     idx[3] = _mm256_srli_epi32(b, 8 * J + 4);
-}
-
-// Calls f(std::integral_constant<int, J>) for J < n (n <= 4), unrolled.
-template <class F>
-inline void for_subspaces_in_group(int n, F&& f) {
-    f(std::integral_constant<int, 0>{});
-    if (n > 1) f(std::integral_constant<int, 1>{});
-    if (n > 2) f(std::integral_constant<int, 2>{});
-    if (n > 3) f(std::integral_constant<int, 3>{});
 }
 
 template <int NQ>
@@ -151,31 +144,19 @@ void build_lut_avx2(const float* qy, int n_q, int M, int ksub, int dsub, const f
 void scan_f32_avx2(const float* lut, int n_q, int M, int nbits, const std::uint8_t* blocks, std::int64_t n_blocks,
                    float* scores, std::int64_t score_stride) {
     if (nbits == 8) return scan_f32_8bit(lut, n_q, M, blocks, n_blocks, scores, score_stride);
-    for (int h0 = 0; h0 < n_q; h0 += kMaxHeads) {
-        const float* l = lut + std::int64_t(h0) * M * 16;
-        float* s = scores + h0 * score_stride;
-        switch (std::min(kMaxHeads, n_q - h0)) {
-            case 1: scan_f32_4bit<1>(l, M, blocks, n_blocks, s, score_stride); break;
-            case 2: scan_f32_4bit<2>(l, M, blocks, n_blocks, s, score_stride); break;
-            case 3: scan_f32_4bit<3>(l, M, blocks, n_blocks, s, score_stride); break;
-            default: scan_f32_4bit<4>(l, M, blocks, n_blocks, s, score_stride); break;
-        }
-    }
+    for_head_groups<kMaxHeads>(n_q, [&](auto NQ, int h0) {
+        scan_f32_4bit<NQ()>(lut + std::int64_t(h0) * M * 16, M, blocks, n_blocks, scores + h0 * score_stride,
+                            score_stride);
+    });
 }
 
 void values_perm_avx2(const float* p, std::int64_t p_stride, int n_q, int M, int dsub, const std::uint8_t* blocks,
                       std::int64_t n_blocks, const float* columns, float* out) {
     const int D = M * dsub;
-    for (int h0 = 0; h0 < n_q; h0 += kMaxHeads) {
-        const float* ph = p + h0 * p_stride;
-        float* o = out + std::int64_t(h0) * D;
-        switch (std::min(kMaxHeads, n_q - h0)) {
-            case 1: values_perm_heads<1>(ph, p_stride, M, dsub, blocks, n_blocks, columns, o, D); break;
-            case 2: values_perm_heads<2>(ph, p_stride, M, dsub, blocks, n_blocks, columns, o, D); break;
-            case 3: values_perm_heads<3>(ph, p_stride, M, dsub, blocks, n_blocks, columns, o, D); break;
-            default: values_perm_heads<4>(ph, p_stride, M, dsub, blocks, n_blocks, columns, o, D); break;
-        }
-    }
+    for_head_groups<kMaxHeads>(n_q, [&](auto NQ, int h0) {
+        values_perm_heads<NQ()>(p + h0 * p_stride, p_stride, M, dsub, blocks, n_blocks, columns,
+                                out + std::int64_t(h0) * D, D);
+    });
 }
 
 }  // namespace aqpim

@@ -9,7 +9,9 @@
 #include <type_traits>
 
 #include "aqpim/pq_codes.h"
+#include "pq/code_groups.h"
 #include "simd/avx512_util.h"
+#include "simd/static_dispatch.h"
 #include "pq/pq_kernels_isa.h"
 
 namespace aqpim {
@@ -25,15 +27,6 @@ template <int J>
 inline void group_indices(__m512i d, __m512i& lo, __m512i& hi) {
     lo = J == 0 ? d : _mm512_srli_epi32(d, 8 * J);
     hi = _mm512_srli_epi32(d, 8 * J + 4);
-}
-
-// Calls f(std::integral_constant<int, J>) for J < n (n <= 4), unrolled.
-template <class F>
-inline void for_subspaces_in_group(int n, F&& f) {
-    f(std::integral_constant<int, 0>{});
-    if (n > 1) f(std::integral_constant<int, 1>{});
-    if (n > 2) f(std::integral_constant<int, 2>{});
-    if (n > 3) f(std::integral_constant<int, 3>{});
 }
 
 template <int NQ>
@@ -132,42 +125,6 @@ void values_perm_heads(const float* p, std::int64_t p_stride, int M, int dsub, c
         });
 }
 
-// Split n_q heads into passes of at most kMaxHeads and call kernel<NQ> for each.
-template <template <int> class K, class... Args>
-void for_head_groups(int n_q, Args&&... args) {
-    for (int h0 = 0; h0 < n_q; h0 += kMaxHeads) {
-        const int nq = std::min(kMaxHeads, n_q - h0);
-        switch (nq) {
-            case 1: K<1>::run(h0, args...); break;
-            case 2: K<2>::run(h0, args...); break;
-            case 3: K<3>::run(h0, args...); break;
-            case 4: K<4>::run(h0, args...); break;
-            case 5: K<5>::run(h0, args...); break;
-            case 6: K<6>::run(h0, args...); break;
-            case 7: K<7>::run(h0, args...); break;
-            default: K<8>::run(h0, args...); break;
-        }
-    }
-}
-
-template <int NQ>
-struct ScanF32 {
-    static void run(int h0, const float* lut, int M, const std::uint8_t* blocks, std::int64_t n_blocks, float* scores,
-                    std::int64_t stride) {
-        scan_f32_4bit<NQ>(lut + std::int64_t(h0) * M * 16, M, blocks, n_blocks, scores + h0 * stride, stride);
-    }
-};
-
-template <int NQ>
-struct ValuesPerm {
-    static void run(int h0, const float* p, std::int64_t p_stride, int M, int dsub, const std::uint8_t* blocks,
-                    std::int64_t n_blocks, const float* columns, float* out) {
-        const int D = M * dsub;
-        values_perm_heads<NQ>(p + h0 * p_stride, p_stride, M, dsub, blocks, n_blocks, columns,
-                              out + std::int64_t(h0) * D, D);
-    }
-};
-
 }  // namespace
 
 void build_lut_avx512(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut) {
@@ -196,12 +153,19 @@ void build_lut_avx512(const float* qy, int n_q, int M, int ksub, int dsub, const
 void scan_f32_avx512(const float* lut, int n_q, int M, int nbits, const std::uint8_t* blocks, std::int64_t n_blocks,
                      float* scores, std::int64_t score_stride) {
     if (nbits == 8) return scan_f32_8bit(lut, n_q, M, blocks, n_blocks, scores, score_stride);
-    for_head_groups<ScanF32>(n_q, lut, M, blocks, n_blocks, scores, score_stride);
+    for_head_groups<kMaxHeads>(n_q, [&](auto NQ, int h0) {
+        scan_f32_4bit<NQ()>(lut + std::int64_t(h0) * M * 16, M, blocks, n_blocks, scores + h0 * score_stride,
+                            score_stride);
+    });
 }
 
 void values_perm_avx512(const float* p, std::int64_t p_stride, int n_q, int M, int dsub, const std::uint8_t* blocks,
                         std::int64_t n_blocks, const float* columns, float* out) {
-    for_head_groups<ValuesPerm>(n_q, p, p_stride, M, dsub, blocks, n_blocks, columns, out);
+    const int D = M * dsub;
+    for_head_groups<kMaxHeads>(n_q, [&](auto NQ, int h0) {
+        values_perm_heads<NQ()>(p + h0 * p_stride, p_stride, M, dsub, blocks, n_blocks, columns,
+                                out + std::int64_t(h0) * D, D);
+    });
 }
 
 }  // namespace aqpim

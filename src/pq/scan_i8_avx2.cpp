@@ -11,6 +11,7 @@
 
 #include "aqpim/pq_codes.h"
 #include "pq/pq_kernels_isa.h"
+#include "simd/static_dispatch.h"
 
 namespace aqpim {
 
@@ -67,14 +68,10 @@ void scan_heads(const std::uint8_t* qlut, const Int8LutParams* params, int M, co
 
 void scan_i8_avx2(const std::uint8_t* qlut, const Int8LutParams* params, int n_q, int M, const std::uint8_t* blocks,
                   std::int64_t n_blocks, float* scores, std::int64_t score_stride) {
-    for (int h0 = 0; h0 < n_q; h0 += 2) {
-        const std::uint8_t* ql = qlut + std::int64_t(h0) * M * 16;
-        float* s = scores + h0 * score_stride;
-        if (n_q - h0 == 1)
-            scan_heads<1>(ql, params + h0, M, blocks, n_blocks, s, score_stride);
-        else
-            scan_heads<2>(ql, params + h0, M, blocks, n_blocks, s, score_stride);
-    }
+    for_head_groups<2>(n_q, [&](auto NQ, int h0) {
+        scan_heads<NQ()>(qlut + std::int64_t(h0) * M * 16, params + h0, M, blocks, n_blocks, scores + h0 * score_stride,
+                         score_stride);
+    });
 }
 
 }  // namespace aqpim

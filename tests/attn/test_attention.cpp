@@ -9,6 +9,7 @@
 #include "aqpim/attention.h"
 #include "aqpim/error.h"
 #include "support/random.h"
+#include "support/simd_guard.h"
 
 namespace aqpim {
 namespace {
@@ -34,14 +35,6 @@ std::vector<double> naive_attention(const std::vector<float>& q, int n_q, int D,
     return out;
 }
 
-class LevelGuard {
-public:
-    explicit LevelGuard(SimdLevel l) : saved_(active_simd_level()) { set_simd_level(l); }
-    ~LevelGuard() { set_simd_level(saved_); }
-
-private:
-    SimdLevel saved_;
-};
 
 TEST(Attention, DenseF32MatchesNaiveAtEveryLevel) {
     for (int D : {8, 20, 64, 128})
@@ -51,7 +44,7 @@ TEST(Attention, DenseF32MatchesNaiveAtEveryLevel) {
                 const float scale = 1.0f / std::sqrt(float(D));
                 auto expect = naive_attention(q, n_q, D, K, V, n, scale);
                 for (SimdLevel level : supported_simd_levels()) {
-                    LevelGuard guard(level);
+                    test::SimdLevelGuard guard(level);
                     AttentionPartial part(n_q, D);
                     attend_dense_f32(q.data(), n_q, D, K.data(), V.data(), n, scale, part);
                     std::vector<float> out(std::size_t(n_q) * D);
@@ -76,7 +69,7 @@ TEST(Attention, DenseF16MatchesNaiveOnRoundedRows) {
     const float scale = 0.088f;
     auto expect = naive_attention(q, n_q, D, K, V, n, scale);
     for (SimdLevel level : supported_simd_levels()) {
-        LevelGuard guard(level);
+        test::SimdLevelGuard guard(level);
         AttentionPartial part(n_q, D);
         attend_dense_f16(q.data(), n_q, D, Kh.data(), Vh.data(), n, scale, part);
         std::vector<float> out(n_q * D);
@@ -92,7 +85,7 @@ TEST(Attention, SoftmaxIsStableForHugeScores) {
     auto q = test::gaussian(n_q * D, 7, 100.0f), K = test::gaussian(n * D, 8, 10.0f), V = test::gaussian(n * D, 9);
     auto expect = naive_attention(q, n_q, D, K, V, n, 1.0f);
     for (SimdLevel level : supported_simd_levels()) {
-        LevelGuard guard(level);
+        test::SimdLevelGuard guard(level);
         AttentionPartial part(n_q, D);
         attend_dense_f32(q.data(), n_q, D, K.data(), V.data(), n, 1.0f, part);
         std::vector<float> out(n_q * D);

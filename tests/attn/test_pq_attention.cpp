@@ -10,6 +10,7 @@
 #include "aqpim/error.h"
 #include "aqpim/pq_codes.h"
 #include "support/random.h"
+#include "support/simd_guard.h"
 
 namespace aqpim {
 namespace {
@@ -49,14 +50,6 @@ Coded code(const std::vector<float>& x, std::int64_t n, const Case& c, std::uint
     return out;
 }
 
-class LevelGuard {
-public:
-    explicit LevelGuard(SimdLevel l) : saved_(active_simd_level()) { set_simd_level(l); }
-    ~LevelGuard() { set_simd_level(saved_); }
-
-private:
-    SimdLevel saved_;
-};
 
 TEST(PqAttention, EqualsDecodeThenDense) {
     const Case cases[] = {
@@ -77,7 +70,7 @@ TEST(PqAttention, EqualsDecodeThenDense) {
         std::vector<float> expect(std::size_t(c.n_q) * c.D), got(expect.size());
         dense.finalize(expect.data());
         for (SimdLevel level : supported_simd_levels()) {
-            LevelGuard guard(level);
+            test::SimdLevelGuard guard(level);
             for (PqValuePath path : {PqValuePath::histogram, PqValuePath::permute, PqValuePath::automatic}) {
                 if (path == PqValuePath::permute && c.nbits != 4) continue;
                 PqAttentionOptions o;

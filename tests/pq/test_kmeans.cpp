@@ -10,6 +10,7 @@
 #include "aqpim/error.h"
 #include "aqpim/kmeans.h"
 #include "pq/kmeans_kernels.h"
+#include "support/simd_guard.h"
 
 namespace aqpim {
 namespace {
@@ -112,10 +113,6 @@ double optimal_sse(const float* x, int n, int dim, int k) {
 }
 
 /// Restores the SIMD level active when it was made.
-struct SimdLevelGuard {
-    SimdLevel saved = active_simd_level();
-    ~SimdLevelGuard() { set_simd_level(saved); }
-};
 
 TEST(KMeans, RecoversWellSeparatedClusters) {
     const int n_problems = 40, n = 256, dim = 4, k = 16;
@@ -622,7 +619,7 @@ TEST(KMeans, EverySimdLevelSampleDrawsByPotential) {
 
 // Whole runs at every level: same quality (rounding may change paths, not the outcome).
 TEST(KMeans, EverySimdLevelSameQuality) {
-    SimdLevelGuard guard;
+    test::SimdLevelGuard guard;
     const int n_problems = 64, n = 256, dim = 4, k = 16;
     std::vector<float> x = blobs(n_problems, n, dim, 24, 2.0f, 0.7f, 14);
     std::vector<float> c(std::size_t(n_problems) * k * dim);
