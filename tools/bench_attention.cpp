@@ -231,10 +231,19 @@ json bench_attention(const BenchOptions& opt) {
                             }
                         },
                         opt);
-                    rows.push_back({{"section", "attention"}, {"T", T}, {"kv", elem == 4 ? "dense f32" : "dense f16"},
-                                    {"data", in_cache ? "in cache" : "cold"}, {"threads", nt},
-                                    {"ns_per_token", s / double(T * nt) * 1e9},
-                                    {"gbytes_per_s", double(bytes) * nt / s / 1e9}, {"bytes_per_token", 2 * kD * elem}});
+                    json row = {{"section", "attention"}, {"T", T}, {"kv", elem == 4 ? "dense f32" : "dense f16"},
+                                {"data", in_cache ? "in cache" : "cold"}, {"threads", nt},
+                                {"ns_per_token", s / double(T * nt) * 1e9},
+                                {"gbytes_per_s", double(bytes) * nt / s / 1e9}, {"bytes_per_token", 2 * kD * elem}};
+                    if (!in_cache) {
+                        // the roof, measured right now on the same arena by the streaming-read kernel
+                        volatile std::uint64_t sink = 0;
+                        const double r = time_parallel(
+                            nt, [&](std::int64_t i, int) { sink = sink + read_bytes(cold.slot(i), bytes); }, opt);
+                        row["read_bw_gbytes_per_s"] = double(bytes) * nt / r / 1e9;
+                        row["pct_of_read_bw"] = 100.0 * r / s;
+                    }
+                    rows.push_back(row);
                 }
             }
         }

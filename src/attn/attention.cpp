@@ -2,8 +2,6 @@
 
 #include "aqpim/attention.h"
 
-#include <xmmintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -47,11 +45,6 @@ void attend_dense(const float* q, int n_q, int D, const T* K, const T* V, std::i
 }  // namespace
 
 const AttnKernels& attn_kernels(SimdLevel level) { return kTables[static_cast<int>(level)]; }
-
-void prefetch_l2(const void* p, std::size_t n) {
-    const char* c = static_cast<const char*>(p);
-    for (std::size_t off = 0; off < n; off += 64) _mm_prefetch(c + off, _MM_HINT_T1);
-}
 
 void rescale_rows(float* rows, int n_rows, std::int64_t row_len, const float* alpha) {
     for (int r = 0; r < n_rows; ++r) {

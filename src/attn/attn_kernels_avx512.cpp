@@ -8,6 +8,7 @@
 
 #include "attn/attn_kernels_isa.h"
 #include "attn/vec_exp.h"
+#include "simd/prefetch.h"
 #include "simd/static_dispatch.h"
 #include "simd/avx512_util.h"
 
@@ -17,13 +18,12 @@ namespace {
 
 inline __mmask16 tail_mask(std::int64_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
 
-// Software prefetch of the row kPrefetchRows ahead (it may lie in the next tile, or past the end:
-// prefetches never fault). The hardware prefetcher alone leaves a single core waiting on DRAM.
+// Rows are prefetched kPrefetchRows ahead (into the next tile, or past the end: prefetches never
+// fault). The hardware prefetcher alone leaves a single core waiting on DRAM.
 constexpr int kPrefetchRows = 16;
 template <class T>
 inline void prefetch_row(const T* row, int D) {
-    const char* p = reinterpret_cast<const char*>(row);
-    for (std::size_t off = 0; off < std::size_t(D) * sizeof(T); off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
+    prefetch_l2(row, std::size_t(D) * sizeof(T));
 }
 
 inline __m512 load16(const float* x, __mmask16 m) { return _mm512_maskz_loadu_ps(m, x); }

@@ -25,9 +25,6 @@ struct AttentionScratch {
 /// This thread's scratch.
 AttentionScratch& attention_scratch();
 
-/// Prefetch [p, p + n) into L2, one request per cache line.
-void prefetch_l2(const void* p, std::size_t n);
-
 /// rows[r][:] *= alpha[r] for r < n_rows (skips alpha == 1).
 void rescale_rows(float* rows, int n_rows, std::int64_t row_len, const float* alpha);
 

@@ -11,6 +11,7 @@
 #include "aqpim/pq_codes.h"
 #include "aqpim/pq_kernels.h"
 #include "attn/attn_tiles.h"
+#include "simd/prefetch.h"
 
 namespace aqpim {
 
@@ -87,13 +88,10 @@ void attend_pq(const float* q, int n_q, const ProductQuantizer& pq_k, const Prod
     for (std::int64_t b0 = 0; b0 < n_blocks; b0 += kTileBlocks) {
         const std::int64_t nb = std::min(kTileBlocks, n_blocks - b0);
         const std::int64_t n_valid = std::min(nb * kCodeBlock, n_tokens - b0 * kCodeBlock);
-        // The next tile's codes come in while this one is computed: the value pass reads a tile's
-        // codes in subspace-strided order, which the hardware prefetcher does not follow from DRAM.
-        if (b0 + kTileBlocks < n_blocks) {
-            const std::int64_t nb_next = std::min(kTileBlocks, n_blocks - b0 - kTileBlocks);
-            prefetch_l2(k_blocks + (b0 + kTileBlocks) * kbb, nb_next * kbb);
-            prefetch_l2(v_blocks + (b0 + kTileBlocks) * vbb, nb_next * vbb);
-        }
+        // This tile's value codes come in while its keys are scanned: the value pass reads them in
+        // subspace-strided order, which the hardware prefetcher does not follow from DRAM. (The
+        // scan prefetches the keys itself.)
+        prefetch_l2(v_blocks + b0 * vbb, std::size_t(nb) * vbb);
         if (int8)
             k.scan_i8(ws.qlut.data(), qparams.data(), n_q, Mk, k_blocks + b0 * kbb, nb, ws.scores.data(), kTile);
         else

@@ -5,6 +5,10 @@
 
 namespace aqpim {
 
+/// Score scans prefetch the code block this many blocks ahead (the scan alone runs at several
+/// GB/s; the hardware prefetcher alone leaves it waiting on DRAM).
+inline constexpr int kScanPrefetchBlocks = 16;
+
 #define AQPIM_DECLARE_PQ_KERNELS(isa)                                                                            \
     void build_lut_##isa(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut); \
     void scan_f32_##isa(const float* lut, int n_q, int M, int nbits, const std::uint8_t* blocks,                 \

@@ -11,6 +11,7 @@
 
 #include "aqpim/pq_codes.h"
 #include "pq/pq_kernels_isa.h"
+#include "simd/prefetch.h"
 #include "simd/static_dispatch.h"
 
 namespace aqpim {
@@ -28,6 +29,7 @@ void scan_heads(const std::uint8_t* qlut, const Int8LutParams* params, int M, co
     const __mmask64 tail_mask = tail == 4 ? ~__mmask64(0) : (__mmask64(1) << (tail * 16)) - 1;
     for (std::int64_t b = 0; b < n_blocks; ++b) {
         const std::uint8_t* block = blocks + b * block_bytes;
+        prefetch_l1(block + kScanPrefetchBlocks * block_bytes, block_bytes);
         __m512i lo[NQ], hi[NQ];
         for (int h = 0; h < NQ; ++h) lo[h] = hi[h] = _mm512_setzero_si512();
         for (int g = 0; g < n_groups; ++g) {
