@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "aqpim/error.h"
@@ -59,6 +60,8 @@ void run_demo(const DemoArgs& a) {
         cap = synthetic_attention(a.n_tokens, 4, 2, 128, 7);
         source = fmt::format("generated data: {} tokens, 4 query heads, 2 KV heads, head_dim 128", a.n_tokens);
     } else {
+        AQPIM_CHECK(std::filesystem::is_directory(a.model),
+                    "model directory '{}' does not exist (use -m DIR, or --synthetic)", a.model);
         auto ids = read_token_ids(a.ids);
         AQPIM_CHECK(int(ids.size()) >= a.n_tokens, "{} has {} tokens, fewer than the {} requested", a.ids, ids.size(),
                     a.n_tokens);
