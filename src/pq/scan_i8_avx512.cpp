@@ -30,30 +30,25 @@ void scan_heads(const std::uint8_t* qlut, const Int8LutParams* params, int M, co
     for (std::int64_t b = 0; b < n_blocks; ++b) {
         const std::uint8_t* block = blocks + b * block_bytes;
         prefetch_l1(block + kScanPrefetchBlocks * block_bytes, block_bytes);
-        // two accumulators per half-block and head (even and odd groups): vpdpbusd's 5-cycle
-        // latency would otherwise bound a block of 8 groups
-        __m512i lo[2][NQ], hi[2][NQ];
-        for (int e = 0; e < 2; ++e)
-            for (int h = 0; h < NQ; ++h) lo[e][h] = hi[e][h] = _mm512_setzero_si512();
-        auto group = [&](int g, __mmask64 mask, int e) {
+        __m512i lo[NQ], hi[NQ];
+        for (int h = 0; h < NQ; ++h) lo[h] = hi[h] = _mm512_setzero_si512();
+        for (int g = 0; g < n_groups; ++g) {
             const __m512i d = _mm512_loadu_si512(block + g * 64);
             // (d & 0x0f) | subspace and ((d >> 4) & 0x0f) | subspace, one ternary-logic op each
             const __m512i i_lo = _mm512_ternarylogic_epi32(d, nib, subspace, 0xEA);
             const __m512i i_hi = _mm512_ternarylogic_epi32(_mm512_srli_epi32(d, 4), nib, subspace, 0xEA);
+            const __mmask64 mask = g + 1 == n_groups ? tail_mask : ~__mmask64(0);
             for (int h = 0; h < NQ; ++h) {
                 const __m512i table = _mm512_maskz_loadu_epi8(mask, qlut + (std::int64_t(h) * M + g * 4) * 16);
-                lo[e][h] = _mm512_dpbusd_epi32(lo[e][h], _mm512_permutexvar_epi8(i_lo, table), ones);
-                hi[e][h] = _mm512_dpbusd_epi32(hi[e][h], _mm512_permutexvar_epi8(i_hi, table), ones);
+                lo[h] = _mm512_dpbusd_epi32(lo[h], _mm512_permutexvar_epi8(i_lo, table), ones);
+                hi[h] = _mm512_dpbusd_epi32(hi[h], _mm512_permutexvar_epi8(i_hi, table), ones);
             }
-        };
-        for (int g = 0; g + 1 < n_groups; ++g) group(g, ~__mmask64(0), g & 1);
-        group(n_groups - 1, tail_mask, (n_groups - 1) & 1);
+        }
         for (int h = 0; h < NQ; ++h) {
             const __m512 scale = _mm512_set1_ps(params[h].scale), bias = _mm512_set1_ps(params[h].bias);
             float* out = scores + h * stride + b * 32;
-            const __m512i s_lo = _mm512_add_epi32(lo[0][h], lo[1][h]), s_hi = _mm512_add_epi32(hi[0][h], hi[1][h]);
-            _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s_lo), scale, bias));
-            _mm512_storeu_ps(out + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s_hi), scale, bias));
+            _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo[h]), scale, bias));
+            _mm512_storeu_ps(out + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi[h]), scale, bias));
         }
     }
 }
