@@ -5,6 +5,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "aqpim/error.h"
@@ -34,21 +35,27 @@ std::vector<float> blobs(int n_problems, int n, int dim, int n_clusters, float s
     return x;
 }
 
+/// Brute force: index of the centroid of c [k][dim] nearest to point xi [dim] (ties: lowest), and
+/// its squared distance, in double.
+template <class C>
+std::pair<int, double> nearest_of(const float* xi, const C* c, int k, int dim) {
+    int best_j = 0;
+    double best = std::numeric_limits<double>::infinity();
+    for (int j = 0; j < k; ++j) {
+        double s = 0;
+        for (int d = 0; d < dim; ++d) {
+            const double diff = double(xi[d]) - double(c[j * dim + d]);
+            s += diff * diff;
+        }
+        if (s < best) best = s, best_j = j;
+    }
+    return {best_j, best};
+}
+
 /// Weighted SSE of one problem: x [n][dim] against centroids [k][dim], each point at its nearest.
 double sse_of(const float* x, const float* w, int n, int dim, const float* c, int k) {
     double total = 0;
-    for (int i = 0; i < n; ++i) {
-        double best = std::numeric_limits<double>::infinity();
-        for (int j = 0; j < k; ++j) {
-            double s = 0;
-            for (int d = 0; d < dim; ++d) {
-                double diff = double(x[i * dim + d]) - c[j * dim + d];
-                s += diff * diff;
-            }
-            best = std::min(best, s);
-        }
-        total += (w ? w[i] : 1.0) * best;
-    }
+    for (int i = 0; i < n; ++i) total += (w ? w[i] : 1.0) * nearest_of(x + i * dim, c, k, dim).second;
     return total;
 }
 
@@ -66,14 +73,7 @@ double plain_lloyd(const float* x, int n, int dim, int k, std::mt19937& rng, int
         std::fill(sum.begin(), sum.end(), 0.0);
         std::fill(cnt.begin(), cnt.end(), 0.0);
         for (int i = 0; i < n; ++i) {
-            int best_j = 0;
-            double best = std::numeric_limits<double>::infinity();
-            for (int j = 0; j < k; ++j) {
-                double s = 0;
-                for (int d = 0; d < dim; ++d)
-                    s += (x[i * dim + d] - c[j * dim + d]) * (x[i * dim + d] - c[j * dim + d]);
-                if (s < best) best = s, best_j = j;
-            }
+            const int best_j = nearest_of(x + i * dim, c.data(), k, dim).first;
             cnt[best_j] += 1;
             for (int d = 0; d < dim; ++d) sum[best_j * dim + d] += x[i * dim + d];
         }
@@ -180,14 +180,7 @@ TEST(KMeans, ResultIsALloydFixedPoint) {
         const float* cp = &c[std::size_t(p) * k * dim];
         std::vector<double> sum(std::size_t(k) * dim, 0), cnt(k, 0);
         for (int i = 0; i < n; ++i) {
-            int best_j = 0;
-            double best = std::numeric_limits<double>::infinity();
-            for (int j = 0; j < k; ++j) {
-                double s = 0;
-                for (int d = 0; d < dim; ++d)
-                    s += (xp[i * dim + d] - cp[j * dim + d]) * (xp[i * dim + d] - cp[j * dim + d]);
-                if (s < best) best = s, best_j = j;
-            }
+            const int best_j = nearest_of(xp + i * dim, cp, k, dim).first;
             cnt[best_j] += 1;
             for (int d = 0; d < dim; ++d) sum[best_j * dim + d] += xp[i * dim + d];
         }
