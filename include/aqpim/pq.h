@@ -96,7 +96,6 @@ public:
 
     /// Codebooks in quantizer space: [M][ksub][dsub].
     const float* centroids() const { return centroids_.data(); }
-    float* centroids() { return centroids_.data(); }
     /// Squared norms of the centroids: [M][ksub].
     const float* centroid_norms() const { return centroid_norms_.data(); }
 
