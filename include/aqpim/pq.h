@@ -20,15 +20,10 @@
 
 #include "aqpim/aligned.h"
 #include "aqpim/kmeans.h"
+#include "aqpim/rope_pairs.h"
 
 namespace aqpim {
 
-/// Which dims RoPE rotates together (keys are quantized after RoPE).
-enum class RopePairs {
-    none,         ///< no pairing constraint
-    interleaved,  ///< (2i, 2i+1): llama.cpp "llama" layout, llama2.c
-    neox,         ///< (i, i + D/2): HF rotate_half / NeoX / qwen2
-};
 /// How units (single dims, or RoPE pairs) are assigned to subspaces.
 enum class SubspaceOrder {
     contiguous,         ///< in order (pairs adjacent)

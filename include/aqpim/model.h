@@ -1,0 +1,96 @@
+#pragma once
+// A Llama-family model as the runtime computes with it, whatever file it came from: GGUF
+// (`llama`, `qwen2`), a Hugging Face safetensors directory (config.json, single or sharded), or a
+// llama2.c checkpoint. Weight matrices point into the mapped file where its type can be used
+// directly (F32/F16/BF16/quantized); small vectors (norms, biases) are converted to f32.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aqpim/rope_pairs.h"
+#include "aqpim/tokenizer.h"
+#include "aqpim/weights.h"
+
+namespace aqpim {
+
+enum class ModelArch { llama, qwen2 };
+const char* model_arch_name(ModelArch arch);
+
+/// RoPE frequency scaling. llama3: Llama-3.1's piecewise rule (factor, low/high frequency factors,
+/// original context); linear: positions divided by factor.
+struct RopeScaling {
+    enum class Kind { none, linear, llama3 } kind = Kind::none;
+    float factor = 1.0f;
+    float low_freq_factor = 1.0f;
+    float high_freq_factor = 4.0f;
+    int original_context = 8192;
+};
+
+struct ModelConfig {
+    ModelArch arch = ModelArch::llama;
+    std::string name;           ///< general.name or the directory/file name
+    int n_embd = 0;             ///< hidden size
+    int n_ff = 0;               ///< FFN inner size
+    int n_layer = 0;
+    int n_head = 0;
+    int n_kv_head = 0;          ///< GQA: n_head % n_kv_head == 0
+    int head_dim = 0;           ///< usually n_embd / n_head
+    int n_vocab = 0;
+    int n_ctx_train = 0;        ///< a default, not a limit (going past warns)
+    float rms_eps = 1e-5f;
+    float rope_theta = 10000.0f;
+    RopePairs rope_pairs = RopePairs::interleaved;
+    RopeScaling rope_scaling{};
+    bool qkv_bias = false;      ///< qwen2
+    bool tied_output = false;   ///< output matrix is the token embedding
+
+    /// Throws aqpim::Error naming the field if a dimension is non-positive, absurd (beyond what any
+    /// real model has) or inconsistent (n_head % n_kv_head, ...).
+    void validate() const;
+    std::int64_t n_params() const;
+};
+
+struct LayerWeights {
+    std::vector<float> attn_norm;    ///< [n_embd]
+    WeightMatrix wq, wk, wv, wo;     ///< [n_head*hd][n_embd], [n_kv*hd][n_embd] x2, [n_embd][n_head*hd]
+    std::vector<float> bq, bk, bv;   ///< empty unless qkv_bias
+    std::vector<float> ffn_norm;     ///< [n_embd]
+    WeightMatrix w_gate, w_up;       ///< [n_ff][n_embd]
+    WeightMatrix w_down;             ///< [n_embd][n_ff]
+};
+
+struct ModelWeights {
+    ModelConfig config;
+    WeightMatrix token_embd;         ///< [n_vocab][n_embd]
+    std::vector<LayerWeights> layers;
+    std::vector<float> output_norm;  ///< [n_embd]
+    WeightMatrix output;             ///< [n_vocab][n_embd]; same data as token_embd when tied
+    std::string format;              ///< "gguf", "safetensors", "llama2c"
+    std::vector<std::shared_ptr<const void>> storage;  ///< keeps mappings and converted buffers alive
+
+    /// Bytes of all weight matrices and vectors as stored (what one decode step streams).
+    std::uint64_t weight_bytes() const;
+};
+
+struct LoadedModel {
+    ModelWeights weights;
+    std::shared_ptr<const Tokenizer> tokenizer;  ///< null if the model has no vocabulary
+};
+
+struct LoadOptions {
+    std::string tokenizer_path;  ///< overrides the vocabulary (tokenizer.bin, tokenizer.json, tokenizer.model, .gguf)
+};
+
+/// Load a model: a directory (safetensors + config.json), a .gguf file, or a llama2.c .bin
+/// checkpoint (recognised by content, not by name). For llama2.c the vocabulary is
+/// options.tokenizer_path, else tokenizer.bin or a single tok*.bin next to the checkpoint.
+LoadedModel load_model(const std::string& path, const LoadOptions& options = {});
+
+// Per-format loaders (load_model picks one).
+LoadedModel load_gguf_model(const std::string& path);
+LoadedModel load_safetensors_model(const std::string& dir);
+LoadedModel load_llama2c_model(const std::string& path, const std::string& tokenizer_path);
+
+}  // namespace aqpim

@@ -1,0 +1,73 @@
+#pragma once
+// Tokenizers of the Llama family, built from a neutral description of a vocabulary (VocabData)
+// that every model format converts into:
+//   - spm: SentencePiece-style (llama.cpp "llama" vocab, llama2.c tokenizer.bin, HF tokenizer.json
+//     BPE with the "▁" normalizer and byte fallback, SentencePiece tokenizer.model): score-driven
+//     merges, dummy-prefix space, <0xXX> byte fallback;
+//   - bpe: byte-level BPE (llama.cpp "gpt2" vocab, HF tokenizer.json ByteLevel): pre-tokenizer
+//     regexes (gpt2, llama3, qwen2), byte-to-unicode mapping, rank-ordered merges.
+// Special/control tokens written in the text (e.g. "<s>") are matched as tokens, as llama.cpp's
+// tokenizer does with parse_special = true... (see docs/tokenizers.md for the exact rules).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace aqpim {
+
+class GgufFile;
+class GgufWriter;
+
+enum class VocabKind { spm, bpe };
+/// llama.cpp token types (GGUF tokenizer.ggml.token_type).
+enum class TokenType : std::int32_t { undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
+
+struct VocabData {
+    VocabKind kind = VocabKind::spm;
+    std::vector<std::string> tokens;   ///< token text (spm: with "▁" for spaces; bpe: byte-to-unicode form)
+    std::vector<float> scores;         ///< spm merge priority (higher first); empty for bpe
+    std::vector<TokenType> types;
+    std::vector<std::string> merges;   ///< bpe: "left right", rank order
+    std::string pre_tokenizer = "default";  ///< bpe regex set: gpt2 / llama3 / qwen2 ...
+    std::int32_t bos = -1, eos = -1, unk = -1, pad = -1;
+    bool add_bos = true;
+    bool add_eos = false;
+    bool add_space_prefix = true;      ///< spm dummy prefix
+};
+
+class Tokenizer {
+public:
+    virtual ~Tokenizer() = default;
+    static std::shared_ptr<const Tokenizer> create(VocabData vocab);
+
+    const VocabData& vocab() const { return vocab_; }
+    int n_vocab() const { return static_cast<int>(vocab_.tokens.size()); }
+    std::int32_t bos() const { return vocab_.bos; }
+    std::int32_t eos() const { return vocab_.eos; }
+
+    /// Token ids of `text`, BOS first when add_bos (llama.cpp's llama_tokenize with
+    /// add_special = add_bos, parse_special = true).
+    virtual std::vector<std::int32_t> encode(std::string_view text, bool add_bos) const = 0;
+    /// Text of one token as it should be printed after `prev` (spm: leading-space rule after BOS,
+    /// byte tokens as raw bytes; control tokens give "").
+    virtual std::string piece(std::int32_t prev, std::int32_t id) const = 0;
+    /// Text of a sequence (concatenated pieces, dummy prefix removed).
+    std::string decode(const std::vector<std::int32_t>& ids) const;
+
+protected:
+    explicit Tokenizer(VocabData vocab) : vocab_(std::move(vocab)) {}
+    VocabData vocab_;
+};
+
+// Sources of vocabularies. Each validates what it reads (counts, lengths, ids) and throws
+// aqpim::Error naming the field.
+VocabData vocab_from_gguf(const GgufFile& gguf);                                   ///< tokenizer.ggml.*
+VocabData vocab_from_llama2c(const std::string& tokenizer_bin, int n_vocab);       ///< llama2.c tokenizer.bin
+VocabData vocab_from_hf_tokenizer_json(const std::string& path);                    ///< tokenizer.json (+ config beside it)
+VocabData vocab_from_sentencepiece_model(const std::string& path);                  ///< tokenizer.model (protobuf)
+/// Write tokenizer.ggml.* keys as llama.cpp's converter does.
+void write_vocab_gguf(GgufWriter& writer, const VocabData& vocab);
+
+}  // namespace aqpim
