@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string>
+
 namespace aqpim::cli {
 
 struct BenchOptions {
@@ -30,5 +32,14 @@ nlohmann::ordered_json bench_values(const BenchOptions& opt);
 /// GQA-group attention (4 query heads, D = 128): PQ vs dense f32 and f16, in cache and cold,
 /// one and two threads.
 nlohmann::ordered_json bench_attention(const BenchOptions& opt);
+
+struct DecodeBenchOptions {
+    std::string model;
+    int prompt_tokens = 128;
+    int decode_tokens = 32;
+};
+/// Prefill tokens/s and GFLOP/s; decode tokens/s, GB/s of weights + KV read, and the fraction of
+/// the streaming-read roof measured in the same run.
+nlohmann::ordered_json bench_decode(const DecodeBenchOptions& opt);
 
 }  // namespace aqpim::cli

@@ -112,6 +112,21 @@ void add_bench_command(CLI::App& app) {
         else
             print_tables(rows);
     });
+
+    auto* decode = bench->add_subcommand("decode", "a model's prefill and decode speed vs the read roof of this machine");
+    auto dopt = std::make_shared<DecodeBenchOptions>();
+    auto djson = std::make_shared<bool>(false);
+    decode->add_option("-m,--model", dopt->model, "model file or directory (see `aqpim synth` for large shapes)")->required();
+    decode->add_option("--prompt-tokens", dopt->prompt_tokens, "prefill length")->check(CLI::Range(1, 1 << 20));
+    decode->add_option("-n,--decode-tokens", dopt->decode_tokens, "decode steps")->check(CLI::Range(1, 1 << 20));
+    decode->add_flag("--json", *djson, "print JSON instead of tables");
+    decode->callback([dopt, djson] {
+        const json rows = bench_decode(*dopt);
+        if (*djson)
+            fmt::print("{}\n", json{{"simd", simd_level_name(active_simd_level())}, {"rows", rows}}.dump(2));
+        else
+            print_tables(rows);
+    });
 }
 
 }  // namespace aqpim::cli

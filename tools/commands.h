@@ -9,5 +9,9 @@ namespace aqpim::cli {
 void add_info_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
+void add_synth_command(CLI::App& app);
+void add_convert_command(CLI::App& app);
+void add_run_command(CLI::App& app);
+void add_ppl_command(CLI::App& app);
 
 }  // namespace aqpim::cli

@@ -22,9 +22,14 @@ int main(int argc, char** argv) {
         if (threads > 0) aqpim::set_default_threads(threads);
     });
 
+    app.fallthrough();  // global options (-t, --simd) also after the subcommand name
     aqpim::cli::add_info_command(app);
     aqpim::cli::add_bench_command(app);
     aqpim::cli::add_demo_command(app);
+    aqpim::cli::add_synth_command(app);
+    aqpim::cli::add_convert_command(app);
+    aqpim::cli::add_run_command(app);
+    aqpim::cli::add_ppl_command(app);
 
     try {
         app.parse(argc, argv);

@@ -6,6 +6,7 @@
 // file before use: a truncated, corrupted or hostile file gives an aqpim::Error naming the field.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -99,16 +100,41 @@ public:
     void add_tensor(const std::string& name, const std::vector<std::int64_t>& ne, GgmlType type,
                     std::vector<std::uint8_t> data);
 
+    /// Writes rows [row0, row0 + n_rows) of a tensor into dst (a row is ne[0] values, i.e.
+    /// ggml_row_bytes(type, ne[0]) bytes; there are prod(ne[1:]) rows). Called during write(),
+    /// in row order, with chunks of a few MB, so a tensor never has to be held whole in memory.
+    using RowGenerator = std::function<void(std::int64_t row0, std::int64_t n_rows, std::uint8_t* dst)>;
+    /// Add a tensor whose bytes are produced while writing (streaming: `synth` of an 8B model).
+    void add_tensor(const std::string& name, const std::vector<std::int64_t>& ne, GgmlType type,
+                    RowGenerator generate);
+
+    /// Bytes the file will have (header, metadata, tensor infos, padding, data).
+    std::uint64_t file_bytes() const;
+
     /// Write to path (via a temporary file renamed at the end, so a failure never leaves a
     /// half-written model under the final name).
     void write(const std::string& path) const;
 
 private:
-    struct Entry;
-    struct Tensor;
+    struct Entry {
+        std::string key;
+        std::vector<std::uint8_t> value;  ///< encoded: u32 value type, then the value
+    };
+    struct Tensor {
+        std::string name;
+        std::vector<std::int64_t> ne;
+        GgmlType type;
+        std::uint64_t n_bytes;
+        std::uint64_t offset;  ///< in the data section, aligned
+        RowGenerator generate;
+    };
+    void set_encoded(const std::string& key, std::vector<std::uint8_t> value);
+    std::vector<std::uint8_t> header() const;  ///< everything before the data section, padded
+
     std::uint32_t alignment_;
-    std::vector<std::shared_ptr<Entry>> entries_;
+    std::vector<Entry> entries_;  ///< insertion order; setting a key again replaces it in place
     std::vector<Tensor> tensors_;
+    std::uint64_t data_bytes_ = 0;  ///< data section so far (aligned)
 };
 
 }  // namespace aqpim

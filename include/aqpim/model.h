@@ -67,6 +67,8 @@ struct ModelWeights {
     std::vector<LayerWeights> layers;
     std::vector<float> output_norm;  ///< [n_embd]
     WeightMatrix output;             ///< [n_vocab][n_embd]; same data as token_embd when tied
+    std::vector<float> rope_freq_factors;  ///< [head_dim/2] GGUF rope_freqs.weight (Llama-3): each pair's
+                                           ///< frequency is divided by its factor; empty if absent
     std::string format;              ///< "gguf", "safetensors", "llama2c"
     std::vector<std::shared_ptr<const void>> storage;  ///< keeps mappings and converted buffers alive
 
@@ -87,6 +89,15 @@ struct LoadOptions {
 /// checkpoint (recognised by content, not by name). For llama2.c the vocabulary is
 /// options.tokenizer_path, else tokenizer.bin or a single tok*.bin next to the checkpoint.
 LoadedModel load_model(const std::string& path, const LoadOptions& options = {});
+
+/// A vocabulary file on its own, recognised by content/name: .gguf, tokenizer.json, a
+/// SentencePiece .model, else a llama2.c tokenizer.bin (which needs n_vocab).
+/// (A vocabulary shorter than n_vocab is padded, see pad_vocabulary.)
+std::shared_ptr<const Tokenizer> load_tokenizer_file(const std::string& path, int n_vocab);
+/// Pad a vocabulary shorter than the model's embedding with unused "[PADi]" tokens (as llama.cpp's
+/// converter does) so every id the model can produce has a token; more tokens than n_vocab is an
+/// error naming `source`.
+void pad_vocabulary(VocabData& vocab, int n_vocab, const std::string& source);
 
 // Per-format loaders (load_model picks one).
 LoadedModel load_gguf_model(const std::string& path);

@@ -28,6 +28,7 @@ class SafetensorsFile {
 public:
     explicit SafetensorsFile(const std::string& path);
 
+    const std::string& path() const { return file_.path(); }
     bool has(const std::string& name) const { return tensors_.count(name) != 0; }
     /// Throws aqpim::Error naming the tensor and the file if absent.
     const SafetensorInfo& info(const std::string& name) const;
@@ -35,6 +36,9 @@ public:
     /// The tensor converted to f32 (F32, F16, BF16; any other dtype is an error naming it), checked
     /// against the expected shape.
     std::vector<float> read_f32(const std::string& name, const std::vector<std::int64_t>& expected_shape) const;
+    /// The tensor's raw bytes inside the mapping (info.n_bytes of them, valid while this object
+    /// lives; not necessarily aligned to the element size).
+    const std::uint8_t* tensor_data(const SafetensorInfo& info) const { return file_.data() + data_start_ + info.begin; }
 
 private:
     MappedFile file_;

@@ -6,8 +6,10 @@
 //     merges, dummy-prefix space, <0xXX> byte fallback;
 //   - bpe: byte-level BPE (llama.cpp "gpt2" vocab, HF tokenizer.json ByteLevel): pre-tokenizer
 //     regexes (gpt2, llama3, qwen2), byte-to-unicode mapping, rank-ordered merges.
-// Special/control tokens written in the text (e.g. "<s>") are matched as tokens, as llama.cpp's
-// tokenizer does with parse_special = true... (see docs/tokenizers.md for the exact rules).
+// Special tokens written in the text (the texts of control, user-defined and unknown tokens, e.g.
+// "<s>") are matched as tokens first, as llama.cpp's tokenizer does with parse_special = true; the
+// dummy prefix space goes before the first text fragment and before each fragment that follows a
+// special token. docs/tokenizers.md gives the exact rules and what is tested against what.
 
 #include <cstdint>
 #include <memory>
@@ -29,8 +31,12 @@ struct VocabData {
     std::vector<std::string> tokens;   ///< token text (spm: with "▁" for spaces; bpe: byte-to-unicode form)
     std::vector<float> scores;         ///< spm merge priority (higher first); empty for bpe
     std::vector<TokenType> types;
-    std::vector<std::string> merges;   ///< bpe: "left right", rank order
-    std::string pre_tokenizer = "default";  ///< bpe regex set: gpt2 / llama3 / qwen2 ...
+    /// "left right", rank order. bpe: the merges. spm: empty (merge by score), or merges by rank
+    /// (Hugging Face tokenizer.json BPE, merged as HF does; scores then only mirror the ranks).
+    std::vector<std::string> merges;
+    std::string pre_tokenizer = "default";  ///< bpe regex set (tokenizer.ggml.pre): default, gpt2, llama3, qwen2
+    std::string pre_regex;             ///< bpe: a custom pre-tokenizer regex (HF Split) used instead when not empty
+    bool ignore_merges = false;        ///< bpe: a word that is a token is taken whole (Llama 3)
     std::int32_t bos = -1, eos = -1, unk = -1, pad = -1;
     bool add_bos = true;
     bool add_eos = false;
@@ -47,13 +53,16 @@ public:
     std::int32_t bos() const { return vocab_.bos; }
     std::int32_t eos() const { return vocab_.eos; }
 
-    /// Token ids of `text`, BOS first when add_bos (llama.cpp's llama_tokenize with
-    /// add_special = add_bos, parse_special = true).
+    /// Token ids of `text` (llama.cpp's llama_tokenize with add_special = add_bos, parse_special =
+    /// true): when add_bos, BOS first if the vocabulary's add_bos and EOS last if its add_eos.
     virtual std::vector<std::int32_t> encode(std::string_view text, bool add_bos) const = 0;
-    /// Text of one token as it should be printed after `prev` (spm: leading-space rule after BOS,
-    /// byte tokens as raw bytes; control tokens give "").
+    /// Text of one token as it should be printed after `prev` (-1: at the start). Byte tokens give
+    /// their raw byte; control, unknown and unused tokens give "". With add_space_prefix, a leading
+    /// space is dropped at the start and after BOS, control and user-defined tokens (llama2.c drops
+    /// it after BOS). Throws aqpim::Error if id is out of range.
     virtual std::string piece(std::int32_t prev, std::int32_t id) const = 0;
-    /// Text of a sequence (concatenated pieces, dummy prefix removed).
+    /// Text of a sequence: piece(prev, id) concatenated, so decode(encode(t)) == t for text without
+    /// special-token texts, unknown characters or (HF) normalisation beyond the "▁" escape.
     std::string decode(const std::vector<std::int32_t>& ids) const;
 
 protected:

@@ -7,15 +7,11 @@
 #include "aqpim/error.h"
 #include "aqpim/safetensors.h"
 #include "aqpim/threads.h"
+#include "model/hf_config.h"
 
 namespace aqpim {
 
 namespace {
-
-struct LlamaShape {
-    int hidden = 0, n_head = 0, n_kv_head = 0, head_dim = 0, vocab = 0;
-    float eps = 1e-5f, rope_theta = 10000.0f;
-};
 
 nlohmann::json read_json(const std::string& path) {
     std::ifstream f(path);
@@ -25,35 +21,6 @@ nlohmann::json read_json(const std::string& path) {
     } catch (const nlohmann::json::exception& e) {
         AQPIM_FAIL("{}: not valid JSON: {}", path, e.what());
     }
-}
-
-int positive_int(const nlohmann::json& cfg, const char* key, const std::string& path, int fallback = 0) {
-    if (!cfg.contains(key) || cfg[key].is_null()) {
-        AQPIM_CHECK(fallback > 0, "{}: missing field '{}'", path, key);
-        return fallback;
-    }
-    AQPIM_CHECK(cfg[key].is_number_integer(), "{}: field '{}' is not an integer", path, key);
-    const auto v = cfg[key].get<std::int64_t>();
-    AQPIM_CHECK(v >= 1 && v <= (1 << 20), "{}: field '{}' = {} is out of range", path, key, v);
-    return int(v);
-}
-
-LlamaShape read_shape(const std::string& path) {
-    const auto cfg = read_json(path);
-    LlamaShape s;
-    s.hidden = positive_int(cfg, "hidden_size", path);
-    s.n_head = positive_int(cfg, "num_attention_heads", path);
-    s.n_kv_head = positive_int(cfg, "num_key_value_heads", path, s.n_head);
-    AQPIM_CHECK(s.hidden % s.n_head == 0 || cfg.contains("head_dim"), "{}: hidden_size {} not divisible by {} heads",
-                path, s.hidden, s.n_head);
-    s.head_dim = positive_int(cfg, "head_dim", path, s.hidden / s.n_head);
-    s.vocab = positive_int(cfg, "vocab_size", path);
-    AQPIM_CHECK(s.n_head % s.n_kv_head == 0, "{}: {} heads are not a multiple of {} KV heads", path, s.n_head,
-                s.n_kv_head);
-    if (cfg.contains("rms_norm_eps") && cfg["rms_norm_eps"].is_number()) s.eps = cfg["rms_norm_eps"].get<float>();
-    if (cfg.contains("rope_theta") && cfg["rope_theta"].is_number()) s.rope_theta = cfg["rope_theta"].get<float>();
-    AQPIM_CHECK(s.eps > 0 && s.rope_theta > 1, "{}: bad rms_norm_eps {} or rope_theta {}", path, s.eps, s.rope_theta);
-    return s;
 }
 
 // y [n_out] = W [n_out][n_in] x
@@ -89,14 +56,14 @@ std::vector<float> CapturedAttention::kv_head(const std::vector<float>& kv, int 
 }
 
 CapturedAttention capture_layer0(const std::string& model_dir, std::span<const std::int32_t> tokens) {
-    const LlamaShape s = read_shape(model_dir + "/config.json");
+    const ModelConfig s = read_hf_config(model_dir + "/config.json");
     SafetensorsFile st(model_dir + "/model.safetensors");
-    const auto embed = st.read_f32("model.embed_tokens.weight", {s.vocab, s.hidden});
-    const auto norm = st.read_f32("model.layers.0.input_layernorm.weight", {s.hidden});
+    const auto embed = st.read_f32("model.embed_tokens.weight", {s.n_vocab, s.n_embd});
+    const auto norm = st.read_f32("model.layers.0.input_layernorm.weight", {s.n_embd});
     const int q_out = s.n_head * s.head_dim, kv_out = s.n_kv_head * s.head_dim;
-    const auto wq = st.read_f32("model.layers.0.self_attn.q_proj.weight", {q_out, s.hidden});
-    const auto wk = st.read_f32("model.layers.0.self_attn.k_proj.weight", {kv_out, s.hidden});
-    const auto wv = st.read_f32("model.layers.0.self_attn.v_proj.weight", {kv_out, s.hidden});
+    const auto wq = st.read_f32("model.layers.0.self_attn.q_proj.weight", {q_out, s.n_embd});
+    const auto wk = st.read_f32("model.layers.0.self_attn.k_proj.weight", {kv_out, s.n_embd});
+    const auto wv = st.read_f32("model.layers.0.self_attn.v_proj.weight", {kv_out, s.n_embd});
 
     CapturedAttention c;
     c.n_tokens = int(tokens.size());
@@ -107,19 +74,19 @@ CapturedAttention capture_layer0(const std::string& model_dir, std::span<const s
     c.k.resize(std::size_t(c.n_tokens) * kv_out);
     c.v.resize(std::size_t(c.n_tokens) * kv_out);
     for (std::int32_t id : tokens)
-        AQPIM_CHECK(id >= 0 && id < s.vocab, "token id {} out of range [0, {})", id, s.vocab);
+        AQPIM_CHECK(id >= 0 && id < s.n_vocab, "token id {} out of range [0, {})", id, s.n_vocab);
     parallel_for(c.n_tokens, [&](std::int64_t t) {
-        std::vector<float> h(s.hidden);
-        const float* e = embed.data() + std::int64_t(tokens[t]) * s.hidden;
+        std::vector<float> h(s.n_embd);
+        const float* e = embed.data() + std::int64_t(tokens[t]) * s.n_embd;
         double ss = 0;
-        for (int i = 0; i < s.hidden; ++i) ss += double(e[i]) * e[i];
-        const float inv = float(1.0 / std::sqrt(ss / s.hidden + s.eps));
-        for (int i = 0; i < s.hidden; ++i) h[i] = e[i] * inv * norm[i];
+        for (int i = 0; i < s.n_embd; ++i) ss += double(e[i]) * e[i];
+        const float inv = float(1.0 / std::sqrt(ss / s.n_embd + s.rms_eps));
+        for (int i = 0; i < s.n_embd; ++i) h[i] = e[i] * inv * norm[i];
         float* q = c.q.data() + t * q_out;
         float* k = c.k.data() + t * kv_out;
-        matvec(wq.data(), h.data(), q_out, s.hidden, q);
-        matvec(wk.data(), h.data(), kv_out, s.hidden, k);
-        matvec(wv.data(), h.data(), kv_out, s.hidden, c.v.data() + t * kv_out);
+        matvec(wq.data(), h.data(), q_out, s.n_embd, q);
+        matvec(wk.data(), h.data(), kv_out, s.n_embd, k);
+        matvec(wv.data(), h.data(), kv_out, s.n_embd, c.v.data() + t * kv_out);
         for (int ih = 0; ih < s.n_head; ++ih) rope_neox(q + ih * s.head_dim, s.head_dim, int(t), s.rope_theta);
         for (int ih = 0; ih < s.n_kv_head; ++ih) rope_neox(k + ih * s.head_dim, s.head_dim, int(t), s.rope_theta);
     });

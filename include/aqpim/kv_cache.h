@@ -1,0 +1,91 @@
+#pragma once
+// The KV-cache interface of the runtime. A cache stores, per layer and per sequence, the keys
+// (post-RoPE) and values of every token seen so far, and answers attention for the query rows of
+// one sequence, one layer and one KV head at a time: one call serves the whole GQA group of that
+// KV head (group = n_head / n_kv_head query heads) and any number of query rows (prefill), each
+// row causally limited to the tokens at or before its position.
+//
+// Compressed caches (issue 4: PQ, int8/int4, KIVI, ...) implement the same interface; the dense
+// f32 and f16 caches here are the reference they are measured against.
+//
+// Threading: append() is called for one layer at a time from one thread; attend() calls for
+// different (sequence, KV head) pairs of the same layer run concurrently and must not race.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace aqpim {
+
+struct KvShape {
+    int n_layer = 0;
+    int n_kv_head = 0;
+    int head_dim = 0;
+    /// K and V elements one token occupies over all layers.
+    std::int64_t elements_per_token() const { return 2LL * n_layer * n_kv_head * head_dim; }
+};
+
+/// Every byte a cache holds for its tokens, by part ("keys f16", "codes", "codebooks", ...).
+struct KvMemory {
+    std::int64_t n_tokens = 0;  ///< tokens stored, summed over sequences
+    std::uint64_t bytes = 0;    ///< sum of parts
+    std::vector<std::pair<std::string, std::uint64_t>> parts;
+    void add(const std::string& part, std::uint64_t n_bytes);
+    /// bytes * 8 / (n_tokens * shape.elements_per_token()); 0 when empty.
+    double bits_per_element(const KvShape& shape) const;
+};
+
+/// Query rows of one sequence for one layer and one KV head.
+struct KvQuery {
+    const float* q = nullptr;      ///< [n_rows][group][head_dim], row stride q_stride floats (post-RoPE)
+    std::int64_t q_stride = 0;
+    int n_rows = 0;
+    int group = 1;                 ///< query heads served by this KV head
+    const std::int64_t* pos = nullptr;  ///< [n_rows] row i attends to the tokens at positions 0..pos[i]
+    float scale = 1.0f;            ///< scores are scale * q·k
+    float* out = nullptr;          ///< [n_rows][group][head_dim], row stride out_stride floats
+    std::int64_t out_stride = 0;
+};
+
+class KvCache {
+public:
+    explicit KvCache(KvShape shape);
+    virtual ~KvCache() = default;
+    KvCache(const KvCache&) = delete;
+    KvCache& operator=(const KvCache&) = delete;
+
+    const KvShape& shape() const { return shape_; }
+    /// "f32", "f16", "pq:m=32,...": what `--kv` would say.
+    virtual std::string scheme() const = 0;
+
+    // ---- sequences -------------------------------------------------------------------------------
+    /// Start an empty sequence (id >= 0, not in use, else aqpim::Error).
+    virtual void add_sequence(int seq_id) = 0;
+    /// End a sequence and release its memory (unknown id: aqpim::Error).
+    virtual void remove_sequence(int seq_id) = 0;
+    virtual bool has_sequence(int seq_id) const = 0;
+    /// Tokens of the sequence stored in layer il (positions 0..n-1).
+    virtual std::int64_t n_tokens(int seq_id, int il) const = 0;
+
+    // ---- data ------------------------------------------------------------------------------------
+    /// Append n tokens of layer il at positions n_tokens(seq_id, il) ..: k, v [n][n_kv_head][head_dim].
+    virtual void append(int il, int seq_id, std::int64_t n, const float* k, const float* v) = 0;
+    /// out = softmax(scale q·K^T) V over the sequence's tokens of layer il at positions <= pos[row]
+    /// for KV head ih (pos[row] < n_tokens(seq_id, il), else aqpim::Error).
+    virtual void attend(int il, int seq_id, int ih, const KvQuery& query) const = 0;
+
+    /// What the cache holds now.
+    virtual KvMemory memory() const = 0;
+
+private:
+    KvShape shape_;
+};
+
+enum class DenseKvType { f32, f16 };
+
+/// The reference caches: keys and values stored as given (f32) or rounded to f16.
+std::unique_ptr<KvCache> make_dense_kv_cache(const KvShape& shape, DenseKvType type);
+
+}  // namespace aqpim

@@ -1,0 +1,327 @@
+// AVX2 weight kernels: dequantization (bit-identical to quant_ref.cpp) and row dots. Quantized
+// rows are multiplied against x quantized to int8 per block of 32 (natural order, the same
+// values as quantize_x_ref) with vpmaddubsw (u8 x s8 pairs into s16) and vpmaddwd; signed
+// weights use the sign trick (|w| against x carrying w's sign) so no pair sum saturates.
+
+#include <immintrin.h>
+
+#include "aqpim/error.h"
+#include "model/quant_blocks.h"
+
+namespace aqpim::quant {
+
+namespace {
+
+float h2f(f16_t h) { return _cvtsh_ss(h); }
+
+inline __m256 opaque(__m256 v) {
+    asm("" : "+x"(v));
+    return v;
+}
+
+inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+inline void prefetch_ahead(const void* p, int n_lines) {
+    for (int i = 0; i < n_lines; ++i)
+        _mm_prefetch(static_cast<const char*>(p) + kWeightPrefetchBytes + 64 * i, _MM_HINT_T0);
+}
+
+/// 8 int32 sums of products of u8 a and s8 b (adjacent pairs never exceed the s16 range for the
+/// operands used here: |a| <= 128 against |b| <= 127, or a <= 63).
+inline __m256i dot_u8s8(__m256i a, __m256i b) { return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)); }
+
+// ---- dequantization ---------------------------------------------------------------------------
+
+void dequantize_q8_0(const BlockQ8_0* b, float* y, std::int64_t nb) {
+    for (std::int64_t i = 0; i < nb; ++i, y += QK) {
+        const __m256 d = _mm256_set1_ps(h2f(b[i].d));
+        for (int h = 0; h < 4; ++h) {
+            const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[i].qs + 8 * h));
+            _mm256_storeu_ps(y + 8 * h, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+        }
+    }
+}
+
+void dequantize_q4_0(const BlockQ4_0* b, float* y, std::int64_t nb) {
+    const __m128i low = _mm_set1_epi8(0xF);
+    const __m256i eight = _mm256_set1_epi32(8);
+    for (std::int64_t i = 0; i < nb; ++i, y += QK) {
+        const __m256 d = _mm256_set1_ps(h2f(b[i].d));
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
+        const __m128i half[2] = {_mm_and_si128(q, low), _mm_and_si128(_mm_srli_epi16(q, 4), low)};
+        for (int h = 0; h < 2; ++h)
+            for (int e = 0; e < 2; ++e) {
+                const __m256i v = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(half[h], 8 * e)), eight);
+                _mm256_storeu_ps(y + 16 * h + 8 * e, _mm256_mul_ps(_mm256_cvtepi32_ps(v), d));
+            }
+    }
+}
+
+void dequantize_q4_k(const BlockQ4_K* b, float* y, std::int64_t nb) {
+    const __m128i low = _mm_set1_epi8(0xF);
+    for (std::int64_t i = 0; i < nb; ++i) {
+        const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
+        std::uint8_t sc[8], m[8];
+        unpack_q4k_scales(b[i].scales, sc, m);
+        for (int c = 0; c < 4; ++c) {
+            const std::uint8_t* q = b[i].qs + 32 * c;
+            for (int s = 0; s < 2; ++s, y += 32) {
+                const __m256 dj = _mm256_set1_ps(d * float(sc[2 * c + s])), mj = _mm256_set1_ps(dmin * float(m[2 * c + s]));
+                for (int h = 0; h < 4; ++h) {
+                    __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8 * h));
+                    v = _mm_and_si128(s ? _mm_srli_epi16(v, 4) : v, low);
+                    const __m256 p = opaque(_mm256_mul_ps(dj, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v))));
+                    _mm256_storeu_ps(y + 8 * h, _mm256_sub_ps(p, mj));
+                }
+            }
+        }
+    }
+}
+
+void dequantize_q6_k(const BlockQ6_K* b, float* y, std::int64_t nb) {
+    const __m256i m4 = _mm256_set1_epi32(0xF), m2 = _mm256_set1_epi32(3), k32 = _mm256_set1_epi32(32);
+    for (std::int64_t i = 0; i < nb; ++i, y += QK_K) {
+        const float d = h2f(b[i].d);
+        for (int h = 0; h < 2; ++h)
+            for (int l0 = 0; l0 < 32; l0 += 8) {
+                auto load = [](const std::uint8_t* p) {
+                    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+                };
+                const __m256i qa = load(b[i].ql + 64 * h + l0), qb = load(b[i].ql + 64 * h + 32 + l0);
+                const __m256i qh = load(b[i].qh + 32 * h + l0);
+                const __m256i lo[4] = {_mm256_and_si256(qa, m4), _mm256_and_si256(qb, m4), _mm256_srli_epi32(qa, 4),
+                                       _mm256_srli_epi32(qb, 4)};
+                for (int quarter = 0; quarter < 4; ++quarter) {
+                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(qh, 2 * quarter), m2);
+                    const __m256i q = _mm256_sub_epi32(_mm256_or_si256(lo[quarter], _mm256_slli_epi32(hi, 4)), k32);
+                    const int at = 128 * h + 32 * quarter + l0;
+                    const __m256 s = _mm256_set1_ps(d * float(b[i].scales[at / 16]));
+                    _mm256_storeu_ps(y + at, _mm256_mul_ps(s, _mm256_cvtepi32_ps(q)));
+                }
+            }
+    }
+}
+
+// ---- activations (natural order, bit-identical to quantize_x_ref) -------------------------------
+
+void quantize_x(const float* x, std::int64_t n, QuantizedX& qx) {
+    reserve_x(qx, n, false);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (std::int64_t b = 0; b < n / QK; ++b) {
+        __m256 v[4];
+        __m256 m = _mm256_setzero_ps();
+        for (int t = 0; t < 4; ++t) {
+            v[t] = _mm256_loadu_ps(x + 32 * b + 8 * t);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[t]));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+        const float d = amax / 127.0f;
+        const __m256 id = _mm256_set1_ps(d != 0 ? 1.0f / d : 0.0f);
+        __m256i q[4];
+        for (int t = 0; t < 4; ++t) q[t] = _mm256_cvtps_epi32(_mm256_mul_ps(v[t], id));
+        const __m256i s01 = _mm256_add_epi32(q[0], q[1]), s23 = _mm256_add_epi32(q[2], q[3]);
+        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qx.q.data() + 32 * b), _mm256_permutevar8x32_epi32(p, perm));
+        auto hsum_i = [](__m256i s) {
+            __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+            return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1)));
+        };
+        const int sa = hsum_i(s01), sc = hsum_i(s23);
+        qx.d[std::size_t(b)] = d;
+        qx.s[std::size_t(b)] = sa + sc;
+        qx.s16[std::size_t(2 * b)] = sa;
+        qx.s16[std::size_t(2 * b + 1)] = sc;
+    }
+}
+
+// ---- row dots -----------------------------------------------------------------------------------
+
+inline __m256i load_x(const QuantizedX& qx, std::int64_t b) {
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(qx.q.data() + 32 * b));
+}
+
+float dot_q8_0(const BlockQ8_0* w, const QuantizedX& qx, std::int64_t nb) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    auto block = [&](std::int64_t b, __m256& acc) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+        const __m256i p = dot_u8s8(_mm256_abs_epi8(q), _mm256_sign_epi8(load_x(qx, b), q));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(w[b].d) * qx.d[std::size_t(b)]), acc);
+    };
+    std::int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        prefetch_ahead(w + b, 2);
+        block(b, acc0);
+        block(b + 1, acc1);
+    }
+    if (b < nb) block(b, acc0);
+    return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+float dot_q4_0(const BlockQ4_0* w, const QuantizedX& qx, std::int64_t nb) {
+    const __m128i low = _mm_set1_epi8(0xF);
+    const __m256i eight = _mm256_set1_epi8(8);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    auto block = [&](std::int64_t b, __m256& acc) {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
+        const __m256i v = _mm256_sub_epi8(
+            _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low)), eight);
+        const __m256i p = dot_u8s8(_mm256_abs_epi8(v), _mm256_sign_epi8(load_x(qx, b), v));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(w[b].d) * qx.d[std::size_t(b)]), acc);
+    };
+    std::int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        prefetch_ahead(w + b, 1);
+        block(b, acc0);
+        block(b + 1, acc1);
+    }
+    if (b < nb) block(b, acc0);
+    return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+float dot_q4_k(const BlockQ4_K* w, const QuantizedX& qx, std::int64_t nb) {
+    const __m256i low = _mm256_set1_epi8(0xF);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, macc = acc0;
+    for (std::int64_t i = 0; i < nb; ++i) {
+        prefetch_ahead(w + i, 3);
+        std::uint64_t sc_lo, m_hi;
+        unpack_q4k_scales_words(w[i].scales, sc_lo, m_hi);
+        const __m256 sc = _mm256_mul_ps(_mm256_set1_ps(h2f(w[i].d)),
+                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(std::int64_t(sc_lo)))));
+        const __m256 mn = _mm256_mul_ps(_mm256_set1_ps(h2f(w[i].dmin)),
+                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(std::int64_t(m_hi)))));
+        // min term: sum_j dmin m_j * d_x[j] s[j]
+        const __m256 dx = _mm256_loadu_ps(qx.d.data() + 8 * i);
+        const __m256 xs = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx.s.data() + 8 * i)));
+        macc = _mm256_fmadd_ps(mn, _mm256_mul_ps(dx, xs), macc);
+        const __m256 w_sc = _mm256_mul_ps(sc, dx);  // d sc_j d_x[j]
+        for (int c = 0; c < 4; ++c) {
+            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qs + 32 * c));
+            const std::int64_t b = 8 * i + 2 * c;
+            const __m256i plo = dot_u8s8(_mm256_and_si256(q, low), load_x(qx, b));
+            const __m256i phi = dot_u8s8(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), load_x(qx, b + 1));
+            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(plo), _mm256_permutevar8x32_ps(w_sc, _mm256_set1_epi32(2 * c)), acc0);
+            acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(phi), _mm256_permutevar8x32_ps(w_sc, _mm256_set1_epi32(2 * c + 1)), acc1);
+        }
+    }
+    return hsum(_mm256_add_ps(acc0, acc1)) - hsum(macc);
+}
+
+float dot_q6_k(const BlockQ6_K* w, const QuantizedX& qx, std::int64_t nb) {
+    const __m256i low = _mm256_set1_epi8(0xF), top = _mm256_set1_epi8(0x30);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    float corr = 0;
+    for (std::int64_t i = 0; i < nb; ++i) {
+        prefetch_ahead(w + i, 4);
+        const float d = h2f(w[i].d);
+        const std::int8_t* sc = w[i].scales;
+        for (int h = 0; h < 2; ++h) {
+            const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].ql + 64 * h));
+            const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qh + 32 * h));
+            const __m256i u[4] = {
+                _mm256_or_si256(_mm256_and_si256(ql0, low), _mm256_and_si256(_mm256_slli_epi16(qh, 4), top)),
+                _mm256_or_si256(_mm256_and_si256(ql1, low), _mm256_and_si256(_mm256_slli_epi16(qh, 2), top)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low), _mm256_and_si256(qh, top)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low), _mm256_and_si256(_mm256_srli_epi16(qh, 2), top)),
+            };
+            auto quarter = [&](int qq, __m256& acc) {
+                const std::int64_t b = 8 * i + 4 * h + qq;  // activation block = groups g, g+1
+                const int g = 8 * h + 2 * qq;
+                const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
+                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u[qq], load_x(qx, b)), scv);
+                const float ddx = d * qx.d[std::size_t(b)];
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(ddx), acc);
+                corr += ddx * float(-32 * (sc[g] * qx.s16[std::size_t(2 * b)] + sc[g + 1] * qx.s16[std::size_t(2 * b + 1)]));
+            };
+            quarter(0, acc0);
+            quarter(1, acc1);
+            quarter(2, acc0);
+            quarter(3, acc1);
+        }
+    }
+    return hsum(_mm256_add_ps(acc0, acc1)) + corr;
+}
+
+template <GgmlType T>
+inline __m256 load8(const std::uint8_t* row, std::int64_t i) {
+    if constexpr (T == GgmlType::F32) {
+        return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
+    } else if constexpr (T == GgmlType::F16) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const f16_t*>(row) + i)));
+    } else {
+        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const bf16_t*>(row) + i)));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    }
+}
+
+template <GgmlType T>
+float dot_float(const std::uint8_t* row, const float* x, std::int64_t n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    std::int64_t i = 0;
+    constexpr int kBytes = T == GgmlType::F32 ? 4 : 2;
+    for (; i + 32 <= n; i += 32) {
+        prefetch_ahead(row + i * kBytes, kBytes / 2);
+        a0 = _mm256_fmadd_ps(load8<T>(row, i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(load8<T>(row, i + 8), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(load8<T>(row, i + 16), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(load8<T>(row, i + 24), _mm256_loadu_ps(x + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load8<T>(row, i), _mm256_loadu_ps(x + i), a0);
+    float sum = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; ++i) {
+        float v;
+        if constexpr (T == GgmlType::F32) v = reinterpret_cast<const float*>(row)[i];
+        else if constexpr (T == GgmlType::F16) v = fp16_to_f32_scalar(reinterpret_cast<const f16_t*>(row)[i]);
+        else v = bf16_to_f32_scalar(reinterpret_cast<const bf16_t*>(row)[i]);
+        sum += v * x[i];
+    }
+    return sum;
+}
+
+template <class RowDot>
+void for_rows(const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows, float* y, RowDot dot) {
+    for (std::int64_t r = 0; r < n_rows; ++r) y[r] = dot(w + std::size_t(r) * row_bytes);
+}
+
+}  // namespace
+
+void dequantize_avx2(GgmlType type, const void* src, float* dst, std::int64_t n) {
+    switch (type) {
+        case GgmlType::Q8_0: return dequantize_q8_0(static_cast<const BlockQ8_0*>(src), dst, n / QK);
+        case GgmlType::Q4_0: return dequantize_q4_0(static_cast<const BlockQ4_0*>(src), dst, n / QK);
+        case GgmlType::Q4_K: return dequantize_q4_k(static_cast<const BlockQ4_K*>(src), dst, n / QK_K);
+        case GgmlType::Q6_K: return dequantize_q6_k(static_cast<const BlockQ6_K*>(src), dst, n / QK_K);
+        default: AQPIM_ASSERT(false);
+    }
+}
+
+void prepare_x_avx2(GgmlType, const float* x, std::int64_t n, QuantizedX& qx) { quantize_x(x, n, qx); }
+
+void dot_rows_avx2(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows, std::int64_t cols,
+                   const float* x, const QuantizedX& qx, float* y) {
+    auto rows = [&](auto dot) { for_rows(w, row_bytes, n_rows, y, dot); };
+    switch (type) {
+        case GgmlType::F32: return rows([&](const std::uint8_t* r) { return dot_float<GgmlType::F32>(r, x, cols); });
+        case GgmlType::F16: return rows([&](const std::uint8_t* r) { return dot_float<GgmlType::F16>(r, x, cols); });
+        case GgmlType::BF16: return rows([&](const std::uint8_t* r) { return dot_float<GgmlType::BF16>(r, x, cols); });
+        case GgmlType::Q8_0:
+            return rows([&](const std::uint8_t* r) { return dot_q8_0(reinterpret_cast<const BlockQ8_0*>(r), qx, cols / QK); });
+        case GgmlType::Q4_0:
+            return rows([&](const std::uint8_t* r) { return dot_q4_0(reinterpret_cast<const BlockQ4_0*>(r), qx, cols / QK); });
+        case GgmlType::Q4_K:
+            return rows([&](const std::uint8_t* r) { return dot_q4_k(reinterpret_cast<const BlockQ4_K*>(r), qx, cols / QK_K); });
+        case GgmlType::Q6_K:
+            return rows([&](const std::uint8_t* r) { return dot_q6_k(reinterpret_cast<const BlockQ6_K*>(r), qx, cols / QK_K); });
+        default: AQPIM_ASSERT(false);
+    }
+}
+
+}  // namespace aqpim::quant

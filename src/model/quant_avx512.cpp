@@ -1,0 +1,449 @@
+// AVX-512 (BW/VL/VBMI/VNNI) weight kernels: dequantization (bit-identical to quant_ref.cpp) and
+// row dots. Quantized rows are multiplied against x quantized to int8 per block of 32 with
+// vpdpbusd (u8 weight codes x s8 activations, four products per 32-bit lane); the per-block
+// scales are applied per lane in f32. See docs/weights.md for the layouts and what bounds them.
+//
+// Activation layouts (QuantizedX, filled by prepare_x_avx512), chosen so that each 64-byte load
+// of x lines up with the weight bytes a kernel has in a register without shuffling the weights:
+//  * Q8_0, Q6_K: natural order.
+//  * Q4_0: groups of 4 blocks (128 values); the group's 64 low-half values (values 0-15 of each
+//    block, the low nibbles) first, then the 64 high-half values. A trailing partial group
+//    stays in natural order.
+//  * Q4_K: per super-block, the 32-value blocks in the order 0 2 1 3 4 6 5 7 (the low nibbles
+//    of 64 qs bytes are sub-blocks 0 and 2, the high nibbles 1 and 3).
+// For Q8_0 and Q4_0, lane[k] is the block scale d_x of the 4 values at q[4k..4k+3] (layout
+// order) and lane_i[k] the integer the lane's dot starts from, cancelling the weights' offset:
+// Q8_0 reads w + 128 as u8, so -128 x (sum of the lane's 4 values); Q4_0 reads nibbles q = w + 8,
+// so -8 x (sum of the lane's 8 values: 4 low-half, 4 high-half). The K types fold d_x into their per-super-
+// block scale vector instead; aux is Q4_K's d_x*s per block and Q6_K's -32*d_x*s16 per half block.
+
+#include <immintrin.h>
+
+#include <cstring>
+
+// GCC 12 reports the _mm512_undefined_* pass-through operands of its AVX-512 intrinsics as
+// uninitialised (GCC bug 105593, fixed in 13).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+#include "aqpim/error.h"
+#include "model/quant_blocks.h"
+
+namespace aqpim::quant {
+
+namespace {
+
+float h2f(f16_t h) { return _cvtsh_ss(h); }
+
+/// Keeps the compiler from fusing a multiply with the following add (dequantization must round
+/// the product first, as llama.cpp's scalar code does).
+inline __m512 opaque(__m512 v) {
+    asm("" : "+v"(v));
+    return v;
+}
+
+// Horizontal reductions (GCC 12 warns about _mm512_reduce_*'s undefined upper halves).
+inline __m256 fold(__m512 v) {
+    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xee)));
+}
+inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+inline float hsum(__m512 v) { return hsum(fold(v)); }
+inline float hmax(__m512 v) {
+    __m256 m8 = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xee)));
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+inline int hsum_epi32(__m512i v) {
+    const __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_castsi512_si256(_mm512_shuffle_i64x2(v, v, 0xee)));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1)));
+}
+
+/// Prefetch n_lines cache lines kWeightPrefetchBytes ahead of p.
+inline void prefetch_ahead(const std::uint8_t* p, int n_lines) {
+    for (int i = 0; i < n_lines; ++i)
+        _mm_prefetch(reinterpret_cast<const char*>(p + kWeightPrefetchBytes + 64 * i), _MM_HINT_T0);
+}
+
+inline float hsum256_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return float(_mm_cvtsi128_si32(s));
+}
+
+// ---- dequantization ---------------------------------------------------------------------------
+
+void dequantize_q8_0(const BlockQ8_0* b, float* y, std::int64_t nb) {
+    for (std::int64_t i = 0; i < nb; ++i, y += QK) {
+        const __m512 d = _mm512_set1_ps(h2f(b[i].d));
+        for (int h = 0; h < 2; ++h) {
+            const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs + 16 * h));
+            _mm512_storeu_ps(y + 16 * h, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d));
+        }
+    }
+}
+
+void dequantize_q4_0(const BlockQ4_0* b, float* y, std::int64_t nb) {
+    const __m128i low = _mm_set1_epi8(0xF);
+    const __m512i eight = _mm512_set1_epi32(8);
+    for (std::int64_t i = 0; i < nb; ++i, y += QK) {
+        const __m512 d = _mm512_set1_ps(h2f(b[i].d));
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
+        const __m128i half[2] = {_mm_and_si128(q, low), _mm_and_si128(_mm_srli_epi16(q, 4), low)};
+        for (int h = 0; h < 2; ++h) {
+            const __m512i v = _mm512_sub_epi32(_mm512_cvtepu8_epi32(half[h]), eight);
+            _mm512_storeu_ps(y + 16 * h, _mm512_mul_ps(_mm512_cvtepi32_ps(v), d));
+        }
+    }
+}
+
+void dequantize_q4_k(const BlockQ4_K* b, float* y, std::int64_t nb) {
+    const __m128i low = _mm_set1_epi8(0xF);
+    for (std::int64_t i = 0; i < nb; ++i) {
+        const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
+        std::uint8_t sc[8], m[8];
+        unpack_q4k_scales(b[i].scales, sc, m);
+        for (int c = 0; c < 4; ++c) {
+            const std::uint8_t* q = b[i].qs + 32 * c;
+            for (int s = 0; s < 2; ++s, y += 32) {
+                const __m512 dj = _mm512_set1_ps(d * float(sc[2 * c + s])), mj = _mm512_set1_ps(dmin * float(m[2 * c + s]));
+                for (int h = 0; h < 2; ++h) {
+                    __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * h));
+                    v = _mm_and_si128(s ? _mm_srli_epi16(v, 4) : v, low);
+                    const __m512 p = opaque(_mm512_mul_ps(dj, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v))));
+                    _mm512_storeu_ps(y + 16 * h, _mm512_sub_ps(p, mj));
+                }
+            }
+        }
+    }
+}
+
+void dequantize_q6_k(const BlockQ6_K* b, float* y, std::int64_t nb) {
+    const __m512i m4 = _mm512_set1_epi32(0xF), m2 = _mm512_set1_epi32(3), k32 = _mm512_set1_epi32(32);
+    for (std::int64_t i = 0; i < nb; ++i, y += QK_K) {
+        const float d = h2f(b[i].d);
+        for (int h = 0; h < 2; ++h)
+            for (int l0 = 0; l0 < 32; l0 += 16) {
+                auto load = [](const std::uint8_t* p) {
+                    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+                };
+                const __m512i qa = load(b[i].ql + 64 * h + l0), qb = load(b[i].ql + 64 * h + 32 + l0);
+                const __m512i qh = load(b[i].qh + 32 * h + l0);
+                const __m512i lo[4] = {_mm512_and_si512(qa, m4), _mm512_and_si512(qb, m4), _mm512_srli_epi32(qa, 4),
+                                       _mm512_srli_epi32(qb, 4)};
+                for (int quarter = 0; quarter < 4; ++quarter) {
+                    const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(qh, 2 * quarter), m2);
+                    const __m512i q = _mm512_sub_epi32(_mm512_or_si512(lo[quarter], _mm512_slli_epi32(hi, 4)), k32);
+                    const int at = 128 * h + 32 * quarter + l0;
+                    const __m512 s = _mm512_set1_ps(d * float(b[i].scales[at / 16]));
+                    _mm512_storeu_ps(y + at, _mm512_mul_ps(s, _mm512_cvtepi32_ps(q)));
+                }
+            }
+    }
+}
+
+// ---- activations --------------------------------------------------------------------------------
+
+/// quantize_x_ref with the two 16-value halves of block b written to lo(b) and hi(b).
+template <class Lo, class Hi>
+void quantize_blocks(const float* x, std::int64_t nb, QuantizedX& qx, Lo lo, Hi hi) {
+    for (std::int64_t b = 0; b < nb; ++b) {
+        const __m512 a = _mm512_loadu_ps(x + 32 * b), c = _mm512_loadu_ps(x + 32 * b + 16);
+        const float amax = hmax(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
+        const float d = amax / 127.0f;
+        const __m512 id = _mm512_set1_ps(d != 0 ? 1.0f / d : 0.0f);
+        const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, id)), qc = _mm512_cvtps_epi32(_mm512_mul_ps(c, id));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(lo(b)), _mm512_cvtepi32_epi8(qa));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(hi(b)), _mm512_cvtepi32_epi8(qc));
+        const int sa = hsum_epi32(qa), sc = hsum_epi32(qc);
+        qx.d[std::size_t(b)] = d;
+        qx.s[std::size_t(b)] = sa + sc;
+        qx.s16[std::size_t(2 * b)] = sa;
+        qx.s16[std::size_t(2 * b + 1)] = sc;
+    }
+}
+
+// ---- row dots -----------------------------------------------------------------------------------
+
+inline __m512i bytes_index(int (*f)(int)) {
+    alignas(64) std::uint8_t idx[64];
+    for (int i = 0; i < 64; ++i) idx[i] = std::uint8_t(f(i));
+    return _mm512_load_si512(idx);
+}
+
+/// Q8_0 row: two blocks (68 bytes) per step; weights offset to u8 (w + 128, one xor) against x,
+/// the dot started at -128 x (sum of the lane's x) from lane_i.
+float dot_q8_0(const std::uint8_t* row, const QuantizedX& qx, std::int64_t nb) {
+    static const __m512i idx_w = bytes_index([](int i) { return i < 32 ? 2 + i : 4 + i; });
+    static const __m512i idx_d = bytes_index([](int i) { return (i < 16 ? 0 : 34) + (i & 1); });
+    const __m512i bias = _mm512_set1_epi8(char(0x80));
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    auto pair = [&](std::int64_t b, __m512& acc) {
+        const std::uint8_t* p = row + 34 * b;
+        prefetch_ahead(p, 2);
+        const __m512i A = _mm512_loadu_si512(p), B = _mm512_maskz_loadu_epi8(0xF, p + 64);
+        const __m512i w = _mm512_xor_si512(_mm512_permutex2var_epi8(A, idx_w, B), bias);
+        const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi8(idx_d, A)));
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(qx.lane_i.data() + 8 * b), w,
+                                                _mm512_load_si512(qx.q.data() + 32 * b));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_load_ps(qx.lane.data() + 8 * b)), acc);
+    };
+    std::int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        pair(b, acc0);
+        pair(b + 2, acc1);
+    }
+    if (b + 2 <= nb) {
+        pair(b, acc0);
+        b += 2;
+    }
+    float sum = hsum(_mm512_add_ps(acc0, acc1));
+    if (b < nb) {
+        const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx.q.data() + 32 * b));
+        const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+        sum += h2f(blk->d) * qx.d[std::size_t(b)] * hsum256_epi32(dot);
+    }
+    return sum;
+}
+
+/// Q4_0 row: four blocks (72 bytes) per step; nibbles as u8 against the group-ordered x, the
+/// -8 offset pre-subtracted through lane_i.
+float dot_q4_0(const std::uint8_t* row, const QuantizedX& qx, std::int64_t nb) {
+    static const __m512i idx_q = bytes_index([](int i) { return 18 * (i / 16) + 2 + i % 16; });
+    static const __m512i idx_d = bytes_index([](int i) { return i < 32 ? 18 * (i / 8) + (i & 1) : 0; });
+    const __m512i low = _mm512_set1_epi8(0xF);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    const std::int64_t ng = nb / 4;
+    auto group = [&](std::int64_t g, __m512& acc) {
+        const std::uint8_t* p = row + 72 * g;
+        prefetch_ahead(p, 2);
+        const __m512i A = _mm512_loadu_si512(p), B = _mm512_maskz_loadu_epi8(0xFF, p + 64);
+        const __m512i v = _mm512_permutex2var_epi8(A, idx_q, B);
+        const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        const std::int8_t* x = qx.q.data() + 128 * g;
+        __m512i dot = _mm512_load_si512(qx.lane_i.data() + 16 * g);
+        dot = _mm512_dpbusd_epi32(dot, lo, _mm512_load_si512(x));
+        dot = _mm512_dpbusd_epi32(dot, hi, _mm512_load_si512(x + 64));
+        const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi8(idx_d, A)));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_load_ps(qx.lane.data() + 16 * g)), acc);
+    };
+    std::int64_t g = 0;
+    for (; g + 2 <= ng; g += 2) {
+        group(g, acc0);
+        group(g + 1, acc1);
+    }
+    if (g < ng) group(g, acc0);
+    float sum = hsum(_mm512_add_ps(acc0, acc1));
+    const __m128i low128 = _mm_set1_epi8(0xF);
+    for (std::int64_t b = 4 * ng; b < nb; ++b) {  // trailing blocks, natural order
+        const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
+        const __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low128), _mm_and_si128(q, low128));
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx.q.data() + 32 * b));
+        const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x);
+        sum += h2f(blk->d) * qx.d[std::size_t(b)] * (hsum256_epi32(dot) - 8.0f * float(qx.s[std::size_t(b)]));
+    }
+    return sum;
+}
+
+/// Lane -> f32 index for vpermps: lanes 0-7 take a, lanes 8-15 take b.
+inline __m512i two_index(int a, int b) { return _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(a), _mm512_set1_epi32(b)); }
+/// Lanes 4j..4j+3 take base + j.
+inline __m512i four_index(int base) {
+    return _mm512_add_epi32(_mm512_set1_epi32(base), _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 2));
+}
+
+/// Q4_K row: per super-block the sub-block scales d*sc in f32, nibbles against block-reordered
+/// x, and the min term dmin*m . (d_x*s) as one 8-wide FMA.
+float dot_q4_k(const std::uint8_t* row, const QuantizedX& qx, std::int64_t nb) {
+    const __m512i low = _mm512_set1_epi8(0xF);
+    const __m512i idx[4] = {two_index(0, 2), two_index(1, 3), two_index(4, 6), two_index(5, 7)};
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m256 macc = _mm256_setzero_ps();
+    for (std::int64_t i = 0; i < nb; ++i) {
+        const auto* blk = reinterpret_cast<const BlockQ4_K*>(row) + i;
+        prefetch_ahead(reinterpret_cast<const std::uint8_t*>(blk), 3);
+        std::uint64_t sc_lo, m_hi;
+        unpack_q4k_scales_words(blk->scales, sc_lo, m_hi);
+        const __m128i smv = _mm_set_epi64x(std::int64_t(m_hi), std::int64_t(sc_lo));
+        const __m256 dx = _mm256_loadu_ps(qx.d.data() + 8 * i);
+        // d sc_j d_x[j]: the whole scale of sub-block j's integer dot
+        const __m256 sc = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(h2f(blk->d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(smv))), dx);
+        const __m256 mn = _mm256_mul_ps(_mm256_set1_ps(h2f(blk->dmin)),
+                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(smv, 8))));
+        macc = _mm256_fmadd_ps(mn, _mm256_loadu_ps(qx.aux.data() + 8 * i), macc);
+        const __m512 F = _mm512_castps256_ps512(sc);
+        const std::int8_t* x = qx.q.data() + 256 * i;
+        for (int c2 = 0; c2 < 2; ++c2) {
+            const __m512i q = _mm512_loadu_si512(blk->qs + 64 * c2);
+            const __m512i lo = _mm512_and_si512(q, low), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low);
+            const __m512i dlo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_load_si512(x + 128 * c2));
+            const __m512i dhi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, _mm512_load_si512(x + 128 * c2 + 64));
+            // one accumulator per FMA of the super-block: the chain latency, not the ports, bound a single one
+            acc[2 * c2] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dlo), _mm512_permutexvar_ps(idx[2 * c2], F), acc[2 * c2]);
+            acc[2 * c2 + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dhi), _mm512_permutexvar_ps(idx[2 * c2 + 1], F), acc[2 * c2 + 1]);
+        }
+    }
+    return hsum(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]))) - hsum(macc);
+}
+
+/// Q6_K row: 6-bit codes (q + 32, u8) rebuilt from ql/qh per 64 values, dotted with natural x;
+/// group scales d*sc in f32; the +32 offset removed per super-block through aux (one FMA).
+float dot_q6_k(const std::uint8_t* row, const QuantizedX& qx, std::int64_t nb) {
+    const __m512i low = _mm512_set1_epi8(0xF), top = _mm512_set1_epi8(0x30);
+    const __m512i shl = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4), shr = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
+    const __m512i idx[4] = {four_index(0), four_index(4), four_index(8), four_index(12)};
+    const __m512i half_index = _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 1);
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m512 cacc = _mm512_setzero_ps();
+    for (std::int64_t i = 0; i < nb; ++i) {
+        const auto* blk = reinterpret_cast<const BlockQ6_K*>(row) + i;
+        prefetch_ahead(reinterpret_cast<const std::uint8_t*>(blk), 4);
+        const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales));
+        const __m512 F = _mm512_mul_ps(_mm512_set1_ps(h2f(blk->d)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(s8)));
+        cacc = _mm512_fmadd_ps(F, _mm512_load_ps(qx.aux.data() + 16 * i), cacc);
+        // d sc_g d_x[g / 2]: the whole scale of group g's integer dot
+        const __m512 Fx = _mm512_mul_ps(F, _mm512_permutexvar_ps(half_index, _mm512_castps256_ps512(_mm256_loadu_ps(qx.d.data() + 8 * i))));
+        const std::int8_t* x = qx.q.data() + 256 * i;
+        for (int h = 0; h < 2; ++h) {
+            const __m512i ql = _mm512_loadu_si512(blk->ql + 64 * h);
+            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qh + 32 * h)));
+            // (A & C) | B with C = 0x0F: imm 0xEC
+            const __m512i ua = _mm512_ternarylogic_epi32(ql, _mm512_and_si512(_mm512_sllv_epi64(qh, shl), top), low, 0xEC);
+            const __m512i ub = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4),
+                                                         _mm512_and_si512(_mm512_srlv_epi64(qh, shr), top), low, 0xEC);
+            const __m512i da = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ua, _mm512_load_si512(x + 128 * h));
+            const __m512i db = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ub, _mm512_load_si512(x + 128 * h + 64));
+            acc[2 * h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(da), _mm512_permutexvar_ps(idx[2 * h], Fx), acc[2 * h]);
+            acc[2 * h + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(db), _mm512_permutexvar_ps(idx[2 * h + 1], Fx), acc[2 * h + 1]);
+        }
+    }
+    return hsum(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])), cacc));
+}
+
+/// F32 / F16 / BF16 row against f32 x: 64 values per step in four accumulators.
+template <GgmlType T>
+inline __m512 load16(const std::uint8_t* row, std::int64_t i, __mmask16 m = 0xFFFF) {
+    if constexpr (T == GgmlType::F32) {
+        return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + i);
+    } else if constexpr (T == GgmlType::F16) {
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const f16_t*>(row) + i));
+    } else {
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const bf16_t*>(row) + i));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    }
+}
+
+template <GgmlType T>
+float dot_float(const std::uint8_t* row, const float* x, std::int64_t n) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    std::int64_t i = 0;
+    constexpr int kLines = T == GgmlType::F32 ? 4 : 2;  // cache lines per 64 values
+    for (; i + 64 <= n; i += 64) {
+        prefetch_ahead(row + i * kLines, kLines);  // kLines = bytes per value
+        a0 = _mm512_fmadd_ps(load16<T>(row, i), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(load16<T>(row, i + 16), _mm512_loadu_ps(x + i + 16), a1);
+        a2 = _mm512_fmadd_ps(load16<T>(row, i + 32), _mm512_loadu_ps(x + i + 32), a2);
+        a3 = _mm512_fmadd_ps(load16<T>(row, i + 48), _mm512_loadu_ps(x + i + 48), a3);
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+        a0 = _mm512_fmadd_ps(load16<T>(row, i, m), _mm512_maskz_loadu_ps(m, x + i), a0);
+    }
+    return hsum(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+template <class RowDot>
+void for_rows(const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows, float* y, RowDot dot) {
+    for (std::int64_t r = 0; r < n_rows; ++r) y[r] = dot(w + std::size_t(r) * row_bytes);
+}
+
+}  // namespace
+
+void dequantize_avx512(GgmlType type, const void* src, float* dst, std::int64_t n) {
+    switch (type) {
+        case GgmlType::Q8_0: return dequantize_q8_0(static_cast<const BlockQ8_0*>(src), dst, n / QK);
+        case GgmlType::Q4_0: return dequantize_q4_0(static_cast<const BlockQ4_0*>(src), dst, n / QK);
+        case GgmlType::Q4_K: return dequantize_q4_k(static_cast<const BlockQ4_K*>(src), dst, n / QK_K);
+        case GgmlType::Q6_K: return dequantize_q6_k(static_cast<const BlockQ6_K*>(src), dst, n / QK_K);
+        default: AQPIM_ASSERT(false);
+    }
+}
+
+void prepare_x_avx512(GgmlType type, const float* x, std::int64_t n, QuantizedX& qx) {
+    reserve_x(qx, n, true);
+    const std::int64_t nb = n / QK;
+    std::int8_t* q = qx.q.data();
+    float* lane = qx.lane.data();
+    switch (type) {
+        case GgmlType::Q4_0: {
+            const std::int64_t ng = nb / 4;
+            quantize_blocks(
+                x, nb, qx,
+                [&](std::int64_t b) { return b < 4 * ng ? q + 128 * (b / 4) + 16 * (b % 4) : q + 32 * b; },
+                [&](std::int64_t b) { return b < 4 * ng ? q + 128 * (b / 4) + 64 + 16 * (b % 4) : q + 32 * b + 16; });
+            for (std::int64_t k = 0; k < 16 * ng; ++k) {
+                const std::int64_t g = k / 16, j = k % 16;
+                lane[k] = qx.d[std::size_t(4 * g + j / 4)];
+                const std::int8_t* lo = q + 128 * g + 4 * j;
+                int s = 0;
+                for (int t = 0; t < 4; ++t) s += lo[t] + lo[64 + t];
+                qx.lane_i[std::size_t(k)] = -8 * s;
+            }
+            break;
+        }
+        case GgmlType::Q4_K: {
+            static constexpr int kPos[8] = {0, 2, 1, 3, 4, 6, 5, 7};  // block j of a super-block -> position
+            auto at = [&](std::int64_t b) { return q + 256 * (b / 8) + 32 * kPos[b % 8]; };
+            quantize_blocks(x, nb, qx, at, [&](std::int64_t b) { return at(b) + 16; });
+            for (std::int64_t b = 0; b < nb; ++b) qx.aux[std::size_t(b)] = qx.d[std::size_t(b)] * float(qx.s[std::size_t(b)]);
+            break;
+        }
+        default: {  // Q8_0, Q6_K: natural order
+            quantize_blocks(
+                x, nb, qx, [&](std::int64_t b) { return q + 32 * b; }, [&](std::int64_t b) { return q + 32 * b + 16; });
+            if (type == GgmlType::Q6_K)
+                for (std::int64_t g = 0; g < n / 16; ++g)
+                    qx.aux[std::size_t(g)] = -32.0f * qx.d[std::size_t(g / 2)] * float(qx.s16[std::size_t(g)]);
+            else
+                for (std::int64_t k = 0; k < n / 4; ++k) {
+                    lane[k] = qx.d[std::size_t(k / 8)];
+                    qx.lane_i[std::size_t(k)] = -128 * (q[4 * k] + q[4 * k + 1] + q[4 * k + 2] + q[4 * k + 3]);
+                }
+            break;
+        }
+    }
+}
+
+void dot_rows_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
+                     std::int64_t cols, const float* x, const QuantizedX& qx, float* y) {
+    switch (type) {
+        case GgmlType::F32:
+            return for_rows(w, row_bytes, n_rows, y, [&](const std::uint8_t* r) { return dot_float<GgmlType::F32>(r, x, cols); });
+        case GgmlType::F16:
+            return for_rows(w, row_bytes, n_rows, y, [&](const std::uint8_t* r) { return dot_float<GgmlType::F16>(r, x, cols); });
+        case GgmlType::BF16:
+            return for_rows(w, row_bytes, n_rows, y, [&](const std::uint8_t* r) { return dot_float<GgmlType::BF16>(r, x, cols); });
+        case GgmlType::Q8_0:
+            return for_rows(w, row_bytes, n_rows, y, [&](const std::uint8_t* r) { return dot_q8_0(r, qx, cols / QK); });
+        case GgmlType::Q4_0:
+            return for_rows(w, row_bytes, n_rows, y, [&](const std::uint8_t* r) { return dot_q4_0(r, qx, cols / QK); });
+        case GgmlType::Q4_K:
+            return for_rows(w, row_bytes, n_rows, y, [&](const std::uint8_t* r) { return dot_q4_k(r, qx, cols / QK_K); });
+        case GgmlType::Q6_K:
+            return for_rows(w, row_bytes, n_rows, y, [&](const std::uint8_t* r) { return dot_q6_k(r, qx, cols / QK_K); });
+        default: AQPIM_ASSERT(false);
+    }
+}
+
+}  // namespace aqpim::quant

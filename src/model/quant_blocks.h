@@ -1,0 +1,161 @@
+#pragma once
+// llama.cpp's quantized block layouts (ggml-common.h), the activation format the integer dot
+// kernels use, and the per-level kernel entry points of src/model/quant*.cpp. See docs/weights.md.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "aqpim/aligned.h"
+#include "aqpim/ggml_types.h"
+#include "aqpim/half.h"
+#include "aqpim/weights.h"
+
+namespace aqpim::quant {
+
+inline constexpr int QK = 32;    ///< values per block of Q8_0 / Q4_0, and per activation block
+inline constexpr int QK_K = 256; ///< values per super-block of Q4_K / Q6_K
+
+// ---- weight blocks (byte-exact GGUF layouts) ---------------------------------------------------
+
+/// Q8_0: value[i] = d * qs[i].
+struct BlockQ8_0 {
+    f16_t d;
+    std::int8_t qs[QK];
+};
+/// Q4_0: value[i] = d * ((qs[i] & 15) - 8), value[i + 16] = d * ((qs[i] >> 4) - 8), i < 16.
+struct BlockQ4_0 {
+    f16_t d;
+    std::uint8_t qs[QK / 2];
+};
+/// Q4_K: 8 sub-blocks of 32 values; sub-block j has a 6-bit scale sc_j and 6-bit min m_j packed
+/// in `scales` (see unpack_q4k_scales); value = d * sc_j * q - dmin * m_j, q a nibble. qs holds
+/// 4 chunks of 32 bytes: chunk c's low nibbles are sub-block 2c, its high nibbles sub-block 2c+1.
+struct BlockQ4_K {
+    f16_t d;
+    f16_t dmin;
+    std::uint8_t scales[12];
+    std::uint8_t qs[QK_K / 2];
+};
+/// Q6_K: 16 groups of 16 values with int8 scales; value = d * scales[g] * (q - 32), q 6 bits:
+/// for half h (128 values) and l < 32, values l, l+32, l+64, l+96 of the half take the low
+/// nibble of ql[64h+l], low of ql[64h+l+32], high of ql[64h+l], high of ql[64h+l+32], and bits
+/// 0-1, 2-3, 4-5, 6-7 of qh[32h+l] as their top two bits.
+struct BlockQ6_K {
+    std::uint8_t ql[QK_K / 2];
+    std::uint8_t qh[QK_K / 4];
+    std::int8_t scales[QK_K / 16];
+    f16_t d;
+};
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210);
+
+/// Q4_K's 12 scale bytes -> sc[8], m[8] (6 bits each; llama.cpp's get_scale_min_k4): bytes 0-3
+/// hold sc 0-3 (low 6 bits) and the top 2 bits of sc 4-7; bytes 4-7 the same for the mins;
+/// bytes 8-11 the low nibbles of sc 4-7 (low) and m 4-7 (high).
+inline void unpack_q4k_scales(const std::uint8_t* s, std::uint8_t* sc, std::uint8_t* m) {
+    for (int j = 0; j < 4; ++j) {
+        sc[j] = s[j] & 63;
+        m[j] = s[j + 4] & 63;
+        sc[j + 4] = std::uint8_t((s[j + 8] & 0xF) | ((s[j] >> 6) << 4));
+        m[j + 4] = std::uint8_t((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+    }
+}
+
+/// The same unpacking on 32-bit words (no byte stores, so SIMD kernels can load the result
+/// straight into a register): returns sc[0..7] in bytes 0-7 and m[0..7] in bytes 8-15 of the
+/// pair {lo, hi}.
+inline void unpack_q4k_scales_words(const std::uint8_t* s, std::uint64_t& lo, std::uint64_t& hi) {
+    std::uint32_t u[3];
+    std::memcpy(u, s, 12);
+    constexpr std::uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+    const std::uint32_t sc03 = u[0] & k6, m03 = u[1] & k6;
+    const std::uint32_t sc47 = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
+    const std::uint32_t m47 = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
+    lo = sc03 | (std::uint64_t(sc47) << 32);
+    hi = m03 | (std::uint64_t(m47) << 32);
+}
+
+/// Kernels prefetch the weight stream this far ahead (as the read roof, aqpim::read_bytes, does):
+/// one sequential stream per thread is not enough for the hardware prefetcher alone to keep DRAM
+/// busy.
+inline constexpr std::size_t kWeightPrefetchBytes = 4096;
+
+// ---- activations for the integer dot kernels ---------------------------------------------------
+
+/// x (f32, n values) quantized per block of 32 for the integer dot products:
+/// xq[i] = nearbyint(x[i] / d[b]) with d[b] = max|x in block b| / 127 (ties to even; the f32
+/// scale is kept exact, not rounded to f16). The product of a row with x is then the product of
+/// the dequantized row with the dequantized x, computed with exact integer block sums.
+/// `d`, `s`, `s16` are in natural order for every level; `q` is natural for ref and avx2, and in
+/// the type's register order for avx512 (which also fills `lane`, `lane_i` and `aux`; see
+/// quant_avx512.cpp).
+struct QuantizedX {
+    std::int64_t n = 0;
+    AlignedBuffer<std::int8_t> q;       ///< [n] int8 values, in the level's layout for the type
+    AlignedBuffer<float> d;             ///< [n / 32] block scales
+    AlignedBuffer<std::int32_t> s;      ///< [n / 32] sum of each block's int8 values
+    AlignedBuffer<std::int32_t> s16;    ///< [n / 16] sum of each half block's int8 values
+    AlignedBuffer<float> lane;          ///< avx512: block scale of each 4-value dot lane, kernel order
+    AlignedBuffer<std::int32_t> lane_i; ///< avx512: integer start value of each dot lane (Q8_0, Q4_0)
+    AlignedBuffer<float> aux;           ///< avx512: per-type correction terms
+};
+
+/// Quantize x into natural-order q, d, s and s16 (the specification every level reproduces
+/// exactly); grows the buffers as needed.
+void quantize_x_ref(const float* x, std::int64_t n, QuantizedX& qx);
+/// Sizes q, d, s, s16 (and lane, lane_i, aux when `lanes`) for n values; sets qx.n.
+void reserve_x(QuantizedX& qx, std::int64_t n, bool lanes);
+
+// ---- per-level kernels ---------------------------------------------------------------------------
+
+/// Everything a level provides. Quantized types run on QuantizedX; F32/F16/BF16 on f32 x.
+struct QuantKernels {
+    /// n values of a quantized type (Q8_0, Q4_0, Q4_K, Q6_K) -> f32.
+    void (*dequantize)(GgmlType type, const void* src, float* dst, std::int64_t n);
+    /// Fill qx for rows of `type` (the level's layout), from x of n values.
+    void (*prepare_x)(GgmlType type, const float* x, std::int64_t n, QuantizedX& qx);
+    /// y[r] = row r · x for r < n_rows; rows of `cols` values, `row_bytes` apart.
+    void (*dot_rows)(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
+                     std::int64_t cols, const float* x, const QuantizedX& qx, float* y);
+};
+
+#define AQPIM_DECLARE_QUANT_KERNELS(isa)                                                                  \
+    void dequantize_##isa(GgmlType type, const void* src, float* dst, std::int64_t n);                    \
+    void prepare_x_##isa(GgmlType type, const float* x, std::int64_t n, QuantizedX& qx);                  \
+    void dot_rows_##isa(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows, \
+                        std::int64_t cols, const float* x, const QuantizedX& qx, float* y);
+
+AQPIM_DECLARE_QUANT_KERNELS(ref)
+AQPIM_DECLARE_QUANT_KERNELS(avx2)
+AQPIM_DECLARE_QUANT_KERNELS(avx512)
+
+#undef AQPIM_DECLARE_QUANT_KERNELS
+
+const QuantKernels& quant_kernels(SimdLevel level);
+
+/// True for the types whose products quantize x (Q8_0, Q4_0, Q4_K, Q6_K).
+inline bool quantizes_x(GgmlType t) {
+    return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K;
+}
+
+// ---- shared by matvec and matmul (quant.cpp) --------------------------------------------------
+
+/// Throws aqpim::Error unless W's type is supported and its shape consistent.
+void check_matrix(const WeightMatrix& W, const char* what);
+/// Threads matvec uses for W (at most n_threads; 1 for small matrices).
+int matvec_threads(const WeightMatrix& W, int n_threads);
+/// matvec with x already prepared (qx filled by the active level's prepare_x when the type
+/// quantizes x), rows split into `nt` contiguous chunks.
+void matvec_prepared(const WeightMatrix& W, const float* x, const QuantizedX& qx, float* y, int nt);
+/// The calling thread's activation scratch.
+QuantizedX& scratch_x();
+
+/// How matmul computes (automatic: per-row matvec below kSgemmMinBatch activations, else
+/// dequantized tiles through OpenBLAS sgemm). Forcing one is for tests and benchmarks.
+enum class MatmulPath { automatic, rows, sgemm };
+/// Smallest batch matmul sends to sgemm (measured: docs/weights.md).
+inline constexpr std::int64_t kSgemmMinBatch = 4;
+void matmul_with(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads, MatmulPath path);
+
+}  // namespace aqpim::quant

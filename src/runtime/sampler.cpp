@@ -1,0 +1,53 @@
+// Greedy and top-p sampling.
+
+#include "aqpim/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "aqpim/error.h"
+
+namespace aqpim {
+
+void SamplerParams::validate() const {
+    AQPIM_CHECK(temperature >= 0.0f && std::isfinite(temperature), "sampler: temperature {} must be >= 0", temperature);
+    AQPIM_CHECK(top_p > 0.0f && top_p <= 1.0f, "sampler: top-p {} must be in (0, 1]", top_p);
+}
+
+std::int32_t argmax(const float* x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; ++i)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+Sampler::Sampler(const SamplerParams& params) : params_(params), rng_(params.seed) { params.validate(); }
+
+std::int32_t Sampler::sample(const float* logits, int n_vocab) {
+    if (params_.temperature == 0.0f) return argmax(logits, n_vocab);
+
+    // Softmax at temperature T, then the nucleus: most probable tokens until top_p is covered.
+    const float mx = logits[argmax(logits, n_vocab)];
+    candidates_.resize(n_vocab);
+    double total = 0.0;
+    for (int i = 0; i < n_vocab; ++i) {
+        const float p = std::exp((logits[i] - mx) / params_.temperature);
+        candidates_[i] = {p, i};
+        total += p;
+    }
+    std::sort(candidates_.begin(), candidates_.end(),
+              [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+    double kept = 0.0;
+    std::size_t n_keep = 0;
+    while (n_keep < candidates_.size() && (n_keep == 0 || kept < params_.top_p * total)) kept += candidates_[n_keep++].first;
+
+    const double u = std::uniform_real_distribution<double>(0.0, kept)(rng_);
+    double acc = 0.0;
+    for (std::size_t i = 0; i < n_keep; ++i) {
+        acc += candidates_[i].first;
+        if (u < acc) return candidates_[i].second;
+    }
+    return candidates_[n_keep - 1].second;
+}
+
+}  // namespace aqpim

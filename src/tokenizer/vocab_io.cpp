@@ -1,0 +1,55 @@
+#include "tokenizer/vocab_io.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "aqpim/error.h"
+#include "tokenizer/unicode.h"
+
+namespace aqpim::tok {
+
+std::string read_file_bytes(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    AQPIM_CHECK(f.good(), "cannot open '{}'", path);
+    f.seekg(0, std::ios::end);
+    const std::streamoff size = f.tellg();
+    AQPIM_CHECK(size >= 0, "cannot read '{}'", path);
+    f.seekg(0, std::ios::beg);
+    std::string bytes(std::size_t(size), '\0');
+    f.read(bytes.data(), size);
+    AQPIM_CHECK(f.gcount() == size, "cannot read '{}'", path);
+    return bytes;
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+    const std::string bytes = read_file_bytes(path);
+    try {
+        return nlohmann::json::parse(bytes);
+    } catch (const nlohmann::json::exception& e) {
+        AQPIM_FAIL("{}: not valid JSON: {}", path, e.what());
+    }
+}
+
+std::optional<nlohmann::json> read_config_beside(const std::string& path) {
+    const auto cfg = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(cfg, ec)) return std::nullopt;
+    auto j = read_json_file(cfg.string());
+    AQPIM_CHECK(j.is_object(), "{}: expected a JSON object", cfg.string());
+    return j;
+}
+
+void apply_config_flags(const nlohmann::json& config, const std::string& config_path, VocabData& vocab) {
+    for (const auto& [key, flag] : {std::pair{"add_bos_token", &vocab.add_bos}, std::pair{"add_eos_token", &vocab.add_eos}}) {
+        if (!config.contains(key) || config[key].is_null()) continue;
+        AQPIM_CHECK(config[key].is_boolean(), "{}: '{}' is not a boolean", config_path, key);
+        *flag = config[key].get<bool>();
+    }
+}
+
+TokenType guess_type(const std::string& text) {
+    return unicode::parse_byte_token(text) >= 0 ? TokenType::byte : TokenType::normal;
+}
+
+}  // namespace aqpim::tok

@@ -1,0 +1,25 @@
+#pragma once
+// Small file helpers shared by the vocabulary readers.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "aqpim/tokenizer.h"
+
+namespace aqpim::tok {
+
+/// The whole file as bytes; aqpim::Error naming the path if it cannot be read.
+std::string read_file_bytes(const std::string& path);
+/// Parse a JSON file; aqpim::Error naming the path on a read or syntax error.
+nlohmann::json read_json_file(const std::string& path);
+/// tokenizer_config.json in the directory of `path`, if there is one (parsed), else nullopt.
+std::optional<nlohmann::json> read_config_beside(const std::string& path);
+/// Apply add_bos_token / add_eos_token of a Hugging Face tokenizer_config.json when present.
+void apply_config_flags(const nlohmann::json& config, const std::string& config_path, VocabData& vocab);
+/// Type of a token text in a SentencePiece-style vocabulary without explicit types: <0xXX> -> byte.
+TokenType guess_type(const std::string& text);
+
+}  // namespace aqpim::tok
