@@ -6,7 +6,8 @@
 //   BM_MatvecF32x/<type>                    the alternative design for comparison: dequantize in
 //                                           registers and FMA against f32 x (no x quantization)
 //   BM_Matmul/<type>/<n>/<path>/<threads>   prefill product, W [4096 x 4096], n activations;
-//                                           path 0 = per-row matvec, 1 = dequantized tiles + sgemm
+//                                           path 0 = per-row matvec, 1 = dequantized tiles + OpenBLAS
+//                                           sgemm, 2 = dequantized 32-row panels + own AVX-512 kernel
 // Counters: bytes/s of weights read; roof = the streaming read of the same arena measured in the
 // same benchmark with the same thread count; of_roof = bytes/s / roof; GFLOP/s for matmul.
 //   build/bin/bench_matvec --benchmark_counters_tabular=true
@@ -219,10 +220,12 @@ void BM_MatvecF32x(benchmark::State& state) {
 void BM_Matmul(benchmark::State& state) {
     const GgmlType type = kTypes[state.range(0)];
     const std::int64_t n = state.range(1), rows = 4096, cols = 4096;
-    const auto path = state.range(2) ? quant::MatmulPath::sgemm : quant::MatmulPath::rows;
+    const quant::MatmulPath paths[] = {quant::MatmulPath::rows, quant::MatmulPath::sgemm, quant::MatmulPath::own};
+    const auto path = paths[state.range(2)];
     const int nt = int(state.range(3));
     MatrixArena& m = matrices(type, rows, cols, false);
-    state.SetLabel(ggml_type_name(type) + (state.range(2) ? "/sgemm" : "/rows"));
+    const char* names[] = {"/rows", "/sgemm", "/own"};
+    state.SetLabel(ggml_type_name(type) + names[state.range(2)]);
     const auto X = values(std::size_t(n * cols), 9, 1.0f);
     std::vector<float> Y(std::size_t(n * rows));
     for (auto _ : state) {
@@ -260,7 +263,7 @@ BENCHMARK(BM_Matvec)->Apply(matvec_args)->Unit(benchmark::kMillisecond)->UseReal
 BENCHMARK(BM_MatvecHot)->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {2, 1, 0}})->Apply(best_of)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MatvecF32x)->ArgsProduct({{3, 4}, {1, 2}})->Apply(best_of)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Matmul)
-    ->ArgsProduct({{4, 3, 1, 0}, {1, 2, 4, 8, 64, 256}, {0, 1}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {1, 4, 8, 16, 64, 256}, {0, 1, 2}, {1, 2}})
     ->Apply(best_of)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

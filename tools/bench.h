@@ -37,6 +37,7 @@ struct DecodeBenchOptions {
     std::string model;
     int prompt_tokens = 128;
     int decode_tokens = 32;
+    bool quick = false;  ///< a smaller cold arena for the roof (smoke runs)
 };
 /// Prefill tokens/s and GFLOP/s; decode tokens/s, GB/s of weights + KV read, and the fraction of
 /// the streaming-read roof measured in the same run.

@@ -27,7 +27,7 @@ json bench_decode(const DecodeBenchOptions& opt) {
     const std::size_t slot = std::size_t(64) << 20;
     double roof_gbps = 0.0;
     {
-        ColdArena arena(slot, cold_bytes(false));
+        ColdArena arena(slot, cold_bytes(opt.quick));
         const int nt = default_threads();
         std::vector<std::uint64_t> sink(nt);
         for (int rep = 0; rep < 3; ++rep) {  // best of three passes over the whole arena

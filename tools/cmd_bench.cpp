@@ -120,6 +120,7 @@ void add_bench_command(CLI::App& app) {
     decode->add_option("--prompt-tokens", dopt->prompt_tokens, "prefill length")->check(CLI::Range(1, 1 << 20));
     decode->add_option("-n,--decode-tokens", dopt->decode_tokens, "decode steps")->check(CLI::Range(1, 1 << 20));
     decode->add_flag("--json", *djson, "print JSON instead of tables");
+    decode->add_flag("--quick", dopt->quick, "smaller cold arena for the read roof (smoke test)");
     decode->callback([dopt, djson] {
         const json rows = bench_decode(*dopt);
         if (*djson)

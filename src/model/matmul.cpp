@@ -1,7 +1,13 @@
-// Prefill product Y = X W^T: small batches run the decode kernel once per activation; larger
-// ones dequantize tiles of W rows to f32 and hand them to OpenBLAS sgemm, one tile per call, the
-// tiles split across our OpenMP threads with OpenBLAS itself single-threaded (two thread pools
-// on the same cores would oversubscribe them). See docs/weights.md for the measurements.
+// Prefill product Y = X W^T. Small batches run the decode kernel once per activation (W is read
+// n times, from the LLC after the first pass when it fits). Larger ones dequantize W: with
+// AVX-512, 32 rows at a time packed k-major into a panel that an own register-blocked f32 kernel
+// multiplies by every activation (6 x 32 outputs per step); otherwise tiles of rows handed to
+// OpenBLAS sgemm, one tile per call, the tiles split across our OpenMP threads with OpenBLAS
+// itself single-threaded (two thread pools on the same cores would oversubscribe them). The own
+// kernel is the default because the OpenBLAS 0.3.21 build here does not recognise this CPU
+// (model 207) and falls back to its SSE3 "Prescott" kernels: 18-23 GFLOP/s against 83-128 for
+// the own kernel; forced to its SkylakeX kernels (OPENBLAS_CORETYPE) it reaches about the own
+// kernel's speed at n = 256 and less at n = 64. See docs/weights.md.
 
 #include <cblas.h>
 
@@ -19,9 +25,10 @@ namespace quant {
 
 namespace {
 
-/// f32 bytes of one dequantized tile: big enough that sgemm's packing of X is amortised over
-/// many rows, small enough to stay in L2 (2 MB per core here) with the packed panels.
-constexpr std::size_t kTileBytes = std::size_t(512) << 10;
+/// f32 bytes of one dequantized tile handed to sgemm: sgemm packs all of X for every call, so
+/// tiles must be large (measured with OpenBLAS's SkylakeX kernels at n = 64 / 256, W 4096 x 4096:
+/// 512 KB tiles 52 / 95 GFLOP/s for f32 W, 4 MB tiles 97 / 112, 16 MB tiles 81 / 102).
+constexpr std::size_t kTileBytes = std::size_t(4) << 20;
 
 std::int64_t tile_rows(std::int64_t cols) {
     const std::int64_t r = std::int64_t(kTileBytes / (4 * std::size_t(std::max<std::int64_t>(cols, 1))));
@@ -68,6 +75,29 @@ void matmul_sgemm(const WeightMatrix& W, const float* X, std::int64_t n, float* 
         nt);
 }
 
+/// The own-kernel path (AVX-512): each thread takes a contiguous range of 32-row panels,
+/// dequantizes a panel's rows, packs them k-major and multiplies every activation row by them.
+void matmul_own(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads) {
+    const std::int64_t n_panels = (W.rows + kPanelRows - 1) / kPanelRows;
+    const int nt = int(std::min<std::int64_t>(n_threads > 0 ? n_threads : default_threads(), n_panels));
+    const std::int64_t per = (n_panels + nt - 1) / nt;
+    parallel_for(
+        nt,
+        [&](std::int64_t c) {
+            thread_local AlignedBuffer<float> rows, panel;
+            const std::size_t need = std::size_t(kPanelRows * W.cols);
+            if (rows.size() < need) rows.resize(need);
+            if (panel.size() < need) panel.resize(need);
+            for (std::int64_t p = c * per; p < std::min(n_panels, (c + 1) * per); ++p) {
+                const std::int64_t r0 = p * kPanelRows, nr = std::min<std::int64_t>(kPanelRows, W.rows - r0);
+                dequantize(W.type, W.row(r0), rows.data(), nr * W.cols);
+                pack_panel_avx512(rows.data(), int(nr), W.cols, panel.data());
+                gemm_panel_avx512(X, n, W.cols, panel.data(), int(nr), Y + r0, W.rows);
+            }
+        },
+        nt);
+}
+
 }  // namespace
 
 void matmul_with(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads, MatmulPath path) {
@@ -78,11 +108,23 @@ void matmul_with(const WeightMatrix& W, const float* X, std::int64_t n, float* Y
         std::fill(Y, Y + n * W.rows, 0.0f);
         return;
     }
-    if (path == MatmulPath::automatic) path = n < kSgemmMinBatch ? MatmulPath::rows : MatmulPath::sgemm;
-    if (path == MatmulPath::rows)
-        matmul_rows(W, X, n, Y, n_threads);
-    else
-        matmul_sgemm(W, X, n, Y, n_threads);
+    if (path == MatmulPath::automatic) path = n < gemm_min_batch(W.type) ? MatmulPath::rows : MatmulPath::own;
+    if (path == MatmulPath::own && active_simd_level() != SimdLevel::avx512) path = MatmulPath::sgemm;
+    switch (path) {
+        case MatmulPath::rows: return matmul_rows(W, X, n, Y, n_threads);
+        case MatmulPath::own: return matmul_own(W, X, n, Y, n_threads);
+        default: return matmul_sgemm(W, X, n, Y, n_threads);
+    }
+}
+
+std::int64_t gemm_min_batch(GgmlType type) {
+    switch (type) {
+        case GgmlType::F32:
+        case GgmlType::F16:
+        case GgmlType::BF16: return 4;
+        case GgmlType::Q8_0: return 8;
+        default: return 12;
+    }
 }
 
 }  // namespace quant

@@ -29,6 +29,7 @@
 
 #include "aqpim/error.h"
 #include "model/quant_blocks.h"
+#include "simd/static_dispatch.h"
 
 namespace aqpim::quant {
 
@@ -368,7 +369,85 @@ void for_rows(const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
     for (std::int64_t r = 0; r < n_rows; ++r) y[r] = dot(w + std::size_t(r) * row_bytes);
 }
 
+// ---- f32 GEMM on packed panels (matmul's prefill path) ------------------------------------------
+
+/// y[i][0..n_cols) (+)= sum_k X[i][k] * panel[k][0..n_cols) for MR rows of X: MR x 32 outputs in
+/// 2 MR registers; per k two panel loads, MR broadcasts, 2 MR FMAs.
+template <int MR>
+void panel_kernel(const float* X, std::int64_t ldx, const float* panel, std::int64_t k0, std::int64_t k1, float* Y,
+                  std::int64_t ldy, int n_cols, bool accumulate) {
+    __m512 acc[MR][2];
+    for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (std::int64_t k = k0; k < k1; ++k) {
+        const __m512 p0 = _mm512_load_ps(panel + 32 * k), p1 = _mm512_load_ps(panel + 32 * k + 16);
+        for (int i = 0; i < MR; ++i) {
+            const __m512 x = _mm512_set1_ps(X[i * ldx + k]);
+            acc[i][0] = _mm512_fmadd_ps(x, p0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(x, p1, acc[i][1]);
+        }
+    }
+    const __mmask16 m0 = n_cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n_cols) - 1);
+    const __mmask16 m1 = n_cols >= 32 ? __mmask16(0xFFFF) : n_cols <= 16 ? __mmask16(0) : __mmask16((1u << (n_cols - 16)) - 1);
+    for (int i = 0; i < MR; ++i) {
+        float* y = Y + i * ldy;
+        if (accumulate) {
+            acc[i][0] = _mm512_add_ps(acc[i][0], _mm512_maskz_loadu_ps(m0, y));
+            acc[i][1] = _mm512_add_ps(acc[i][1], _mm512_maskz_loadu_ps(m1, y + 16));
+        }
+        _mm512_mask_storeu_ps(y, m0, acc[i][0]);
+        _mm512_mask_storeu_ps(y + 16, m1, acc[i][1]);
+    }
+}
+
 }  // namespace
+
+void pack_panel_avx512(const float* rows, int n_rows, std::int64_t K, float* panel) {
+    // panel[k][j] = rows[j][k], zero for j >= n_rows; 16 x 16 register transposes (64 shuffles
+    // per 256 values), scalar for the last K % 16 columns.
+    for (int j0 = 0; j0 < kPanelRows; j0 += 16) {
+        std::int64_t k0 = 0;
+        for (; k0 + 16 <= K; k0 += 16) {
+            __m512 r[16], t[16], R[4][4];
+            for (int j = 0; j < 16; ++j)
+                r[j] = j0 + j < n_rows ? _mm512_loadu_ps(rows + (j0 + j) * K + k0) : _mm512_setzero_ps();
+            for (int a = 0; a < 8; ++a) {
+                t[2 * a] = _mm512_unpacklo_ps(r[2 * a], r[2 * a + 1]);
+                t[2 * a + 1] = _mm512_unpackhi_ps(r[2 * a], r[2 * a + 1]);
+            }
+            // R[g][c], 128-bit lane L: column 4L + c of rows 4g..4g+3
+            for (int g = 0; g < 4; ++g) {
+                R[g][0] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+                R[g][1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+                R[g][2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+                R[g][3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+            }
+            // column 4L + c = lanes L of R[0..3][c]: a 4 x 4 transpose of 128-bit lanes
+            for (int c = 0; c < 4; ++c) {
+                const __m512 x = _mm512_shuffle_f32x4(R[0][c], R[1][c], 0x88), y = _mm512_shuffle_f32x4(R[0][c], R[1][c], 0xDD);
+                const __m512 z = _mm512_shuffle_f32x4(R[2][c], R[3][c], 0x88), w = _mm512_shuffle_f32x4(R[2][c], R[3][c], 0xDD);
+                float* out = panel + 32 * k0 + j0;
+                _mm512_store_ps(out + 32 * c, _mm512_shuffle_f32x4(x, z, 0x88));
+                _mm512_store_ps(out + 32 * (4 + c), _mm512_shuffle_f32x4(y, w, 0x88));
+                _mm512_store_ps(out + 32 * (8 + c), _mm512_shuffle_f32x4(x, z, 0xDD));
+                _mm512_store_ps(out + 32 * (12 + c), _mm512_shuffle_f32x4(y, w, 0xDD));
+            }
+        }
+        for (; k0 < K; ++k0)
+            for (int j = 0; j < 16; ++j) panel[32 * k0 + j0 + j] = j0 + j < n_rows ? rows[(j0 + j) * K + k0] : 0.0f;
+    }
+}
+
+void gemm_panel_avx512(const float* X, std::int64_t n, std::int64_t K, const float* panel, int n_cols, float* Y,
+                       std::int64_t ldy) {
+    constexpr std::int64_t kc = 2048;  // K chunk: the panel's 256 KB of it stays in L2 across X rows
+    for (std::int64_t k0 = 0; k0 < K; k0 += kc) {
+        const std::int64_t k1 = std::min(K, k0 + kc);
+        for (std::int64_t i = 0; i < n; i += 6)
+            with_count<6>(int(std::min<std::int64_t>(6, n - i)), [&](auto MR) {
+                panel_kernel<MR>(X + i * K, K, panel, k0, k1, Y + i * ldy, ldy, n_cols, k0 > 0);
+            });
+    }
+}
 
 void dequantize_avx512(GgmlType type, const void* src, float* dst, std::int64_t n) {
     switch (type) {

@@ -151,11 +151,20 @@ void matvec_prepared(const WeightMatrix& W, const float* x, const QuantizedX& qx
 /// The calling thread's activation scratch.
 QuantizedX& scratch_x();
 
-/// How matmul computes (automatic: per-row matvec below kSgemmMinBatch activations, else
-/// dequantized tiles through OpenBLAS sgemm). Forcing one is for tests and benchmarks.
-enum class MatmulPath { automatic, rows, sgemm };
-/// Smallest batch matmul sends to sgemm (measured: docs/weights.md).
-inline constexpr std::int64_t kSgemmMinBatch = 4;
+/// matmul's own f32 GEMM (AVX-512): W rows are dequantized 32 at a time and packed k-major into
+/// a panel [K][32]; then Y[i][0..n_cols) = X[i] . panel columns for every activation row i.
+inline constexpr int kPanelRows = 32;
+void pack_panel_avx512(const float* rows, int n_rows, std::int64_t K, float* panel);
+void gemm_panel_avx512(const float* X, std::int64_t n, std::int64_t K, const float* panel, int n_cols, float* Y,
+                       std::int64_t ldy);
+
+/// How matmul computes. automatic: per-row matvec below gemm_min_batch(type) activations, else
+/// `own` (dequantized 32-row panels through gemm_panel_avx512; `sgemm` below AVX-512). rows /
+/// sgemm / own force a path, for tests and benchmarks.
+enum class MatmulPath { automatic, rows, sgemm, own };
+/// Smallest batch matmul dequantizes W for (the measured crossover with per-row matvec, W
+/// [4096 x 4096] in the LLC, one thread: 4 for f32/f16/bf16, 8 for Q8_0, 12 for Q4_0/Q4_K/Q6_K).
+std::int64_t gemm_min_batch(GgmlType type);
 void matmul_with(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads, MatmulPath path);
 
 }  // namespace aqpim::quant

@@ -6,7 +6,9 @@
 //                   40: unk_id (0), 41: bos_id (1), 42: eos_id (2), 43: pad_id (-1)
 //   NormalizerSpec  1: name, 3: add_dummy_prefix (default true)
 // Only BPE models are supported (their encoder is the score-driven merge of VocabKind::spm). Like
-// llama.cpp, the normalizer's character map and remove_extra_whitespaces are not applied.
+// llama.cpp, the normalizer's character map and remove_extra_whitespaces are not applied. A
+// tokenizer_config.json beside the file is applied as llama.cpp's converter does (add_bos_token,
+// add_eos_token, added_tokens_decoder), so the vocabulary equals the converted GGUF's.
 
 #include <cstring>
 #include <filesystem>
@@ -184,7 +186,9 @@ VocabData vocab_from_sentencepiece_model(const std::string& path) {
     v.add_bos = v.bos >= 0;
     v.add_eos = false;
     if (const auto cfg = tok::read_config_beside(path)) {
-        tok::apply_config_flags(*cfg, (std::filesystem::path(path).parent_path() / "tokenizer_config.json").string(), v);
+        const std::string cfg_path = (std::filesystem::path(path).parent_path() / "tokenizer_config.json").string();
+        tok::apply_config_flags(*cfg, cfg_path, v);
+        tok::apply_added_tokens_decoder(*cfg, cfg_path, v);
     }
     AQPIM_CHECK(!v.add_bos || v.bos >= 0, "{}: BOS is to be added but there is no BOS token", path);
     AQPIM_CHECK(!v.add_eos || v.eos >= 0, "{}: EOS is to be added but there is no EOS token", path);

@@ -421,7 +421,7 @@ TEST(Matmul, MatchesMatvecForSeveralBatchSizes) {
             const auto X = test::gaussian(std::size_t(n * cols), std::uint64_t(52 + n));
             std::vector<float> Y(static_cast<std::size_t>(n * rows)), y(static_cast<std::size_t>(rows));
             matmul(W, X.data(), n, Y.data());
-            const bool rows_path = n < quant::kSgemmMinBatch;
+            const bool rows_path = n < quant::gemm_min_batch(type);
             for (std::int64_t i = 0; i < n; ++i) {
                 matvec(W, X.data() + i * cols, y.data());
                 for (std::int64_t r = 0; r < rows; ++r) {
@@ -430,7 +430,7 @@ TEST(Matmul, MatchesMatvecForSeveralBatchSizes) {
                         ASSERT_EQ(got, y[std::size_t(r)]) << tname(type) << " n=" << n;
                         continue;
                     }
-                    // sgemm path: f32 dequantized W times f32 X (no activation quantization)
+                    // gemm path: f32 dequantized W times f32 X (no activation quantization)
                     double exact = 0, mag = 0;
                     for (std::int64_t c = 0; c < cols; ++c) {
                         const double p = double(w[std::size_t(r * cols + c)]) * X[std::size_t(i * cols + c)];
@@ -448,22 +448,40 @@ TEST(Matmul, MatchesMatvecForSeveralBatchSizes) {
 }
 
 TEST(Matmul, ForcedPathsAgreeAndThreadsDoNotMatter) {
-    const std::int64_t rows = 300, cols = 768, n = 17;
-    for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F32}) {
-        const auto data = make_weights(type, rows, cols, 61);
-        const WeightMatrix W{type, rows, cols, data.data()};
-        const auto X = test::gaussian(std::size_t(n * cols), 62);
-        std::vector<float> a(static_cast<std::size_t>(n * rows)), b(a.size()), c(a.size());
-        quant::matmul_with(W, X.data(), n, a.data(), 1, quant::MatmulPath::sgemm);
-        quant::matmul_with(W, X.data(), n, b.data(), 3, quant::MatmulPath::sgemm);
-        quant::matmul_with(W, X.data(), n, c.data(), 2, quant::MatmulPath::rows);
-        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << tname(type);
-        double num = 0, den = 0;
-        for (std::size_t i = 0; i < a.size(); ++i) {
-            num += double(a[i] - c[i]) * (a[i] - c[i]);
-            den += double(a[i]) * a[i];
-        }
-        EXPECT_LT(std::sqrt(num / den), quant::quantizes_x(type) ? 0.01 : 1e-6) << tname(type);
+    const std::int64_t rows = 300, n = 17;  // 300 = 9 panels of 32 + 12 rows
+    for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F32, GgmlType::BF16}) {
+        // f32/bf16: 785 columns, not a multiple of 16 (the panel transpose's scalar tail)
+        const std::int64_t c = block_of(type) == 256 ? 768 : block_of(type) == 32 ? 800 : 785;
+        const auto data = make_weights(type, rows, c, 61);
+        const WeightMatrix W{type, rows, c, data.data()};
+        const auto w = dequantized(type, data, rows * c);
+        const auto X = test::gaussian(std::size_t(n * c), 62);
+        std::vector<float> rows1(std::size_t(n * rows));
+        quant::matmul_with(W, X.data(), n, rows1.data(), 2, quant::MatmulPath::rows);
+        for (auto path : {quant::MatmulPath::sgemm, quant::MatmulPath::own})
+            for (SimdLevel level : supported_simd_levels()) {
+                test::SimdLevelGuard g(level);
+                std::vector<float> a(std::size_t(n * rows)), b(a.size());
+                quant::matmul_with(W, X.data(), n, a.data(), 1, path);
+                quant::matmul_with(W, X.data(), n, b.data(), 3, path);
+                EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << tname(type) << " " << simd_level_name(level);
+                double num = 0, den = 0;
+                for (std::int64_t i = 0; i < n; ++i)
+                    for (std::int64_t r = 0; r < rows; ++r) {
+                        double exact = 0, mag = 0;
+                        for (std::int64_t k = 0; k < c; ++k) {
+                            const double p = double(w[std::size_t(r * c + k)]) * X[std::size_t(i * c + k)];
+                            exact += p;
+                            mag += std::fabs(p);
+                        }
+                        const std::size_t at = std::size_t(i * rows + r);
+                        ASSERT_NEAR(a[at], exact, 1e-5 * mag) << tname(type) << " " << simd_level_name(level) << " i=" << i << " r=" << r;
+                        num += double(a[at] - rows1[at]) * (a[at] - rows1[at]);
+                        den += double(a[at]) * a[at];
+                    }
+                // the rows path differs by the activation quantization only
+                EXPECT_LT(std::sqrt(num / den), quant::quantizes_x(type) ? 0.01 : 1e-6) << tname(type);
+            }
     }
 }
 

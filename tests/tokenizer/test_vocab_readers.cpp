@@ -317,6 +317,25 @@ TEST(VocabSentencePiece, ReadsAHandWrittenModel) {
     EXPECT_EQ(v.pad, -1);
     const auto t = Tokenizer::create(v);
     EXPECT_EQ(t->encode("a a", true), (Ids{1, 4, 5}));  // no dummy prefix: "a", "▁a"
+    EXPECT_EQ(v.types[0], TokenType::unknown);
+
+    // tokenizer_config.json beside it: flags, and added_tokens_decoder as llama.cpp's converter
+    // applies it (special -> control, else user-defined with "▁" as a space; score -1000; ids
+    // beyond the pieces ignored).
+    write_bytes(dir + "/tokenizer_config.json", R"({"add_bos_token": false, "add_eos_token": true,
+        "added_tokens_decoder": {"0": {"content": "<unk>", "special": true},
+                                 "3": {"content": "<sep▁x>", "special": false},
+                                 "99": {"content": "<far>", "special": true}}})");
+    const VocabData c = vocab_from_sentencepiece_model(path);
+    EXPECT_FALSE(c.add_bos);
+    EXPECT_TRUE(c.add_eos);
+    EXPECT_EQ(c.types[0], TokenType::control);
+    EXPECT_EQ(c.scores[0], -1000.0f);
+    EXPECT_EQ(c.tokens[3], "<sep x>");
+    EXPECT_EQ(c.types[3], TokenType::user_defined);
+    EXPECT_EQ(Tokenizer::create(c)->encode("a<sep x>a", true), (Ids{4, 3, 4, 2}));
+    write_bytes(dir + "/tokenizer_config.json", R"({"added_tokens_decoder": {"x": {"content": "y"}}})");
+    EXPECT_THROW(vocab_from_sentencepiece_model(path), Error);
 }
 
 TEST(VocabSentencePiece, HostileFilesAreErrors) {

@@ -1,0 +1,87 @@
+// `aqpim run`, `ppl`, `info -m` and `bench decode` end to end on the shared models, and their
+// refusals of bad input.
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "support/cli.h"
+
+using aqpim::test::run_cli;
+using aqpim::test::shared_dir;
+
+namespace {
+const std::string kStoriesBin = shared_dir() + "/models/stories260K/stories260K.bin";
+const std::string kStoriesGguf = shared_dir() + "/models/stories260K/stories260K.gguf";
+}  // namespace
+
+TEST(RuntimeCli, RunStreamsTextAndReportsSpeed) {
+    const auto r = run_cli("run -m " + kStoriesBin + " -p 'Once upon a time' -n 24 --seed 5 --temp 0.8");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    // stderr's model line, then the text on stdout (prompt echoed first), then the speed report.
+    const auto text = [](const std::string& s) {
+        const std::size_t b = s.find('\n') + 1;
+        return s.substr(b, s.find("\n\n", b) - b);
+    };
+    EXPECT_EQ(text(r.output).rfind("Once upon a time", 0), 0u) << r.output;
+    EXPECT_GT(text(r.output).size(), 40u) << r.output;
+    EXPECT_NE(r.output.find("tokens/s"), std::string::npos);
+    EXPECT_NE(r.output.find("GB/s"), std::string::npos);
+    // Same seed, same text; another seed, other text.
+    const auto again = run_cli("run -m " + kStoriesBin + " -p 'Once upon a time' -n 24 --seed 5 --temp 0.8");
+    const auto other = run_cli("run -m " + kStoriesBin + " -p 'Once upon a time' -n 24 --seed 6 --temp 0.8");
+    EXPECT_EQ(text(r.output), text(again.output));
+    EXPECT_NE(text(r.output), text(other.output));
+}
+
+TEST(RuntimeCli, PplJsonMatchesLlamaCpp) {
+    const auto r = run_cli("ppl -m " + kStoriesGguf + " -f " + shared_dir() +
+                           "/text/tinystories-valid.txt -c 256 --kv f32 --json 2>/dev/null");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    EXPECT_NEAR(j["ppl"].get<double>(), 6.2132, 6.2132e-3);
+    EXPECT_EQ(j["n_chunks"].get<int>(), 60);
+}
+
+TEST(RuntimeCli, InfoDescribesAModel) {
+    const auto r = run_cli("info -m " + shared_dir() + "/models/austen-13m");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    for (const char* want : {"architecture: llama", "4 layers", "2 KV heads (GQA 2:1)", "head_dim 128", "F16", "f16"})
+        EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
+}
+
+TEST(RuntimeCli, BadInputFailsWithOneClearLine) {
+    const std::string tmp = (std::filesystem::temp_directory_path() / "aqpim_runtime_cli_truncated.gguf").string();
+    {
+        std::ifstream in(kStoriesGguf, std::ios::binary);
+        std::string head(5000, '\0');
+        in.read(head.data(), 5000);
+        std::ofstream(tmp, std::ios::binary).write(head.data(), 5000);
+    }
+    const std::pair<std::string, std::string> cases[] = {
+        {"run -m /nonexistent/model.gguf", "no such file"},
+        {"run -m " + kStoriesBin + " --kv int3", "--kv int3"},
+        {"run -m " + kStoriesBin + " --top-p 0", "top-p"},
+        {"run -m " + tmp, "gguf"},
+        {"ppl -m " + kStoriesGguf + " -f /nonexistent.txt", "cannot open"},
+        {"ppl -m " + kStoriesGguf + " -f " + shared_dir() + "/reference/tokens/probe.txt -c 256", "fewer than one chunk"},
+    };
+    for (const auto& [args, want] : cases) {
+        const auto r = run_cli(args);
+        EXPECT_NE(r.exit_code, 0) << args;
+        EXPECT_NE(r.output.find(want), std::string::npos) << args << "\n" << r.output;
+        EXPECT_EQ(r.output.find("terminate"), std::string::npos) << args;
+    }
+    std::filesystem::remove(tmp);
+}
+
+TEST(RuntimeCli, BenchDecodeReportsTheRoof) {
+    const auto r = run_cli("bench decode --quick -m " + kStoriesGguf + " --prompt-tokens 16 -n 8 --json");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    ASSERT_EQ(j["rows"].size(), 3u);
+    EXPECT_GT(j["rows"][0]["gbytes_per_s"].get<double>(), 0.0);
+    EXPECT_GT(j["rows"][2]["tokens_per_s"].get<double>(), 0.0);
+}
