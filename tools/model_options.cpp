@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "aqpim/error.h"
+#include "aqpim/kv_scheme.h"
 
 namespace aqpim::cli {
 
@@ -15,7 +16,7 @@ void add_model_options(CLI::App* cmd, ModelOptions& opts) {
     cmd->add_option("--tokenizer", opts.tokenizer,
                     "vocabulary file (tokenizer.bin, tokenizer.json, tokenizer.model or .gguf); "
                     "default: the model's own, or tokenizer.bin / tok*.bin beside a llama2.c checkpoint");
-    cmd->add_option("--kv", opts.kv, "KV cache scheme: f32 or f16");
+    cmd->add_option("--kv", opts.kv, "KV cache scheme NAME[:key=value,...] (see docs/kv-cache.md)");
 }
 
 LoadedModel load_model_for_cli(const ModelOptions& opts) {
@@ -30,9 +31,7 @@ LoadedModel load_model_for_cli(const ModelOptions& opts) {
 }
 
 std::unique_ptr<KvCache> make_cli_kv_cache(const ModelOptions& opts, const KvShape& shape) {
-    if (opts.kv == "f32") return make_dense_kv_cache(shape, DenseKvType::f32);
-    if (opts.kv == "f16") return make_dense_kv_cache(shape, DenseKvType::f16);
-    AQPIM_FAIL("--kv {}: unknown KV cache scheme (available: f32, f16)", opts.kv);
+    return make_kv_cache(parse_kv_scheme(opts.kv), shape);
 }
 
 void warn_past_training_context(const ModelConfig& config, std::int64_t n_tokens) {

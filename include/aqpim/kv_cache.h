@@ -8,6 +8,13 @@
 // Compressed caches (issue 4: PQ, int8/int4, KIVI, ...) implement the same interface; the dense
 // f32 and f16 caches here are the reference they are measured against.
 //
+// Time consistency (what makes batched prefill and batched evaluation equal token-by-token
+// decode): a query row at position p sees every token t <= p exactly as the cache would store it
+// right after token p was appended one at a time. A scheme whose storage of a token changes over
+// time (an f16 window that later gets quantized, codebooks trained once `calib` tokens exist)
+// keeps what it needs to answer rows of the current step that way, and drops it at the next
+// append; memory() reports the steady state (what a decode step holds), never less.
+//
 // Threading: append() is called for one layer at a time from one thread; attend() calls for
 // different (sequence, KV head) pairs of the same layer run concurrently and must not race.
 

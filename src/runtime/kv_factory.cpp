@@ -1,0 +1,23 @@
+// make_kv_cache: from a parsed --kv spec to a cache.
+
+#include "aqpim/error.h"
+#include "aqpim/kv_scheme.h"
+
+namespace aqpim {
+
+const std::vector<std::string>& kv_scheme_names() {
+    static const std::vector<std::string> names = {"f32", "f16"};
+    return names;
+}
+
+std::unique_ptr<KvCache> make_kv_cache(const KvSchemeSpec& spec, const KvShape& shape, const KvCacheOptions& options) {
+    if (spec.name == "f32" || spec.name == "f16") {
+        spec.require_known_keys({});
+        return make_dense_kv_cache(shape, spec.name == "f32" ? DenseKvType::f32 : DenseKvType::f16);
+    }
+    std::string names;
+    for (const std::string& n : kv_scheme_names()) names += (names.empty() ? "" : ", ") + n;
+    AQPIM_FAIL("--kv {}: unknown KV cache scheme '{}' (available: {})", spec.text, spec.name, names);
+}
+
+}  // namespace aqpim
