@@ -3,14 +3,17 @@
 //   BM_Matvec/<type>/<threads>/<level>      decode product y = W x, W [14336 x 4096] (Llama-3-8B's
 //                                           ffn_up), a different copy of W each call from an arena
 //                                           of 4 x LLC, so every byte comes from DRAM
-//   BM_MatvecF32x/<type>                    the alternative design for comparison: dequantize in
+//   BM_MatvecHot/<type>/<level>             the same product on W [256 x 4096] reused every call (in
+//                                           cache): each kernel's compute roof
+//   BM_MatvecF32x/<type>/<threads>          the alternative design for comparison: dequantize in
 //                                           registers and FMA against f32 x (no x quantization)
 //   BM_Matmul/<type>/<n>/<path>/<threads>   prefill product, W [4096 x 4096], n activations;
 //                                           path 0 = per-row matvec, 1 = dequantized tiles + OpenBLAS
 //                                           sgemm, 2 = dequantized 32-row panels + own AVX-512 kernel
 // Counters: bytes/s of weights read; roof = the streaming read of the same arena measured in the
 // same benchmark with the same thread count; of_roof = bytes/s / roof; GFLOP/s for matmul.
-//   build/bin/bench_matvec --benchmark_counters_tabular=true
+// On a shared machine run repetitions and read the "_max" rows (bytes/s) / "_min" rows (time):
+//   build/bin/bench_matvec --benchmark_repetitions=3 --benchmark_counters_tabular=true
 
 #include <benchmark/benchmark.h>
 #include <immintrin.h>

@@ -3,7 +3,7 @@
 set -euo pipefail
 packages=(g++ cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev
           nlohmann-json3-dev libcli11-dev libfaiss-dev libopenblas-dev libpcre2-dev
-          pkg-config)
+          pkg-config python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -13,5 +13,6 @@ void add_synth_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_ppl_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
 
 }  // namespace aqpim::cli

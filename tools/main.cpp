@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
     aqpim::cli::add_convert_command(app);
     aqpim::cli::add_run_command(app);
     aqpim::cli::add_ppl_command(app);
+    aqpim::cli::add_eval_command(app);
 
     try {
         app.parse(argc, argv);

@@ -9,6 +9,7 @@
 // and merges; finalize() divides by the softmax denominator.
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "aqpim/half.h"
@@ -67,6 +68,24 @@ PqValuePath resolve_value_path(PqValuePath requested, int nbits);
 void attend_pq(const float* q, int n_q, const ProductQuantizer& pq_k, const ProductQuantizer& pq_v,
                const std::uint8_t* k_blocks, const std::uint8_t* v_blocks, std::int64_t n_tokens, float scale,
                const PqAttentionOptions& options, AttentionPartial& part);
+
+/// A run of consecutive tokens whose key and value codes are contiguous blocks (a page of a paged
+/// cache). Every span of a call but the last holds whole blocks (n_tokens % 32 == 0).
+struct PqCodeSpan {
+    const std::uint8_t* k_blocks = nullptr;
+    const std::uint8_t* v_blocks = nullptr;
+    std::int64_t n_tokens = 0;
+};
+
+/// attend_pq over the concatenation of spans coded by one codebook version (pq_k, pq_v): the query
+/// transform and lookup tables are built once for the call, then the spans are scanned in tiles of
+/// 1024 tokens. A tile made of several spans is first gathered into contiguous thread-local
+/// buffers (the next tile's spans are prefetched meanwhile), so the kernels see the same layout as
+/// one span; a span that covers a whole tile is read in place. Bit-identical to attend_pq on the
+/// concatenated blocks (same tiles, same kernels).
+void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, const ProductQuantizer& pq_v,
+                     std::span<const PqCodeSpan> spans, float scale, const PqAttentionOptions& options,
+                     AttentionPartial& part);
 
 // ---- kernels (per SIMD level; tests compare each with ref) -----------------------------------------
 

@@ -24,12 +24,19 @@
 #include <utility>
 #include <vector>
 
+#include "aqpim/rope_pairs.h"
+
 namespace aqpim {
 
 struct KvShape {
     int n_layer = 0;
     int n_kv_head = 0;
     int head_dim = 0;
+    /// Which key dims RoPE rotates together (the model's layout; PQ keeps each pair in one subspace).
+    RopePairs rope_pairs = RopePairs::none;
+    /// [head_dim/2] angle per position of each RoPE pair, scaling included (empty: unknown). The PQ
+    /// cache rotates its calibration keys by these to cover the positions it will code later.
+    std::vector<float> rope_inv_freq;
     /// K and V elements one token occupies over all layers.
     std::int64_t elements_per_token() const { return 2LL * n_layer * n_kv_head * head_dim; }
 };

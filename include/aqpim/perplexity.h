@@ -36,6 +36,38 @@ struct PerplexityResult {
 
 using KvCacheFactory = std::function<std::unique_ptr<KvCache>(const KvShape&)>;
 
+// ---- pieces of the protocol (shared with the quality harness, aqpim/eval.h) ------------------------
+
+/// The chunks of a tokenized text: chunk ic is tokens [ic * n_ctx, (ic + 1) * n_ctx) with its first
+/// token replaced by BOS; rows j in [first_scored(), n_ctx - 1) are scored against token j + 1.
+class PerplexityChunks {
+public:
+    /// Throws aqpim::Error when n_ctx < 4 or the text holds less than one chunk.
+    PerplexityChunks(const std::vector<std::int32_t>& tokens, std::int32_t bos, int n_ctx, int max_chunks);
+    int n_chunks() const { return n_chunks_; }
+    int n_ctx() const { return n_ctx_; }
+    /// First scored row: n_ctx / 2 (the unscored first half is context only).
+    int first_scored() const { return n_ctx_ / 2; }
+    /// Tokens of chunk ic, BOS first: [n_ctx].
+    std::vector<std::int32_t> chunk(int ic) const;
+
+private:
+    const std::vector<std::int32_t>& tokens_;
+    std::int32_t bos_;
+    int n_ctx_, n_chunks_;
+};
+
+/// Running negative log-likelihood statistics with llama.cpp's perplexity and ± figure.
+struct NllStats {
+    double sum = 0.0, sum2 = 0.0;
+    std::int64_t count = 0;
+    void add(double nll) { sum += nll, sum2 += nll * nll, ++count; }
+    double mean() const { return count ? sum / double(count) : 0.0; }
+    double ppl() const;
+    /// ppl * stddev(nll) / sqrt(count - 1) (0 with fewer than two values).
+    double ppl_error() const;
+};
+
 /// `tokens` is the tokenized text with BOS first; `bos` the id chunks start with.
 PerplexityResult perplexity(Transformer& model, const std::vector<std::int32_t>& tokens, std::int32_t bos,
                             const KvCacheFactory& make_cache, const PerplexityOptions& options);

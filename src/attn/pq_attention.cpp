@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "aqpim/attention.h"
@@ -19,8 +20,28 @@ namespace {
 
 constexpr std::int64_t kTileBlocks = 32;  // 1024 tokens per tile: 16 KiB of scores for 4 heads
 constexpr std::int64_t kTile = kTileBlocks * kCodeBlock;
+constexpr std::int64_t kNextTilePrefetchBlocks = 16;  // as far ahead as the scan kernels prefetch
 
+/// Blocks [0, n_blocks) of one span that fall in one tile.
+struct Segment {
+    const std::uint8_t* k = nullptr;
+    const std::uint8_t* v = nullptr;
+    std::int64_t n_blocks = 0;
+};
 
+/// Per-thread scratch of attend_pq_spans beyond the shared AttentionScratch (reused across calls).
+struct SpanScratch {
+    AlignedBuffer<std::uint8_t> k_tile, v_tile;  ///< [kTileBlocks][block bytes]: a gathered tile
+    std::vector<Int8LutParams> qparams;          ///< [n_q]
+    std::vector<Segment> segments;               ///< the call's spans cut at tile boundaries
+    std::vector<std::size_t> tile_first;         ///< [n_tiles + 1] first segment of each tile
+    AttentionPartial local;
+};
+
+SpanScratch& span_scratch() {
+    thread_local SpanScratch scratch;
+    return scratch;
+}
 
 }  // namespace
 
@@ -37,13 +58,28 @@ PqValuePath resolve_value_path(PqValuePath requested, int nbits) {
 void attend_pq(const float* q, int n_q, const ProductQuantizer& pq_k, const ProductQuantizer& pq_v,
                const std::uint8_t* k_blocks, const std::uint8_t* v_blocks, std::int64_t n_tokens, float scale,
                const PqAttentionOptions& options, AttentionPartial& part) {
+    AQPIM_CHECK(n_tokens >= 0, "negative token count {}", n_tokens);
+    const PqCodeSpan span{k_blocks, v_blocks, n_tokens};
+    attend_pq_spans(q, n_q, pq_k, pq_v, {&span, 1}, scale, options, part);
+}
+
+void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, const ProductQuantizer& pq_v,
+                     std::span<const PqCodeSpan> spans, float scale, const PqAttentionOptions& options,
+                     AttentionPartial& part) {
     AQPIM_CHECK(pq_k.is_trained() && pq_v.is_trained(), "attend_pq needs trained key and value quantizers");
     const int D = pq_k.D();
     AQPIM_CHECK(pq_v.D() == D, "key quantizer has D={}, value quantizer D={}", D, pq_v.D());
     AQPIM_CHECK(n_q >= 1, "attention needs n_q >= 1 (got {})", n_q);
     AQPIM_CHECK(part.n_q == n_q && part.D == D, "attention partial is [{}][{}], expected [{}][{}]", part.n_q, part.D,
                 n_q, D);
-    AQPIM_CHECK(n_tokens >= 0, "negative token count {}", n_tokens);
+    std::int64_t n_tokens = 0;
+    for (std::size_t i = 0; i < spans.size(); ++i) {
+        AQPIM_CHECK(spans[i].n_tokens >= 0, "negative token count {}", spans[i].n_tokens);
+        AQPIM_CHECK(i + 1 == spans.size() || spans[i].n_tokens % kCodeBlock == 0,
+                    "code span {} of {} holds {} tokens: every span but the last must hold whole blocks of {}", i,
+                    spans.size(), spans[i].n_tokens, kCodeBlock);
+        n_tokens += spans[i].n_tokens;
+    }
     const bool int8 = options.scores == PqScorePath::int8;
     AQPIM_CHECK(!int8 || pq_k.nbits() == 4, "int8 score tables need 4-bit key codes (nbits={})", pq_k.nbits());
     AQPIM_CHECK(!int8 || pq_k.M() <= 256, "int8 score tables support M <= 256 (u16 sums), got M={}", pq_k.M());
@@ -55,6 +91,7 @@ void attend_pq(const float* q, int n_q, const ProductQuantizer& pq_k, const Prod
     const AttnKernels& ak = attn_kernels(active_simd_level());
     const int Mk = pq_k.M(), Mv = pq_v.M(), ksub_k = pq_k.ksub(), ksub_v = pq_v.ksub();
     AttentionScratch& ws = attention_scratch();
+    SpanScratch& ss = span_scratch();
     ws.reserve(n_q, D, kTile);
 
     // Query side: transform into key-quantizer space (scale folded in), then tables.
@@ -62,11 +99,10 @@ void attend_pq(const float* q, int n_q, const ProductQuantizer& pq_k, const Prod
     for (std::int64_t i = 0; i < std::int64_t(n_q) * D; ++i) ws.q[i] *= scale;
     if (ws.lut.size() < std::size_t(n_q) * Mk * ksub_k) ws.lut.resize(std::size_t(n_q) * Mk * ksub_k);
     k.build_lut(ws.q.data(), n_q, Mk, ksub_k, pq_k.dsub(), pq_k.centroids(), ws.lut.data());
-    std::vector<Int8LutParams> qparams;
     if (int8) {
         if (ws.qlut.size() < std::size_t(n_q) * Mk * 16) ws.qlut.resize(std::size_t(n_q) * Mk * 16);
-        qparams.resize(n_q);
-        quantize_luts(ws.lut.data(), n_q, Mk, ws.qlut.data(), qparams.data());
+        ss.qparams.resize(n_q);
+        quantize_luts(ws.lut.data(), n_q, Mk, ws.qlut.data(), ss.qparams.data());
     }
 
     // Value side accumulators (quantizer space of pq_v).
@@ -82,30 +118,84 @@ void attend_pq(const float* q, int n_q, const ProductQuantizer& pq_k, const Prod
     if (ws.acc.size() < std::size_t(n_q) * D) ws.acc.resize(std::size_t(n_q) * D);
     std::fill_n(ws.acc.data(), std::size_t(n_q) * D, 0.0f);
 
-    AttentionPartial local(n_q, D);
-    const std::int64_t n_blocks = code_blocks_for(n_tokens);
+    // Cut the spans into tiles of kTileBlocks blocks.
     const std::size_t kbb = code_block_bytes(Mk, pq_k.nbits()), vbb = code_block_bytes(Mv, pq_v.nbits());
-    for (std::int64_t b0 = 0; b0 < n_blocks; b0 += kTileBlocks) {
-        const std::int64_t nb = std::min(kTileBlocks, n_blocks - b0);
-        const std::int64_t n_valid = std::min(nb * kCodeBlock, n_tokens - b0 * kCodeBlock);
-        // This tile's value codes come in while its keys are scanned: the value pass reads them in
-        // subspace-strided order, which the hardware prefetcher does not follow from DRAM. (The
-        // scan prefetches the keys itself.)
-        prefetch_l2(v_blocks + b0 * vbb, std::size_t(nb) * vbb);
+    ss.segments.clear();
+    ss.tile_first.assign(1, 0);
+    std::int64_t in_tile = 0;
+    for (const PqCodeSpan& sp : spans) {
+        const std::int64_t nb = code_blocks_for(sp.n_tokens);
+        for (std::int64_t off = 0; off < nb;) {
+            const std::int64_t take = std::min(nb - off, kTileBlocks - in_tile);
+            ss.segments.push_back({sp.k_blocks + off * kbb, sp.v_blocks + off * vbb, take});
+            off += take;
+            in_tile += take;
+            if (in_tile == kTileBlocks) {
+                ss.tile_first.push_back(ss.segments.size());
+                in_tile = 0;
+            }
+        }
+    }
+    if (in_tile > 0) ss.tile_first.push_back(ss.segments.size());
+    const std::size_t n_tiles = ss.tile_first.size() - 1;
+    if (n_tiles > 1 || ss.segments.size() > 1) {
+        if (ss.k_tile.size() < kTileBlocks * kbb) ss.k_tile.resize(kTileBlocks * kbb);
+        if (ss.v_tile.size() < kTileBlocks * vbb) ss.v_tile.resize(kTileBlocks * vbb);
+    }
+    // Tile `t`'s codes into L2 ahead of use: all of them when it will be gathered (its spans are
+    // short runs the hardware prefetcher does not follow), else its first blocks (the scan
+    // prefetches the rest itself).
+    const auto prefetch_tile = [&](std::size_t t) {
+        const std::size_t a = ss.tile_first[t], b = ss.tile_first[t + 1];
+        if (b - a == 1) {
+            prefetch_l2(ss.segments[a].k, std::size_t(std::min(ss.segments[a].n_blocks, kNextTilePrefetchBlocks)) * kbb);
+            return;
+        }
+        for (std::size_t i = a; i < b; ++i) {
+            prefetch_l2(ss.segments[i].k, std::size_t(ss.segments[i].n_blocks) * kbb);
+            prefetch_l2(ss.segments[i].v, std::size_t(ss.segments[i].n_blocks) * vbb);
+        }
+    };
+
+    AttentionPartial& local = ss.local;
+    local.reset(n_q, D);
+    for (std::size_t t = 0; t < n_tiles; ++t) {
+        const std::size_t a = ss.tile_first[t], b = ss.tile_first[t + 1];
+        if (t + 1 < n_tiles) prefetch_tile(t + 1);
+        const std::uint8_t *kb, *vb;
+        std::int64_t nb = 0;
+        if (b - a == 1) {
+            kb = ss.segments[a].k;
+            vb = ss.segments[a].v;
+            nb = ss.segments[a].n_blocks;
+            // This tile's value codes come in while its keys are scanned: the value pass reads them in
+            // subspace-strided order, which the hardware prefetcher does not follow from DRAM. (The
+            // scan prefetches the keys itself.)
+            prefetch_l2(vb, std::size_t(nb) * vbb);
+        } else {
+            for (std::size_t i = a; i < b; ++i) {
+                const Segment& sg = ss.segments[i];
+                std::memcpy(ss.k_tile.data() + nb * kbb, sg.k, std::size_t(sg.n_blocks) * kbb);
+                std::memcpy(ss.v_tile.data() + nb * vbb, sg.v, std::size_t(sg.n_blocks) * vbb);
+                nb += sg.n_blocks;
+            }
+            kb = ss.k_tile.data();
+            vb = ss.v_tile.data();
+        }
+        const std::int64_t n_valid = std::min(nb * kCodeBlock, n_tokens - std::int64_t(t) * kTile);
         if (int8)
-            k.scan_i8(ws.qlut.data(), qparams.data(), n_q, Mk, k_blocks + b0 * kbb, nb, ws.scores.data(), kTile);
+            k.scan_i8(ws.qlut.data(), ss.qparams.data(), n_q, Mk, kb, nb, ws.scores.data(), kTile);
         else
-            k.scan_f32(ws.lut.data(), n_q, Mk, pq_k.nbits(), k_blocks + b0 * kbb, nb, ws.scores.data(), kTile);
+            k.scan_f32(ws.lut.data(), n_q, Mk, pq_k.nbits(), kb, nb, ws.scores.data(), kTile);
         ak.softmax_tile(ws.scores.data(), kTile, n_q, n_valid, nb * kCodeBlock, local.max.data(), local.sum.data(),
                         ws.alpha.data());
         if (value_path == PqValuePath::histogram) {
             if (std::any_of(ws.alpha.begin(), ws.alpha.end(), [](float a) { return a != 1.0f; }))
                 for (std::size_t i = 0; i < hist_len; ++i) ws.hist[i] *= ws.alpha[i % n_q];
-            k.values_hist(ws.scores.data(), kTile, n_q, Mv, pq_v.nbits(), v_blocks + b0 * vbb, nb, ws.hist.data());
+            k.values_hist(ws.scores.data(), kTile, n_q, Mv, pq_v.nbits(), vb, nb, ws.hist.data());
         } else {
             rescale_rows(ws.acc.data(), n_q, D, ws.alpha.data());
-            k.values_perm(ws.scores.data(), kTile, n_q, Mv, pq_v.dsub(), v_blocks + b0 * vbb, nb, ws.columns.data(),
-                          ws.acc.data());
+            k.values_perm(ws.scores.data(), kTile, n_q, Mv, pq_v.dsub(), vb, nb, ws.columns.data(), ws.acc.data());
         }
     }
     if (value_path == PqValuePath::histogram)

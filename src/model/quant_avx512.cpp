@@ -14,8 +14,9 @@
 // For Q8_0 and Q4_0, lane[k] is the block scale d_x of the 4 values at q[4k..4k+3] (layout
 // order) and lane_i[k] the integer the lane's dot starts from, cancelling the weights' offset:
 // Q8_0 reads w + 128 as u8, so -128 x (sum of the lane's 4 values); Q4_0 reads nibbles q = w + 8,
-// so -8 x (sum of the lane's 8 values: 4 low-half, 4 high-half). The K types fold d_x into their per-super-
-// block scale vector instead; aux is Q4_K's d_x*s per block and Q6_K's -32*d_x*s16 per half block.
+// so -8 x (sum of the lane's 8 values: 4 low-half, 4 high-half). The K types fold d_x into their
+// per-super-block scale vector instead; aux holds, per super-block, Q4_K's 8 d_x then 8 d_x*s,
+// and Q6_K's 16 values -32*d_x*s16 (one per group of 16).
 
 #include <immintrin.h>
 
@@ -269,21 +270,23 @@ inline __m512i four_index(int base) {
 float dot_q4_k(const std::uint8_t* row, const QuantizedX& qx, std::int64_t nb) {
     const __m512i low = _mm512_set1_epi8(0xF);
     const __m512i idx[4] = {two_index(0, 2), two_index(1, 3), two_index(4, 6), two_index(5, 7)};
+    const __m512i dd_index = two_index(0, 1);  // [d x 8, dmin x 8]
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    __m256 macc = _mm256_setzero_ps();
+    __m512 pacc = _mm512_setzero_ps();
     for (std::int64_t i = 0; i < nb; ++i) {
         const auto* blk = reinterpret_cast<const BlockQ4_K*>(row) + i;
         prefetch_ahead(reinterpret_cast<const std::uint8_t*>(blk), 3);
         std::uint64_t sc_lo, m_hi;
         unpack_q4k_scales_words(blk->scales, sc_lo, m_hi);
         const __m128i smv = _mm_set_epi64x(std::int64_t(m_hi), std::int64_t(sc_lo));
-        const __m256 dx = _mm256_loadu_ps(qx.d.data() + 8 * i);
-        // d sc_j d_x[j]: the whole scale of sub-block j's integer dot
-        const __m256 sc = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(h2f(blk->d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(smv))), dx);
-        const __m256 mn = _mm256_mul_ps(_mm256_set1_ps(h2f(blk->dmin)),
-                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(smv, 8))));
-        macc = _mm256_fmadd_ps(mn, _mm256_loadu_ps(qx.aux.data() + 8 * i), macc);
-        const __m512 F = _mm512_castps256_ps512(sc);
+        std::uint32_t dm;
+        std::memcpy(&dm, blk, 4);
+        const __m512 DD = _mm512_permutexvar_ps(dd_index, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(int(dm)))));
+        // P = [d sc_j d_x[j] (j < 8) | dmin m_j d_x[j] s[j]]: lanes 0-7 scale sub-block j's integer
+        // dot, lanes 8-15 are its min term (summed over the row in pacc)
+        const __m512 P = _mm512_mul_ps(_mm512_mul_ps(DD, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(smv))),
+                                       _mm512_load_ps(qx.aux.data() + 16 * i));
+        pacc = _mm512_add_ps(pacc, P);
         const std::int8_t* x = qx.q.data() + 256 * i;
         for (int c2 = 0; c2 < 2; ++c2) {
             const __m512i q = _mm512_loadu_si512(blk->qs + 64 * c2);
@@ -291,11 +294,12 @@ float dot_q4_k(const std::uint8_t* row, const QuantizedX& qx, std::int64_t nb) {
             const __m512i dlo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_load_si512(x + 128 * c2));
             const __m512i dhi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, _mm512_load_si512(x + 128 * c2 + 64));
             // one accumulator per FMA of the super-block: the chain latency, not the ports, bound a single one
-            acc[2 * c2] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dlo), _mm512_permutexvar_ps(idx[2 * c2], F), acc[2 * c2]);
-            acc[2 * c2 + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dhi), _mm512_permutexvar_ps(idx[2 * c2 + 1], F), acc[2 * c2 + 1]);
+            acc[2 * c2] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dlo), _mm512_permutexvar_ps(idx[2 * c2], P), acc[2 * c2]);
+            acc[2 * c2 + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dhi), _mm512_permutexvar_ps(idx[2 * c2 + 1], P), acc[2 * c2 + 1]);
         }
     }
-    return hsum(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]))) - hsum(macc);
+    const __m512 a = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+    return hsum(a) - hsum(_mm512_castps512_ps256(_mm512_shuffle_f32x4(pacc, pacc, 0xee)));
 }
 
 /// Q6_K row: 6-bit codes (q + 32, u8) rebuilt from ql/qh per 64 values, dotted with natural x;
@@ -485,7 +489,10 @@ void prepare_x_avx512(GgmlType type, const float* x, std::int64_t n, QuantizedX&
             static constexpr int kPos[8] = {0, 2, 1, 3, 4, 6, 5, 7};  // block j of a super-block -> position
             auto at = [&](std::int64_t b) { return q + 256 * (b / 8) + 32 * kPos[b % 8]; };
             quantize_blocks(x, nb, qx, at, [&](std::int64_t b) { return at(b) + 16; });
-            for (std::int64_t b = 0; b < nb; ++b) qx.aux[std::size_t(b)] = qx.d[std::size_t(b)] * float(qx.s[std::size_t(b)]);
+            for (std::int64_t b = 0; b < nb; ++b) {  // per super-block: d_x[0..8), d_x s[0..8)
+                qx.aux[std::size_t(16 * (b / 8) + b % 8)] = qx.d[std::size_t(b)];
+                qx.aux[std::size_t(16 * (b / 8) + 8 + b % 8)] = qx.d[std::size_t(b)] * float(qx.s[std::size_t(b)]);
+            }
             break;
         }
         default: {  // Q8_0, Q6_K: natural order

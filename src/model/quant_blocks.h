@@ -62,18 +62,19 @@ inline void unpack_q4k_scales(const std::uint8_t* s, std::uint8_t* sc, std::uint
     }
 }
 
-/// The same unpacking on 32-bit words (no byte stores, so SIMD kernels can load the result
-/// straight into a register): returns sc[0..7] in bytes 0-7 and m[0..7] in bytes 8-15 of the
-/// pair {lo, hi}.
+/// The same unpacking on 64-bit words, for SIMD kernels: returns sc[0..7] in the bytes of `lo`
+/// and m[0..7] in the bytes of `hi` (no byte stores, so they go straight into a register).
 inline void unpack_q4k_scales_words(const std::uint8_t* s, std::uint64_t& lo, std::uint64_t& hi) {
-    std::uint32_t u[3];
-    std::memcpy(u, s, 12);
-    constexpr std::uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
-    const std::uint32_t sc03 = u[0] & k6, m03 = u[1] & k6;
-    const std::uint32_t sc47 = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
-    const std::uint32_t m47 = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
-    lo = sc03 | (std::uint64_t(sc47) << 32);
-    hi = m03 | (std::uint64_t(m47) << 32);
+    std::uint64_t a;  // bytes 0-7: sc0-3 / m0-3 in the low 6 bits, top bits of sc4-7 / m4-7 in bits 6-7
+    std::uint32_t b;  // bytes 8-11: low nibbles of sc4-7, m4-7
+    std::memcpy(&a, s, 8);
+    std::memcpy(&b, s + 8, 4);
+    const std::uint64_t top = (a >> 6) & 0x0303030303030303ull;  // the 2-bit tops, in place of each byte
+#if defined(__GNUC__)
+    asm("" : "+r"(a), "+r"(b));  // keeps GCC's SLP vectorizer from moving this to xmm registers
+#endif
+    lo = (a & 0x3f3f3f3full) | (std::uint64_t((b & 0x0f0f0f0fu) | std::uint32_t(top << 4)) << 32);
+    hi = ((a >> 32) & 0x3f3f3f3full) | (std::uint64_t(((b >> 4) & 0x0f0f0f0fu) | std::uint32_t((top >> 32) << 4)) << 32);
 }
 
 /// Kernels prefetch the weight stream this far ahead (as the read roof, aqpim::read_bytes, does):

@@ -141,7 +141,7 @@ void reserve_x(QuantizedX& qx, std::int64_t n, bool lanes) {
     if (lanes) {
         grow(qx.lane, n / 4);
         grow(qx.lane_i, n / 4);
-        grow(qx.aux, n / 16);
+        grow(qx.aux, n / 16);  // Q4_K: 16 per super-block; Q6_K: one per 16 values
     }
 }
 

@@ -1,12 +1,19 @@
 // make_kv_cache: from a parsed --kv spec to a cache.
 
 #include "aqpim/error.h"
+#include "aqpim/kv_pq.h"
+#include "aqpim/kv_scalar.h"
 #include "aqpim/kv_scheme.h"
 
 namespace aqpim {
 
 const std::vector<std::string>& kv_scheme_names() {
-    static const std::vector<std::string> names = {"f32", "f16"};
+    static const std::vector<std::string> names = [] {
+        std::vector<std::string> n = {"f32", "f16"};
+        for (const std::string& s : scalar_kv_scheme_names()) n.push_back(s);
+        n.push_back("pq");
+        return n;
+    }();
     return names;
 }
 
@@ -15,6 +22,8 @@ std::unique_ptr<KvCache> make_kv_cache(const KvSchemeSpec& spec, const KvShape& 
         spec.require_known_keys({});
         return make_dense_kv_cache(shape, spec.name == "f32" ? DenseKvType::f32 : DenseKvType::f16);
     }
+    if (is_scalar_kv_scheme(spec.name)) return make_scalar_kv_cache(spec, shape, options);
+    if (spec.name == "pq") return make_pq_kv_cache(spec, shape, options);
     std::string names;
     for (const std::string& n : kv_scheme_names()) names += (names.empty() ? "" : ", ") + n;
     AQPIM_FAIL("--kv {}: unknown KV cache scheme '{}' (available: {})", spec.text, spec.name, names);

@@ -154,6 +154,22 @@ TEST(QuantFormat, Q4_KHandBuilt) {
     }
 }
 
+TEST(QuantFormat, Q4_KScaleUnpackingsAgree) {
+    // The SIMD kernels' 64-bit-word unpacking against the byte-wise one, on random scale bytes.
+    std::mt19937_64 rng(3);
+    for (int t = 0; t < 1000; ++t) {
+        std::uint8_t s[12], sc[8], m[8];
+        for (auto& b : s) b = std::uint8_t(rng());
+        quant::unpack_q4k_scales(s, sc, m);
+        std::uint64_t lo, hi;
+        quant::unpack_q4k_scales_words(s, lo, hi);
+        for (int j = 0; j < 8; ++j) {
+            ASSERT_EQ(std::uint8_t(lo >> (8 * j)), sc[j]) << t << " " << j;
+            ASSERT_EQ(std::uint8_t(hi >> (8 * j)), m[j]) << t << " " << j;
+        }
+    }
+}
+
 TEST(QuantFormat, Q6_KHandBuilt) {
     // 6-bit codes L[i] = (7 i) mod 64, group scales g - 8, d = 0.5: value = 0.5 * sc * (L - 32).
     BlockQ6_K b;

@@ -1,0 +1,556 @@
+// The adaptive PQ KV cache: f16 sinks, coded pages per codebook version, f16 window and
+// pre-calibration tokens, dense f16 layers (design: docs/kv-pq.md).
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "aqpim/aligned.h"
+#include "aqpim/attention.h"
+#include "aqpim/error.h"
+#include "aqpim/half.h"
+#include "aqpim/kv_pq.h"
+#include "aqpim/page_pool.h"
+#include "aqpim/pq_codes.h"
+#include "kv/pq_codebooks.h"
+#include "kv/pq_layout.h"
+
+namespace aqpim {
+
+namespace kv {
+namespace {
+
+constexpr float kF16Max = 65504.0f;
+constexpr double kAugSpanUnknownContext = 4096;  // positions the last version's key rotations reach when no context is stated
+
+/// f16 rows of one stream (a layer's keys or values of one KV head) for positions [first, end),
+/// contiguous; rows are appended at the end and dropped at the front (amortised O(1)).
+class F16Rows {
+public:
+    void init(int D, std::int64_t first) {
+        D_ = D;
+        first_ = first;
+    }
+    std::int64_t first() const { return first_; }
+    std::int64_t end() const { return first_ + n_; }
+    const f16_t* row(std::int64_t pos) const { return buf_.data() + (off_ + (pos - first_)) * D_; }
+
+    /// Append n rows at end(): row i from src + i * stride (f32, rounded to f16).
+    void push(const float* src, std::int64_t n, std::int64_t stride) {
+        reserve(n);
+        for (std::int64_t i = 0; i < n; ++i) f32_to_fp16(src + i * stride, buf_.data() + (off_ + n_ + i) * D_, std::size_t(D_));
+        n_ += n;
+    }
+    /// Forget rows before pos.
+    void drop_before(std::int64_t pos) {
+        const std::int64_t d = std::clamp<std::int64_t>(pos - first_, 0, n_);
+        first_ += d;
+        off_ += d;
+        n_ -= d;
+        if (n_ == 0) off_ = 0;
+    }
+
+private:
+    void reserve(std::int64_t more) {
+        const std::int64_t cap = std::int64_t(buf_.size()) / std::max(D_, 1);
+        if (off_ + n_ + more <= cap) return;
+        if (n_ + more <= cap / 2) {  // room at the front: slide down
+            std::memmove(buf_.data(), buf_.data() + off_ * D_, std::size_t(n_) * D_ * sizeof(f16_t));
+            off_ = 0;
+            return;
+        }
+        AlignedBuffer<f16_t> grown(std::size_t(std::max<std::int64_t>(2 * (n_ + more), 64)) * D_);
+        if (n_ > 0) std::memcpy(grown.data(), buf_.data() + off_ * D_, std::size_t(n_) * D_ * sizeof(f16_t));
+        buf_ = std::move(grown);
+        off_ = 0;
+    }
+
+    int D_ = 0;
+    std::int64_t first_ = 0, n_ = 0, off_ = 0;  ///< rows [first_, first_ + n_) at buf_ row off_
+    AlignedBuffer<f16_t> buf_;
+};
+
+/// One layer of one sequence.
+struct LayerState {
+    std::int64_t n = 0;  ///< tokens appended
+    // coded layers
+    std::vector<AlignedBuffer<f16_t>> sink_k, sink_v;  ///< [n_kv] of [sinks][D]
+    std::vector<F16Rows> tail_k, tail_v;               ///< [n_kv] rows from sinks on not (yet) read as codes
+    std::vector<PqLayerVersion> versions;              ///< trained codebook versions, oldest first
+    int Mk = 0, Mv = 0;                                ///< set when version 0 is trained
+    std::size_t region = 0;       ///< byte offset of this layer's codes in a code page
+    std::size_t k_bytes = 0;      ///< bytes of one head's key codes in a page (page * token bytes)
+    std::size_t head_bytes = 0;   ///< bytes of one head's key and value codes in a page
+};
+
+struct Sequence {
+    std::vector<LayerState> layers;
+    std::vector<std::int32_t> code_pages;   ///< page k: coded indices [k * page, (k + 1) * page)
+    std::vector<std::int32_t> dense_pages;  ///< page k: positions [k * page, (k + 1) * page) of the f16 layers
+    std::size_t assigned = 0;               ///< page width given to calibrated layers (bytes per token)
+    int n_calibrated = 0;
+    std::int64_t n_max = 0;                 ///< most tokens any layer holds
+};
+
+/// Per-thread scratch of attend() (no allocation once warm).
+struct AttendScratch {
+    AttentionPartial part;
+    std::vector<PqCodeSpan> spans;
+    std::vector<std::uint8_t> codes;
+    std::vector<float> k, v;  ///< decoded rows (attn=decode)
+};
+AttendScratch& attend_scratch() {
+    thread_local AttendScratch s;
+    return s;
+}
+
+class PqKvCache final : public KvCache {
+public:
+    PqKvCache(const PqKvParams& params, const KvShape& shape, const KvCacheOptions& options)
+        : KvCache(shape),
+          p_(params),
+          L_(make_pq_layout(params, shape, options.context)),
+          budget_(options.memory_budget) {
+        if (L_.n_coded_layers > 0) code_pool_ = std::make_unique<PagePool>(L_.code_page_bytes);
+        if (L_.n_dense_layers > 0) dense_pool_ = std::make_unique<PagePool>(L_.dense_page_bytes);
+        attn_opts_.scores = p_.scores;
+        aug_copies_ = p_.key_augment(shape);
+        inv_freq_ = p_.key_inv_freq(shape);
+        aug_context_ = p_.ctx > 0 ? p_.ctx : options.context;
+    }
+
+    ~PqKvCache() override {
+        for (auto& [id, s] : seqs_) release_pages(s);
+    }
+
+    std::string scheme() const override { return p_.to_string(); }
+
+    void add_sequence(int seq_id) override {
+        AQPIM_CHECK(seq_id >= 0, "kv cache {}: sequence id {} must be non-negative", scheme(), seq_id);
+        AQPIM_CHECK(!has_sequence(seq_id), "kv cache {}: sequence {} already exists", scheme(), seq_id);
+        Sequence& s = seqs_[seq_id];
+        s.layers.resize(shape().n_layer);
+        const int n_kv = shape().n_kv_head, D = shape().head_dim;
+        for (int il = 0; il < shape().n_layer; ++il) {
+            if (L_.dense[il]) continue;
+            LayerState& l = s.layers[il];
+            l.sink_k.resize(n_kv);
+            l.sink_v.resize(n_kv);
+            l.tail_k.resize(n_kv);
+            l.tail_v.resize(n_kv);
+            for (int ih = 0; ih < n_kv; ++ih) {
+                l.sink_k[ih].resize(std::size_t(p_.sinks) * D);
+                l.sink_v[ih].resize(std::size_t(p_.sinks) * D);
+                l.tail_k[ih].init(D, p_.sinks);
+                l.tail_v[ih].init(D, p_.sinks);
+            }
+        }
+    }
+
+    void remove_sequence(int seq_id) override {
+        auto it = seqs_.find(seq_id);
+        AQPIM_CHECK(it != seqs_.end(), "kv cache {}: no sequence {}", scheme(), seq_id);
+        release_pages(it->second);
+        seqs_.erase(it);
+    }
+
+    bool has_sequence(int seq_id) const override { return seqs_.count(seq_id) != 0; }
+
+    std::int64_t n_tokens(int seq_id, int il) const override { return layer(seq_id, il).n; }
+
+    void append(int il, int seq_id, std::int64_t n, const float* k, const float* v) override;
+    void attend(int il, int seq_id, int ih, const KvQuery& query) const override;
+    KvMemory memory() const override;
+
+private:
+    const Sequence& sequence(int seq_id) const {
+        auto it = seqs_.find(seq_id);
+        AQPIM_CHECK(it != seqs_.end(), "kv cache {}: no sequence {}", scheme(), seq_id);
+        return it->second;
+    }
+    const LayerState& layer(int seq_id, int il) const {
+        AQPIM_CHECK(il >= 0 && il < shape().n_layer, "kv cache {}: layer {} out of range [0, {})", scheme(), il,
+                    shape().n_layer);
+        return sequence(seq_id).layers[il];
+    }
+    void release_pages(Sequence& s) {
+        for (std::int32_t id : s.code_pages) code_pool_->release(id);
+        for (std::int32_t id : s.dense_pages) dense_pool_->release(id);
+        s.code_pages.clear();
+        s.dense_pages.clear();
+    }
+
+    std::uint64_t free_pool_bytes() const {
+        std::uint64_t b = 0;
+        if (code_pool_) b += std::uint64_t(code_pool_->n_free()) * code_pool_->page_bytes();
+        if (dense_pool_) b += std::uint64_t(dense_pool_->n_free()) * dense_pool_->page_bytes();
+        return b;
+    }
+    std::uint64_t footprint(std::int64_t n) const { return pq_footprint_parts(p_, shape(), L_, n).total(); }
+
+    /// Refuse (aqpim::Error, nothing changed) when growing sequence s to n1 tokens would hold more
+    /// than the budget. Every layer's growth is reserved when the first layer reaches n1.
+    void charge(const Sequence& s, int seq_id, int il, std::int64_t n_new, std::int64_t n1) const;
+
+    void train_version(Sequence& s, LayerState& l, int il, int j);
+    void encode(Sequence& s, LayerState& l, std::int64_t c0, std::int64_t c1);
+    void ensure_pages(std::vector<std::int32_t>& pages, PagePool& pool, std::int64_t n_pages);
+
+    std::uint8_t* code_region(const Sequence& s, const LayerState& l, std::int64_t i, int ih, bool value) const {
+        const std::uint8_t* page = code_pool_->page(s.code_pages[std::size_t(i / p_.page)]);
+        return const_cast<std::uint8_t*>(page) + l.region + std::size_t(ih) * l.head_bytes + (value ? l.k_bytes : 0);
+    }
+    f16_t* dense_row(const Sequence& s, int il, std::int64_t t, int ih, bool value) const {
+        const std::uint8_t* page = dense_pool_->page(s.dense_pages[std::size_t(t / p_.page)]);
+        const std::size_t idx =
+            ((std::size_t(L_.slot[il]) * shape().n_kv_head + ih) * 2 + (value ? 1 : 0)) * std::size_t(p_.page) +
+            std::size_t(t % p_.page);
+        return reinterpret_cast<f16_t*>(const_cast<std::uint8_t*>(page) + idx * L_.row_bytes);
+    }
+
+    void attend_codes(const Sequence& s, const LayerState& l, int ih, const float* q, int group, float scale,
+                      std::int64_t c, AttentionPartial& part) const;
+    void attend_dense_layer(const Sequence& s, int il, int ih, const float* q, int group, float scale, std::int64_t p,
+                            AttentionPartial& part) const;
+
+    PqKvParams p_;
+    PqLayout L_;
+    std::uint64_t budget_;
+    PqAttentionOptions attn_opts_;
+    std::unique_ptr<PagePool> code_pool_, dense_pool_;
+    std::map<int, Sequence> seqs_;
+    // append scratch (append runs on one thread)
+    std::vector<float> xk_, xv_;           ///< [n_kv][rows][D] f32 training or encoding rows
+    std::vector<std::uint8_t> codes_;      ///< [rows][M]
+    std::vector<std::vector<float>> aug_;  ///< [n_kv] RoPE-augmented key training rows
+    // key calibration augmentation (aug=)
+    int aug_copies_ = 0;
+    std::vector<float> inv_freq_;          ///< [D/2] RoPE pair frequencies
+    std::int64_t aug_context_ = 0;         ///< the context the last version's rotations reach (0 = unknown)
+};
+
+// ---- budget ------------------------------------------------------------------------------------------
+
+void PqKvCache::charge(const Sequence& s, int seq_id, int il, std::int64_t n_new, std::int64_t n1) const {
+    if (budget_ == 0 || n1 <= s.n_max) return;
+    std::uint64_t others = 0;
+    for (const auto& [id, o] : seqs_)
+        if (&o != &s) others += footprint(o.n_max);
+    const std::uint64_t now = others + footprint(s.n_max) + free_pool_bytes();
+    // New pages come from the free list first.
+    std::int64_t free_code = code_pool_ ? code_pool_->n_free() : 0, free_dense = dense_pool_ ? dense_pool_->n_free() : 0;
+    if (code_pool_) {
+        const std::int64_t need = (L_.sched.coded(n1) + p_.page - 1) / p_.page - std::int64_t(s.code_pages.size());
+        free_code = std::max<std::int64_t>(0, free_code - std::max<std::int64_t>(need, 0));
+    }
+    if (dense_pool_) {
+        const std::int64_t need = (n1 + p_.page - 1) / p_.page - std::int64_t(s.dense_pages.size());
+        free_dense = std::max<std::int64_t>(0, free_dense - std::max<std::int64_t>(need, 0));
+    }
+    std::uint64_t after = others + footprint(n1);
+    if (code_pool_) after += std::uint64_t(free_code) * code_pool_->page_bytes();
+    if (dense_pool_) after += std::uint64_t(free_dense) * dense_pool_->page_bytes();
+    AQPIM_CHECK(after <= budget_,
+                "kv cache {}: appending {} tokens to layer {} of sequence {} (to {} tokens) needs {} bytes in all, over "
+                "the memory budget of {} bytes (holding {} bytes now)",
+                scheme(), n_new, il, seq_id, n1, after, budget_, now);
+}
+
+void PqKvCache::ensure_pages(std::vector<std::int32_t>& pages, PagePool& pool, std::int64_t n_pages) {
+    while (std::int64_t(pages.size()) < n_pages) pages.push_back(pool.allocate());
+}
+
+// ---- append ------------------------------------------------------------------------------------------
+
+void PqKvCache::append(int il, int seq_id, std::int64_t n, const float* k, const float* v) {
+    AQPIM_CHECK(n >= 0, "kv cache {}: cannot append {} tokens", scheme(), n);
+    layer(seq_id, il);  // validates
+    Sequence& s = seqs_.find(seq_id)->second;
+    LayerState& l = s.layers[il];
+    if (n == 0) return;
+    const int n_kv = shape().n_kv_head, D = shape().head_dim;
+    // Rows are stored as f16 and everything (training, codes, attention) reads the f16 values, so a
+    // token is coded the same whichever call appended it.
+    for (auto [x, what] : {std::pair{k, "key"}, std::pair{v, "value"}})
+        for (std::int64_t i = 0; i < n * n_kv * D; ++i)
+            if (!(std::fabs(x[i]) <= kF16Max))
+                AQPIM_FAIL("kv cache {}: {} of token {} (KV head {}, dim {}) of layer {} is {}: not a finite f16 value",
+                           scheme(), what, l.n + i / (n_kv * D), (i / D) % n_kv, i % D, il, x[i]);
+    const std::int64_t n0 = l.n, n1 = n0 + n;
+    charge(s, seq_id, il, n, n1);
+    const std::int64_t row_stride = std::int64_t(n_kv) * D;
+
+    if (L_.dense[il]) {
+        ensure_pages(s.dense_pages, *dense_pool_, (n1 + p_.page - 1) / p_.page);
+        for (std::int64_t t = n0; t < n1; ++t)
+            for (int ih = 0; ih < n_kv; ++ih) {
+                const std::int64_t src = (t - n0) * row_stride + ih * D;
+                f32_to_fp16(k + src, dense_row(s, il, t, ih, false), std::size_t(D));
+                f32_to_fp16(v + src, dense_row(s, il, t, ih, true), std::size_t(D));
+            }
+        l.n = n1;
+        s.n_max = std::max(s.n_max, n1);
+        return;
+    }
+
+    // 1. f16 rows: sinks, then the tail.
+    const std::int64_t S = p_.sinks;
+    for (std::int64_t t = n0; t < std::min(n1, S); ++t)
+        for (int ih = 0; ih < n_kv; ++ih) {
+            const std::int64_t src = (t - n0) * row_stride + ih * D;
+            f32_to_fp16(k + src, l.sink_k[ih].data() + t * D, std::size_t(D));
+            f32_to_fp16(v + src, l.sink_v[ih].data() + t * D, std::size_t(D));
+        }
+    const std::int64_t t0 = std::max(n0, S);
+    if (n1 > t0)
+        for (int ih = 0; ih < n_kv; ++ih) {
+            l.tail_k[ih].push(k + (t0 - n0) * row_stride + ih * D, n1 - t0, row_stride);
+            l.tail_v[ih].push(v + (t0 - n0) * row_stride + ih * D, n1 - t0, row_stride);
+        }
+
+    // 2. Codebook versions whose training point falls in this append.
+    const PqSchedule& sc = L_.sched;
+    for (int j = int(l.versions.size()); j < sc.versions_trained(n1 - S); ++j) train_version(s, l, il, j);
+
+    // 3. Codes of the tokens rows from now on read as codes.
+    const std::int64_t c0 = sc.coded(n0), c1 = sc.coded(n1);
+    if (c1 > c0) {
+        ensure_pages(s.code_pages, *code_pool_, (c1 + p_.page - 1) / p_.page);
+        encode(s, l, c0, c1);
+    }
+
+    // 4. Keep the f16 rows the rows of this step read (from the first one's), drop the rest.
+    const std::int64_t keep = S + sc.coded(n0 + 1);
+    for (int ih = 0; ih < n_kv; ++ih) {
+        l.tail_k[ih].drop_before(keep);
+        l.tail_v[ih].drop_before(keep);
+    }
+    l.n = n1;
+    s.n_max = std::max(s.n_max, n1);
+}
+
+void PqKvCache::train_version(Sequence& s, LayerState& l, int il, int j) {
+    const int n_kv = shape().n_kv_head, D = shape().head_dim;
+    const std::int64_t nt = L_.sched.n_train, first = p_.sinks + L_.sched.version_start(j);
+    const std::size_t per = std::size_t(nt) * D;
+    xk_.resize(per * n_kv);
+    xv_.resize(per * n_kv);
+    std::vector<const float*> pk(n_kv), pv(n_kv);
+    for (int ih = 0; ih < n_kv; ++ih) {
+        AQPIM_ASSERT(l.tail_k[ih].first() <= first && l.tail_k[ih].end() >= first + nt);
+        fp16_to_f32(l.tail_k[ih].row(first), xk_.data() + ih * per, per);
+        fp16_to_f32(l.tail_v[ih].row(first), xv_.data() + ih * per, per);
+        pk[ih] = xk_.data() + ih * per;
+        pv[ih] = xv_.data() + ih * per;
+    }
+    // Keys: RoPE-rotated copies cover the positions this version will code (docs/kv-pq.md).
+    std::int64_t nk = nt;
+    if (aug_copies_ > 0) {
+        double span = kAugSpanUnknownContext;
+        if (j + 1 < L_.sched.versions)
+            span = double(L_.sched.refresh);
+        else if (aug_context_ > 0)
+            span = double(std::max<std::int64_t>(aug_context_ - first, nt));
+        aug_.resize(std::size_t(n_kv));
+        for (int ih = 0; ih < n_kv; ++ih) {
+            const std::uint64_t seed = p_.seed * 0x9E3779B97F4A7C15ull + std::uint64_t(il) * 1000003u + std::uint64_t(j) * 7919u + std::uint64_t(ih);
+            rope_augment(pk[ih], nt, D, p_.key_pairs(shape()), inv_freq_, aug_copies_, span, seed, aug_[ih]);
+            pk[ih] = aug_[ih].data();
+        }
+        nk = nt * (1 + aug_copies_);
+    }
+    const PqTrainSet tk{pk, nk}, tv{pv, nt};
+    if (j == 0) {
+        // The layer's m, and its place in the code pages.
+        if (p_.bits > 0) {
+            const int left = L_.n_coded_layers - s.n_calibrated;
+            const std::size_t share = (L_.width - s.assigned) / std::size_t(left);
+            PqLayerChoice c = choose_pq_layer(p_, shape(), share, tk, tv);
+            l.Mk = c.Mk;
+            l.Mv = c.Mv;
+            l.versions.push_back(std::move(c.version));
+        } else {
+            l.Mk = L_.Mk;
+            l.Mv = L_.Mv;
+            l.versions.push_back(train_pq_layer_version(p_, shape(), l.Mk, l.Mv, tk, tv));
+        }
+        l.k_bytes = std::size_t(p_.page) * pq_token_code_bytes(l.Mk, p_.nbits);
+        l.head_bytes = l.k_bytes + std::size_t(p_.page) * pq_token_code_bytes(l.Mv, p_.nbits);
+        l.region = s.assigned * std::size_t(p_.page);
+        s.assigned += std::size_t(n_kv) * l.head_bytes / std::size_t(p_.page);
+        ++s.n_calibrated;
+        AQPIM_ASSERT(s.assigned <= L_.width);
+        return;
+    }
+    l.versions.push_back(train_pq_layer_version(p_, shape(), l.Mk, l.Mv, tk, tv));
+}
+
+void PqKvCache::encode(Sequence& s, LayerState& l, std::int64_t c0, std::int64_t c1) {
+    const int n_kv = shape().n_kv_head, D = shape().head_dim, nbits = p_.nbits;
+    const std::int64_t S = p_.sinks, P = p_.page;
+    for (std::int64_t a = c0; a < c1;) {
+        // A run coded by one version.
+        const int j = L_.sched.version_of(a);
+        std::int64_t b = c1;
+        if (j + 1 < L_.sched.versions) b = std::min(b, L_.sched.version_start(j + 1));
+        const std::int64_t cnt = b - a;
+        const PqLayerVersion& ver = l.versions[std::size_t(j)];
+        xk_.resize(std::size_t(cnt) * D);
+        for (int ih = 0; ih < n_kv; ++ih)
+            for (const bool value : {false, true}) {
+                const ProductQuantizer& q = value ? ver.v[ih] : ver.k[ih];
+                const F16Rows& rows = value ? l.tail_v[ih] : l.tail_k[ih];
+                AQPIM_ASSERT(rows.first() <= S + a && rows.end() >= S + b);
+                fp16_to_f32(rows.row(S + a), xk_.data(), std::size_t(cnt) * D);
+                const int M = q.M();
+                codes_.resize(std::size_t(cnt) * M);
+                q.encode(xk_.data(), cnt, codes_.data());
+                for (std::int64_t i = a; i < b; ++i)
+                    store_token_code(code_region(s, l, i, ih, value), i % P, M, nbits, codes_.data() + (i - a) * M);
+            }
+        a = b;
+    }
+}
+
+// ---- attention ---------------------------------------------------------------------------------------
+
+void PqKvCache::attend_codes(const Sequence& s, const LayerState& l, int ih, const float* q, int group, float scale,
+                             std::int64_t c, AttentionPartial& part) const {
+    AttendScratch& ws = attend_scratch();
+    const std::int64_t P = p_.page;
+    const int D = shape().head_dim;
+    for (int j = 0; j <= L_.sched.version_of(c - 1); ++j) {
+        const std::int64_t a = L_.sched.version_start(j);
+        const std::int64_t b = j + 1 < L_.sched.versions ? std::min(c, L_.sched.version_start(j + 1)) : c;
+        const PqLayerVersion& ver = l.versions[std::size_t(j)];
+        const ProductQuantizer &qk = ver.k[ih], &qv = ver.v[ih];
+        if (p_.attn == PqAttendMode::codes) {
+            ws.spans.clear();
+            for (std::int64_t i = a; i < b; i = (i / P + 1) * P) {
+                const std::int64_t e = std::min(b, (i / P + 1) * P);
+                ws.spans.push_back({code_region(s, l, i, ih, false), code_region(s, l, i, ih, true), e - i});
+            }
+            attend_pq_spans(q, group, qk, qv, ws.spans, scale, attn_opts_, part);
+            continue;
+        }
+        // Decode-then-dense: the reference.
+        const std::int64_t cnt = b - a;
+        for (const bool value : {false, true}) {
+            const ProductQuantizer& pq = value ? qv : qk;
+            ws.codes.resize(std::size_t(cnt) * pq.M());
+            for (std::int64_t i = a; i < b; ++i)
+                for (int m = 0; m < pq.M(); ++m)
+                    ws.codes[std::size_t(i - a) * pq.M() + m] =
+                        code_at(code_region(s, l, i, ih, value), i % P, pq.M(), p_.nbits, m);
+            std::vector<float>& out = value ? ws.v : ws.k;
+            out.resize(std::size_t(cnt) * D);
+            pq.decode(ws.codes.data(), cnt, out.data());
+        }
+        attend_dense_f32(q, group, D, ws.k.data(), ws.v.data(), cnt, scale, part);
+    }
+}
+
+void PqKvCache::attend_dense_layer(const Sequence& s, int il, int ih, const float* q, int group, float scale,
+                                   std::int64_t p, AttentionPartial& part) const {
+    const std::int64_t P = p_.page;
+    for (std::int64_t t = 0; t <= p; t += P) {
+        const std::int64_t cnt = std::min(P, p + 1 - t);
+        attend_dense_f16(q, group, shape().head_dim, dense_row(s, il, t, ih, false), dense_row(s, il, t, ih, true), cnt,
+                         scale, part);
+    }
+}
+
+void PqKvCache::attend(int il, int seq_id, int ih, const KvQuery& qr) const {
+    const LayerState& l = layer(seq_id, il);
+    const Sequence& s = sequence(seq_id);
+    AQPIM_CHECK(ih >= 0 && ih < shape().n_kv_head, "kv cache {}: KV head {} out of range [0, {})", scheme(), ih,
+                shape().n_kv_head);
+    AQPIM_CHECK(qr.group >= 1 && qr.n_rows >= 0, "kv cache {}: query group {} and rows {} must be positive", scheme(),
+                qr.group, qr.n_rows);
+    const int D = shape().head_dim;
+    const std::int64_t S = p_.sinks;
+    AttentionPartial& part = attend_scratch().part;
+    for (int r = 0; r < qr.n_rows; ++r) {
+        const std::int64_t p = qr.pos[r];
+        AQPIM_CHECK(p >= 0 && p < l.n, "kv cache {}: query position {} but layer {} of sequence {} holds {} tokens",
+                    scheme(), p, il, seq_id, l.n);
+        const float* q = qr.q + r * qr.q_stride;
+        part.reset(qr.group, D);
+        if (L_.dense[il]) {
+            attend_dense_layer(s, il, ih, q, qr.group, qr.scale, p, part);
+        } else {
+            attend_dense_f16(q, qr.group, D, l.sink_k[ih].data(), l.sink_v[ih].data(), std::min(p + 1, S), qr.scale,
+                             part);
+            const std::int64_t c = L_.sched.coded(p + 1);
+            if (c > 0) attend_codes(s, l, ih, q, qr.group, qr.scale, c, part);
+            const std::int64_t f = S + c;  // first position read in f16 after the sinks
+            if (p >= f) {
+                const F16Rows &tk = l.tail_k[ih], &tv = l.tail_v[ih];
+                AQPIM_CHECK(tk.first() <= f,
+                            "kv cache {}: a row at position {} of layer {} of sequence {} reads f16 rows from position "
+                            "{}, dropped since: the PQ cache answers the rows of the latest append (time consistency)",
+                            scheme(), p, il, seq_id, f);
+                attend_dense_f16(q, qr.group, D, tk.row(f), tv.row(f), p + 1 - f, qr.scale, part);
+            }
+        }
+        part.finalize(qr.out + r * qr.out_stride);
+    }
+}
+
+// ---- accounting --------------------------------------------------------------------------------------
+
+KvMemory PqKvCache::memory() const {
+    PqParts parts;
+    std::int64_t n_tokens = 0;
+    const std::uint64_t n_kv = std::uint64_t(shape().n_kv_head), row = L_.row_bytes;
+    const PqSchedule& sc = L_.sched;
+    for (const auto& [id, s] : seqs_) {
+        n_tokens += s.n_max;
+        for (int il = 0; il < shape().n_layer; ++il) {
+            const LayerState& l = s.layers[il];
+            if (L_.dense[il]) {
+                parts.dense += std::uint64_t(l.n) * n_kv * 2 * row;
+                continue;
+            }
+            parts.sinks += std::uint64_t(std::min<std::int64_t>(l.n, p_.sinks)) * n_kv * 2 * row;
+            const std::int64_t k = l.n - p_.sinks;
+            if (k <= 0) continue;
+            const std::int64_t c = sc.coded(l.n), tail = k - c, win = std::min<std::int64_t>(k, p_.window);
+            parts.window += std::uint64_t(win) * n_kv * 2 * row;
+            parts.precal += std::uint64_t(tail - win) * n_kv * 2 * row;
+            parts.codes += std::uint64_t(c) * n_kv * l.head_bytes / std::uint64_t(p_.page);
+            for (const PqLayerVersion& v : l.versions) parts.codebooks += v.parameter_bytes();
+        }
+        const std::uint64_t pages = std::uint64_t(s.code_pages.size()) * (code_pool_ ? code_pool_->page_bytes() : 0) +
+                                    std::uint64_t(s.dense_pages.size()) * (dense_pool_ ? dense_pool_->page_bytes() : 0);
+        parts.page_slack += pages;
+    }
+    parts.page_slack -= parts.codes + parts.dense;
+    KvMemory m;
+    m.n_tokens = n_tokens;
+    parts.add_to(m);
+    m.add("free pool pages", free_pool_bytes());
+    return m;
+}
+
+}  // namespace
+}  // namespace kv
+
+std::unique_ptr<KvCache> make_pq_kv_cache(const PqKvParams& params, const KvShape& shape, const KvCacheOptions& options) {
+    params.validate(shape);
+    return std::make_unique<kv::PqKvCache>(params, shape, options);
+}
+
+std::unique_ptr<KvCache> make_pq_kv_cache(const KvSchemeSpec& spec, const KvShape& shape, const KvCacheOptions& options) {
+    const PqKvParams p = PqKvParams::from_spec(spec, shape);
+    try {
+        return std::make_unique<kv::PqKvCache>(p, shape, options);
+    } catch (const Error& e) {
+        AQPIM_FAIL("--kv {}: {}", spec.text, e.what());
+    }
+}
+
+}  // namespace aqpim

@@ -1,0 +1,56 @@
+#pragma once
+// Training the quantizers of one layer of one sequence: one codebook version (every KV head, keys
+// and values, batched), and for bits= the choice of m for keys and values from calibration error.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "aqpim/kv_pq.h"
+
+namespace aqpim::kv {
+
+/// The quantizers of one codebook version of one layer: [n_kv_head] each.
+struct PqLayerVersion {
+    std::vector<ProductQuantizer> k, v;
+    std::size_t parameter_bytes() const;
+};
+
+/// Training rows of one stream: [n][head_dim] per KV head.
+struct PqTrainSet {
+    std::span<const float* const> x;  ///< [n_kv_head] of [n][head_dim]
+    std::int64_t n = 0;
+};
+
+/// Train one version with Mk / Mv subspaces on keys xk and values xv. Keys and values with the same M
+/// and row count train in one train_product_quantizers call (every head, keys and values), else one
+/// call for the keys and one for the values (every head each).
+PqLayerVersion train_pq_layer_version(const PqKvParams& p, const KvShape& shape, int Mk, int Mv, PqTrainSet xk,
+                                      PqTrainSet xv);
+
+/// RoPE augmentation of key calibration rows: out [(1 + copies) n][D] holds the n rows of x, then
+/// `copies` passes over them with every RoPE pair i of a row rotated by δ * inv_freq[i], one δ per
+/// row and pass drawn uniformly from [0, span) (a shift to a later position, as RoPE would apply it).
+void rope_augment(const float* x, std::int64_t n, int D, RopePairs pairs, std::span<const float> inv_freq,
+                  int copies, double span, std::uint64_t seed, std::vector<float>& out);
+
+/// Relative reconstruction error of a layer's quantizers on their training rows, in the original
+/// space: Σ_h ||x - decode(encode(x))||² / Σ_h ||x||² (0 for all-zero data).
+double pq_relative_error(std::span<const ProductQuantizer> pqs, std::span<const float* const> xs, std::int64_t n);
+
+/// bits=: m for keys and values of one layer.
+struct PqLayerChoice {
+    int Mk = 0, Mv = 0;
+    double err_k = 0, err_v = 0;  ///< pq_relative_error of the chosen quantizers
+    std::size_t bytes = 0;        ///< code bytes per token over the layer's heads, keys and values
+    PqLayerVersion version;       ///< the trained quantizers of the choice (version 0)
+};
+
+/// Train every candidate m (pq_m_candidates; one batched call per m over every head, keys and
+/// values, split in two when their row counts differ) and pick the pair (Mk, Mv) with the least err_k + err_v whose code bytes per token fit
+/// `share` (ties: fewer bytes). The cheapest pair must fit (the layout guarantees it).
+PqLayerChoice choose_pq_layer(const PqKvParams& p, const KvShape& shape, std::size_t share, PqTrainSet xk,
+                              PqTrainSet xv);
+
+}  // namespace aqpim::kv

@@ -1,0 +1,608 @@
+// The adaptive PQ KV cache: spec parsing, schedule, attention against f16 within named tolerances,
+// codes vs decode-then-dense, time consistency (batched appends vs token by token, direct and through
+// a tiny model), codebook versions and their bound, paging, budget, accounting, bits=.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "aqpim/attention.h"
+#include "aqpim/error.h"
+#include "aqpim/kv_capture.h"
+#include "aqpim/kv_pq.h"
+#include "aqpim/pq_codes.h"
+#include "aqpim/transformer.h"
+#include "support/random.h"
+#include "support/simd_guard.h"
+#include "support/tiny_model.h"
+
+using namespace aqpim;
+
+namespace {
+
+// Attention outputs against the f16 cache, relative L2 error over all rows (see RelError):
+constexpr double kTolAllF16 = 1e-5;       // nothing coded yet: the same f16 rows, merged in pieces
+constexpr double kTolCodesVsDecode = 2e-5;  // LUT path vs decoded rows: float summation order only
+// PQ m = D/4 (dsub 4, 1 bit/element), 4 bits, on the synthetic low-rank keys with outlier channels:
+// measured 0.09-0.14 across the configurations below.
+constexpr double kTolPq4 = 0.2;
+// m = D/2 (dsub 2), 8 bits (4 bits/element): measured 0.029.
+constexpr double kTolPq8 = 0.05;
+
+struct Data {
+    KvShape shape;
+    int group = 2;
+    int n = 0;
+    std::vector<float> k, v, q;  ///< [n][n_kv][D], [n][n_kv][D], [n][n_kv * group][D]
+};
+
+Data synthetic(const KvShape& shape, int n, int group, std::uint64_t seed) {
+    const CapturedAttention c = synthetic_attention(n, shape.n_kv_head * group, shape.n_kv_head, shape.head_dim, seed);
+    return Data{shape, group, n, c.k, c.v, c.q};
+}
+
+KvShape neox_shape(int n_layer, int n_kv, int D) {
+    KvShape s{n_layer, n_kv, D};
+    s.rope_pairs = RopePairs::neox;  // synthetic_attention applies NeoX RoPE
+    return s;
+}
+
+std::unique_ptr<KvCache> pq_cache(const std::string& spec, const KvShape& shape, const KvCacheOptions& opt = {}) {
+    return make_pq_kv_cache(parse_kv_scheme(spec), shape, opt);
+}
+
+void append(KvCache& c, const Data& d, int seq, int il, int t0, int n) {
+    const std::size_t row = std::size_t(d.shape.n_kv_head) * d.shape.head_dim;
+    c.append(il, seq, n, d.k.data() + t0 * row, d.v.data() + t0 * row);
+}
+
+void append_all_layers(KvCache& c, const Data& d, int seq, int t0, int n) {
+    for (int il = 0; il < d.shape.n_layer; ++il) append(c, d, seq, il, t0, n);
+}
+
+/// Rows at positions [p0, p1) of layer il, KV head ih: [p1 - p0][group][D].
+std::vector<float> attend(const KvCache& c, const Data& d, int seq, int il, int ih, std::int64_t p0, std::int64_t p1) {
+    const int D = d.shape.head_dim, n_q = d.shape.n_kv_head * d.group;
+    std::vector<std::int64_t> pos;
+    for (std::int64_t p = p0; p < p1; ++p) pos.push_back(p);
+    std::vector<float> out(pos.size() * d.group * D);
+    KvQuery q{d.q.data() + (p0 * n_q + ih * d.group) * D, std::int64_t(n_q) * D, int(pos.size()), d.group, pos.data(),
+              1.0f / std::sqrt(float(D)), out.data(), std::int64_t(d.group) * D};
+    c.attend(il, seq, ih, q);
+    return out;
+}
+
+double rel_error(const std::vector<float>& a, const std::vector<float>& ref) {
+    double e = 0, r = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) e += double(a[i] - ref[i]) * (a[i] - ref[i]), r += double(ref[i]) * ref[i];
+    return std::sqrt(e / std::max(r, 1e-30));
+}
+
+std::uint64_t part(const KvMemory& m, const std::string& name) {
+    for (const auto& [n, b] : m.parts)
+        if (n == name) return b;
+    ADD_FAILURE() << "no memory part '" << name << "'";
+    return 0;
+}
+
+/// Every row of every layer and head, appending `chunks` tokens at a time (all layers, then the
+/// rows of the chunk): [layer][head] -> [n][group][D].
+std::vector<std::vector<float>> run_chunked(KvCache& c, const Data& d, const std::vector<int>& chunks) {
+    c.add_sequence(0);
+    std::vector<std::vector<float>> out(std::size_t(d.shape.n_layer) * d.shape.n_kv_head);
+    int t = 0;
+    for (int n : chunks) {
+        for (int il = 0; il < d.shape.n_layer; ++il) {
+            append(c, d, 0, il, t, n);
+            for (int ih = 0; ih < d.shape.n_kv_head; ++ih) {
+                const std::vector<float> o = attend(c, d, 0, il, ih, t, t + n);
+                auto& dst = out[std::size_t(il) * d.shape.n_kv_head + ih];
+                dst.insert(dst.end(), o.begin(), o.end());
+            }
+        }
+        t += n;
+    }
+    return out;
+}
+
+}  // namespace
+
+// ---- spec ------------------------------------------------------------------------------------------
+
+TEST(PqKvSpec, DefaultsAndCanonicalText) {
+    const KvShape shape{4, 2, 128, RopePairs::interleaved};
+    const PqKvParams p = PqKvParams::from_spec(parse_kv_scheme("pq"), shape);
+    EXPECT_EQ(p.key_m(), 32);
+    EXPECT_EQ(p.value_m(), 32);
+    EXPECT_EQ(p.nbits, 4);
+    EXPECT_EQ(p.calib, 256);
+    EXPECT_EQ(p.refresh, 512);
+    EXPECT_EQ(p.versions, 8);
+    EXPECT_EQ(p.sinks, 4);
+    EXPECT_EQ(p.window, 64);
+    EXPECT_EQ(p.key_pairs(shape), RopePairs::interleaved);
+    EXPECT_EQ(p.to_string(), "pq");
+    const std::string text =
+        "pq:k_m=16,v_m=64,nbits=8,calib=100,refresh=128,versions=3,sinks=2,window=16,f16_layers=0+3,page=32,"
+        "pairs=neox,order=contiguous,rotation=hadamard,k_scale=0,v_scale=1,iters=10,seed=9,attn=decode";
+    const PqKvParams q = PqKvParams::from_spec(parse_kv_scheme(text), shape);
+    EXPECT_EQ(q.to_string(), text);
+    EXPECT_EQ(q.key_pairs(shape), RopePairs::neox);
+    EXPECT_EQ(make_pq_kv_cache(parse_kv_scheme(text), shape)->scheme(), text);
+    EXPECT_EQ(PqKvParams::from_spec(parse_kv_scheme("pq:bits=2.5,ctx=1024"), shape).to_string(), "pq:bits=2.5,ctx=1024");
+}
+
+TEST(PqKvSpec, BadSpecsAreErrorsNamingTheKey) {
+    const KvShape shape{4, 2, 128, RopePairs::interleaved};
+    const std::vector<std::pair<std::string, std::string>> bad = {
+        {"pq:wndow=3", "wndow"},
+        {"pq:m=48", "m=48"},
+        {"pq:k_m=128", "dsub"},           // RoPE pairs need even dsub
+        {"pq:m=0", "m=0"},
+        {"pq:nbits=5", "nbits"},
+        {"pq:page=48", "page=48"},
+        {"pq:refresh=100", "refresh=100"},  // not a multiple of page
+        {"pq:calib=600,refresh=512", "refresh=512"},
+        {"pq:calib=4,sinks=4", "calib=4"},
+        {"pq:f16_layers=4", "layer 4"},
+        {"pq:rotation=givens", "rotation=givens"},
+        {"pq:pairs=sideways", "pairs=sideways"},
+        {"pq:attn=maybe", "attn=maybe"},
+        {"pq:scores=int8,nbits=8", "int8"},
+        {"pq:bits=2,m=16", "bits"},
+        {"pq:bits=-1", "bits"},
+        {"pq:k_scale=2", "k_scale"},
+        {"pq:window=-1", "window"},
+        {"pq:versions=0", "versions"},
+    };
+    for (const auto& [spec, needle] : bad) {
+        try {
+            make_pq_kv_cache(parse_kv_scheme(spec), shape);
+            ADD_FAILURE() << spec << " was accepted";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << spec << ": " << e.what();
+        }
+    }
+    // bits= needs a context, and a reachable target.
+    EXPECT_THROW(make_pq_kv_cache(parse_kv_scheme("pq:bits=2"), shape), Error);
+    try {
+        make_pq_kv_cache(parse_kv_scheme("pq:bits=0.5,ctx=256"), shape);
+        ADD_FAILURE() << "bits=0.5 at 256 tokens was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("out of reach"), std::string::npos) << e.what();
+    }
+    // Hadamard needs a power-of-two head_dim.
+    EXPECT_THROW(make_pq_kv_cache(parse_kv_scheme("pq:m=8,rotation=hadamard"), KvShape{1, 1, 48}), Error);
+}
+
+// ---- schedule --------------------------------------------------------------------------------------
+
+TEST(PqKvSchedule, CodedTokensFollowCalibWindowAndVersions) {
+    PqKvParams p;
+    p.sinks = 4;
+    p.window = 8;
+    p.calib = 36;  // versions learn from 32 tokens
+    p.refresh = 64;
+    p.page = 32;
+    p.versions = 3;
+    const PqSchedule s(p);
+    EXPECT_EQ(s.coded(4), 0);
+    EXPECT_EQ(s.coded(35), 0);    // before calib: all f16
+    EXPECT_EQ(s.coded(36), 24);   // version 0 trained on coded 0..31; the last 8 in the window
+    EXPECT_EQ(s.coded(60), 48);
+    EXPECT_EQ(s.coded(4 + 64), 56);
+    EXPECT_EQ(s.coded(4 + 72), 64);  // coded 64.. wait for version 1 (trains at k = 96)
+    EXPECT_EQ(s.coded(4 + 95), 64);
+    EXPECT_EQ(s.coded(4 + 96), 88);
+    EXPECT_EQ(s.versions_trained(95), 1);
+    EXPECT_EQ(s.versions_trained(96), 2);
+    EXPECT_EQ(s.versions_trained(160), 3);
+    EXPECT_EQ(s.versions_trained(100000), 3);  // the bound: no version past 3
+    EXPECT_EQ(s.version_of(63), 0);
+    EXPECT_EQ(s.version_of(64), 1);
+    EXPECT_EQ(s.version_of(128), 2);
+    EXPECT_EQ(s.version_of(100000), 2);
+    EXPECT_EQ(s.coded(4 + 200), 192);  // past the bound nothing waits: only the window is f16
+    p.refresh = 0;
+    EXPECT_EQ(PqSchedule(p).coded(4 + 200), 192);
+    EXPECT_EQ(PqSchedule(p).versions_trained(100000), 1);
+}
+
+// ---- attention ----------------------------------------------------------------------------------------
+
+TEST(PqKv, ShortPromptIsAllF16) {
+    const KvShape shape = neox_shape(2, 2, 64);
+    const Data d = synthetic(shape, 100, 3, 5);
+    auto pq = pq_cache("pq:m=16,calib=128,page=64,refresh=128", shape);
+    auto f16 = make_dense_kv_cache(shape, DenseKvType::f16);
+    for (KvCache* c : {pq.get(), f16.get()}) {
+        c->add_sequence(0);
+        append_all_layers(*c, d, 0, 0, 100);
+    }
+    for (int il = 0; il < 2; ++il)
+        for (int ih = 0; ih < 2; ++ih)
+            EXPECT_LT(rel_error(attend(*pq, d, 0, il, ih, 0, 100), attend(*f16, d, 0, il, ih, 0, 100)), kTolAllF16);
+    const KvMemory m = pq->memory();
+    EXPECT_EQ(part(m, "codes"), 0u);
+    EXPECT_EQ(part(m, "codebooks"), 0u);
+    EXPECT_EQ(m.bytes, f16->memory().bytes);  // sinks + window + pre-calibration rows: every token in f16
+}
+
+TEST(PqKv, AttentionStaysCloseToF16) {
+    const KvShape shape = neox_shape(1, 2, 64);
+    const int n = 1500;
+    const Data d = synthetic(shape, n, 4, 11);
+    auto f16 = make_dense_kv_cache(shape, DenseKvType::f16);
+    f16->add_sequence(0);
+    append_all_layers(*f16, d, 0, 0, n);
+    struct Case {
+        std::string spec;
+        double tol;
+    };
+    const std::vector<Case> cases = {
+        {"pq:m=16,calib=256,refresh=0", kTolPq4},
+        {"pq:m=16,calib=256,refresh=512,versions=3", kTolPq4},
+        {"pq:m=16,calib=256,refresh=0,rotation=hadamard", kTolPq4},
+        {"pq:m=16,calib=256,refresh=0,order=contiguous,k_scale=0", kTolPq4},
+        {"pq:m=32,nbits=8,calib=256,refresh=0", kTolPq8},
+    };
+    for (const Case& c : cases) {
+        auto pq = pq_cache(c.spec, shape);
+        pq->add_sequence(0);
+        append_all_layers(*pq, d, 0, 0, n);
+        for (int ih = 0; ih < 2; ++ih) {
+            const double e = rel_error(attend(*pq, d, 0, 0, ih, 300, n), attend(*f16, d, 0, 0, ih, 300, n));
+            EXPECT_LT(e, c.tol) << c.spec << " head " << ih;
+            RecordProperty(c.spec + " head " + std::to_string(ih), std::to_string(e));
+        }
+    }
+}
+
+TEST(PqKv, CodesEqualDecodeThenDense) {
+    const KvShape shape = neox_shape(1, 2, 64);
+    const int n = 900;
+    const Data d = synthetic(shape, n, 3, 21);
+    for (const std::string base : {"pq:m=16,calib=100,refresh=128,versions=4,page=32,window=20,sinks=3",
+                                   "pq:m=32,nbits=8,calib=100,refresh=0,rotation=hadamard",
+                                   "pq:k_m=8,v_m=64,calib=100,refresh=256,versions=2,v_scale=1",
+                                   "pq:m=16,calib=100,refresh=0,window=0,sinks=0"}) {
+        auto codes = pq_cache(base, shape), dec = pq_cache(base + ",attn=decode", shape);
+        for (KvCache* c : {codes.get(), dec.get()}) {
+            c->add_sequence(0);
+            append_all_layers(*c, d, 0, 0, n);
+        }
+        for (int ih = 0; ih < 2; ++ih)
+            EXPECT_LT(rel_error(attend(*codes, d, 0, 0, ih, 0, n), attend(*dec, d, 0, 0, ih, 0, n)), kTolCodesVsDecode)
+                << base;
+    }
+}
+
+TEST(PqKv, EverySimdLevelGivesTheSameAttention) {
+    const KvShape shape = neox_shape(1, 1, 64);
+    const Data d = synthetic(shape, 700, 4, 3);
+    auto c = pq_cache("pq:m=16,calib=100,refresh=128,versions=3,page=32", shape);
+    c->add_sequence(0);
+    append_all_layers(*c, d, 0, 0, 700);
+    std::vector<float> ref;
+    {
+        test::SimdLevelGuard g(SimdLevel::ref);
+        ref = attend(*c, d, 0, 0, 0, 600, 700);
+    }
+    for (SimdLevel level : supported_simd_levels()) {
+        test::SimdLevelGuard g(level);
+        EXPECT_LT(rel_error(attend(*c, d, 0, 0, 0, 600, 700), ref), kTolCodesVsDecode) << simd_level_name(level);
+    }
+}
+
+// ---- time consistency ---------------------------------------------------------------------------------
+
+TEST(PqKv, BatchedAppendsEqualTokenByToken) {
+    // Boundaries crossed: calib (37 coded tokens train version 0), the window, refresh versions 1 and 2
+    // (their own first 37 tokens held f16 meanwhile), the bound of 3 versions, page ends.
+    const KvShape shape = neox_shape(3, 2, 32);
+    const int n = 330;
+    const Data d = synthetic(shape, n, 2, 8);
+    const std::string spec = "pq:m=8,calib=40,sinks=3,window=10,refresh=64,page=32,versions=3,f16_layers=1";
+    auto one = pq_cache(spec, shape);
+    const auto want = run_chunked(*one, d, std::vector<int>(n, 1));
+    std::mt19937 rng(3);
+    std::vector<int> chunks;
+    for (int t = 0; t < n;) chunks.push_back(std::min(n - t, int(rng() % 50) + 1)), t += chunks.back();
+    for (const std::vector<int>& split : {chunks, std::vector<int>{n}, std::vector<int>{39, 1, 60, 230}}) {
+        auto c = pq_cache(spec, shape);
+        const auto got = run_chunked(*c, d, split);
+        for (std::size_t i = 0; i < want.size(); ++i) {
+            ASSERT_EQ(got[i].size(), want[i].size());
+            for (std::size_t j = 0; j < want[i].size(); ++j)
+                ASSERT_EQ(got[i][j], want[i][j]) << "layer/head " << i << " element " << j << " (" << split.size()
+                                                 << " chunks)";
+        }
+        EXPECT_EQ(c->memory().bytes, one->memory().bytes);
+    }
+}
+
+TEST(PqKv, TinyModelPrefillEqualsStepwiseDecode) {
+    // head_dim 8: m = 4 (dsub 2, RoPE pairs kept whole).
+    test::TinyModelShape ts;
+    ts.n_layer = 3;
+    const ModelWeights w = test::tiny_model(ts);
+    Transformer t(w);
+    KvShape shape = t.kv_shape();
+    shape.rope_pairs = w.config.rope_pairs;
+    const std::string spec = "pq:m=4,calib=24,sinks=2,window=6,refresh=32,page=32,versions=3";
+    std::vector<std::int32_t> ids(150);
+    std::mt19937 rng(5);
+    for (auto& id : ids) id = std::int32_t(rng() % unsigned(w.config.n_vocab));
+
+    auto a = pq_cache(spec, shape), b = pq_cache(spec, shape);
+    a->add_sequence(0);
+    b->add_sequence(0);
+    std::vector<float> prefill, step, all;
+    const BatchSequence s{0, ids, true};
+    t.forward({&s, 1}, *a, prefill);
+    for (std::int32_t id : ids) {
+        const BatchSequence one{0, {&id, 1}, false};
+        t.forward({&one, 1}, *b, step);
+        all.insert(all.end(), step.begin(), step.end());
+    }
+    ASSERT_EQ(prefill.size(), all.size());
+    // The forward pass itself differs between one matmul over all rows and one row at a time by
+    // float rounding (1e-4 in the dense tests); f16 storage absorbs most of it and the codes then
+    // match, so the logits agree to the same tolerance.
+    for (std::size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(prefill[i], all[i], 1e-3f * (1.0f + std::abs(all[i]))) << i;
+    EXPECT_EQ(a->memory().bytes, b->memory().bytes);
+}
+
+TEST(PqKv, RowsOfEarlierStepsAreRefusedOnceTheirRowsAreGone) {
+    const KvShape shape = neox_shape(1, 1, 32);
+    const Data d = synthetic(shape, 200, 1, 2);
+    auto c = pq_cache("pq:m=8,calib=40,sinks=2,window=8,refresh=0,page=32", shape);
+    c->add_sequence(0);
+    append_all_layers(*c, d, 0, 0, 100);
+    append_all_layers(*c, d, 0, 100, 1);
+    EXPECT_NO_THROW(attend(*c, d, 0, 0, 0, 100, 101));
+    EXPECT_THROW(attend(*c, d, 0, 0, 0, 50, 51), Error);  // its window rows were coded and dropped
+    EXPECT_THROW(attend(*c, d, 0, 0, 0, 101, 102), Error);  // not stored yet
+}
+
+// ---- versions ------------------------------------------------------------------------------------------
+
+TEST(PqKv, VersionsStopAtTheBoundAndOldTokensKeepTheirs) {
+    const KvShape shape = neox_shape(1, 2, 32);
+    const int n = 1200;
+    const Data d = synthetic(shape, n, 2, 4);
+    const std::string spec = "pq:m=8,calib=68,sinks=4,window=16,refresh=128,page=64,versions=3,k_scale=0";
+    auto c = pq_cache(spec, shape), dec = pq_cache(spec + ",attn=decode", shape);
+    c->add_sequence(0);
+    dec->add_sequence(0);
+    // One version's codebooks: per KV head a key and a value quantizer: 16 centroids x D floats, plus a
+    // permutation each (variance-balanced plan).
+    const std::uint64_t per_version = 2 * 2 * (16 * 32 * 4 + 32 * 4);
+    std::vector<std::uint64_t> codebooks;
+    for (int t = 0; t < n; t += 100) {
+        append_all_layers(*c, d, 0, t, 100);
+        append_all_layers(*dec, d, 0, t, 100);
+        codebooks.push_back(part(c->memory(), "codebooks"));
+    }
+    // Versions train at k = 64, 128 + 64, 256 + 64 and never after.
+    EXPECT_EQ(codebooks[0], 1 * per_version);      // n = 100 (k = 96)
+    EXPECT_EQ(codebooks[1], 2 * per_version);      // n = 200: version 1 trained at k = 192
+    EXPECT_EQ(codebooks[2], 2 * per_version);      // n = 300: version 2 starts at k = 256, trains at 320
+    EXPECT_EQ(codebooks[3], 3 * per_version);      // n = 400
+    EXPECT_EQ(codebooks.back(), 3 * per_version);  // n = 1200: the bound of 3
+    EXPECT_EQ(part(c->memory(), "f16 pre-calibration"), 0u);        // nothing waits past the bound
+    for (int ih = 0; ih < 2; ++ih)
+        EXPECT_LT(rel_error(attend(*c, d, 0, 0, ih, n - 1, n), attend(*dec, d, 0, 0, ih, n - 1, n)), kTolCodesVsDecode);
+}
+
+// ---- accounting ----------------------------------------------------------------------------------------
+
+TEST(PqKv, MemoryMatchesHandCountedBytes) {
+    const KvShape shape = neox_shape(3, 2, 32);
+    const int n_kv = 2, D = 32;
+    const Data d = synthetic(shape, 400, 1, 6);
+    // Layer 2 dense; layers 0 and 1 coded with k_m = 8 (16 bytes per token at 4 bits... 4) and v_m = 16.
+    const std::string spec = "pq:k_m=8,v_m=16,calib=36,sinks=4,window=8,refresh=64,page=32,versions=2,f16_layers=2";
+    auto c = pq_cache(spec, shape);
+    c->add_sequence(0);
+    const std::uint64_t row = D * 2;                        // one f16 row
+    const std::uint64_t width = 2 * n_kv * (8 / 2 + 16 / 2);  // code bytes per token, coded layers
+    const std::uint64_t code_page = 32 * width;               // 1536, a multiple of 64
+    const std::uint64_t dense_page = 32 * 1 * n_kv * 2 * row; // 8192
+    const std::uint64_t q_k = 16 * D * 4 + D * 4 + D * 4;     // centroids + key scale + permutation
+    const std::uint64_t q_v = 16 * D * 4 + D * 4;             // centroids + permutation
+    const std::uint64_t version = 2 * n_kv * (q_k + q_v);
+    struct Want {
+        int n;
+        std::int64_t coded;  // coded tokens
+        int versions;
+        std::int64_t precal;  // f16 rows beyond the window waiting for a version
+    };
+    // calib 36 - sinks 4 = 32 tokens per version; version 1 starts at coded 64 and trains at k = 96.
+    for (const Want& w : {Want{3, 0, 0, 0}, Want{30, 0, 0, 18}, Want{36, 24, 1, 0}, Want{70, 58, 1, 0},
+                          Want{90, 64, 1, 14}, Want{100, 88, 2, 0}, Want{400, 388, 2, 0}}) {
+        const int have = int(c->n_tokens(0, 0));
+        append_all_layers(*c, d, 0, have, w.n - have);
+        const KvMemory m = c->memory();
+        const std::int64_t k = std::max(0, w.n - 4);
+        const std::uint64_t win = std::min<std::int64_t>(k, 8);
+        const std::uint64_t pages = (w.coded + 31) / 32, dpages = (w.n + 31) / 32;
+        EXPECT_EQ(part(m, "codes"), w.coded * width) << w.n;
+        EXPECT_EQ(part(m, "page slack"), pages * code_page - w.coded * width + dpages * dense_page -
+                                             std::uint64_t(w.n) * n_kv * 2 * row)
+            << w.n;
+        EXPECT_EQ(part(m, "codebooks"), w.versions * version) << w.n;
+        EXPECT_EQ(part(m, "f16 sinks"), std::min(w.n, 4) * 2 * n_kv * 2 * row) << w.n;
+        EXPECT_EQ(part(m, "f16 window"), win * 2 * n_kv * 2 * row) << w.n;
+        EXPECT_EQ(part(m, "f16 pre-calibration"), w.precal * 2 * n_kv * 2 * row) << w.n;
+        EXPECT_EQ(part(m, "dense f16 layers"), std::uint64_t(w.n) * n_kv * 2 * row) << w.n;
+        EXPECT_EQ(part(m, "free pool pages"), 0u);
+        EXPECT_EQ(m.n_tokens, w.n);
+        // The same arithmetic without data.
+        const KvMemory f = pq_sequence_footprint(PqKvParams::from_spec(parse_kv_scheme(spec), shape), shape, w.n);
+        EXPECT_EQ(f.bytes, m.bytes - part(m, "free pool pages")) << w.n;
+    }
+    EXPECT_NEAR(c->memory().bits_per_element(shape), double(c->memory().bytes) * 8 / (400.0 * 3 * 2 * 2 * 32), 1e-12);
+}
+
+// ---- paging and budget ---------------------------------------------------------------------------------
+
+TEST(PqKv, SequencesSharePagesAndGiveThemBack) {
+    const KvShape shape = neox_shape(2, 2, 32);
+    const Data d = synthetic(shape, 600, 1, 7);
+    auto c = pq_cache("pq:m=8,calib=36,sinks=4,window=8,refresh=0,page=32", shape);
+    c->add_sequence(1);
+    c->add_sequence(2);
+    append_all_layers(*c, d, 1, 0, 300);
+    append_all_layers(*c, d, 2, 0, 500);
+    const std::uint64_t page = 32 * 2 * 2 * (4 + 4);  // 1024 bytes
+    const KvMemory both = c->memory();
+    EXPECT_EQ(part(both, "codes") + part(both, "page slack"), ((288 + 31) / 32 + (488 + 31) / 32) * page);
+    const std::vector<float> before = attend(*c, d, 2, 1, 1, 499, 500);
+    c->remove_sequence(1);
+    EXPECT_FALSE(c->has_sequence(1));
+    EXPECT_EQ(part(c->memory(), "free pool pages"), 9 * page);
+    EXPECT_EQ(attend(*c, d, 2, 1, 1, 499, 500), before);  // the other sequence is untouched
+    // A new sequence reuses the freed pages: nothing more is held until they are used up.
+    c->add_sequence(3);
+    append_all_layers(*c, d, 3, 0, 200);
+    EXPECT_EQ(c->memory().bytes, both.bytes - (pq_sequence_footprint(PqKvParams::from_spec(parse_kv_scheme(c->scheme()),
+                                                                                         shape),
+                                                                      shape, 300)
+                                                   .bytes -
+                                               pq_sequence_footprint(PqKvParams::from_spec(parse_kv_scheme(c->scheme()),
+                                                                                         shape),
+                                                                      shape, 200)
+                                                   .bytes) +
+                                     3 * page);
+    EXPECT_THROW(c->add_sequence(2), Error);
+    EXPECT_THROW(c->remove_sequence(1), Error);
+    EXPECT_THROW(c->append(0, 9, 1, d.k.data(), d.v.data()), Error);
+}
+
+TEST(PqKv, BudgetRefusesWithoutChangingAnything) {
+    const KvShape shape = neox_shape(2, 2, 64);
+    const Data d = synthetic(shape, 1024, 1, 9);
+    const std::string spec = "pq:m=16,calib=132,refresh=0";
+    const std::int64_t L = 1000;
+    // How many sequences of L tokens fit in 1 MB: exactly what the cache then accepts.
+    const std::uint64_t budget = 1000000;
+    const PqCapacity cap = pq_capacity(parse_kv_scheme(spec), shape, L, budget);
+    ASSERT_GE(cap.n_sequences, 2);
+    EXPECT_EQ(cap.n_sequences, std::int64_t(budget / cap.per_sequence.bytes));
+    EXPECT_EQ(cap.code_pages, (1000 - 4 - 64 + 63) / 64);
+    KvCacheOptions opt;
+    opt.memory_budget = budget;
+    auto c = pq_cache(spec, shape, opt);
+    for (int s = 0; s < cap.n_sequences; ++s) {
+        c->add_sequence(s);
+        for (int t = 0; t < L; t += 100) append_all_layers(*c, d, s, t, int(std::min<std::int64_t>(100, L - t)));
+    }
+    EXPECT_LE(c->memory().bytes, budget);
+    EXPECT_EQ(c->memory().bytes, std::uint64_t(cap.n_sequences) * cap.per_sequence.bytes);
+    c->add_sequence(99);
+    const KvMemory before = c->memory();
+    try {
+        for (int t = 0; t < L; t += 100) append_all_layers(*c, d, 99, t, 100);
+        ADD_FAILURE() << "the budget was overcommitted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("budget of 1000000 bytes"), std::string::npos) << e.what();
+    }
+    const std::int64_t held = c->n_tokens(99, 0);
+    EXPECT_EQ(c->n_tokens(99, 1), held);  // refused at the first layer of the step: layers agree
+    EXPECT_LE(c->memory().bytes, budget);
+    EXPECT_GE(c->memory().bytes, before.bytes);
+    // Ending a sequence makes room again.
+    c->remove_sequence(0);
+    for (std::int64_t t = held; t < L; t += 100) append_all_layers(*c, d, 99, int(t), int(std::min<std::int64_t>(100, L - t)));
+    const KvMemory after = c->memory();
+    // Sequence 99 had pages of its own when refused: as many of sequence 0's stay free in the pool.
+    EXPECT_EQ(after.bytes - part(after, "free pool pages"), std::uint64_t(cap.n_sequences) * cap.per_sequence.bytes);
+    EXPECT_GT(part(after, "free pool pages"), 0u);
+}
+
+// ---- bits= ---------------------------------------------------------------------------------------------
+
+TEST(PqKv, BitsTargetHoldsAtTheStatedContext) {
+    const KvShape shape = neox_shape(4, 2, 64);
+    const int n = 1024;
+    const Data d = synthetic(shape, n, 1, 12);
+    // Fixed overheads at 1024 tokens: 20 f16 rows (0.31 bits/element) and one codebook version (0.55).
+    for (double bits : {1.5, 2.0, 3.0}) {
+        const std::string spec = fmt::format("pq:bits={},calib=260,refresh=0,window=16", bits);
+        auto c = pq_cache(spec, shape, KvCacheOptions{0, n});
+        c->add_sequence(0);
+        append_all_layers(*c, d, 0, 0, n);
+        const KvMemory m = c->memory();
+        EXPECT_LE(m.bits_per_element(shape), bits) << spec;
+        EXPECT_GT(m.bits_per_element(shape), bits - 0.3) << spec;  // uses what it may
+        const KvMemory f = pq_sequence_footprint(PqKvParams::from_spec(parse_kv_scheme(spec), shape), shape, n, n);
+        EXPECT_EQ(f.bytes, m.bytes) << spec;
+    }
+    // More bits, closer to f16.
+    auto f16 = make_dense_kv_cache(shape, DenseKvType::f16);
+    f16->add_sequence(0);
+    append_all_layers(*f16, d, 0, 0, n);
+    double prev = 1e9;
+    for (double bits : {1.5, 2.0, 4.0}) {
+        auto c = pq_cache(fmt::format("pq:bits={},calib=260,refresh=0,window=16", bits), shape, KvCacheOptions{0, n});
+        c->add_sequence(0);
+        append_all_layers(*c, d, 0, 0, n);
+        double e = 0;
+        for (int il = 0; il < 4; ++il) e += rel_error(attend(*c, d, 0, il, 0, 900, n), attend(*f16, d, 0, il, 0, 900, n));
+        EXPECT_LT(e, prev) << bits;
+        prev = e;
+    }
+}
+
+// ---- attend_pq_spans -----------------------------------------------------------------------------------
+
+TEST(PqAttentionSpans, EqualAttendPqOnTheConcatenation) {
+    const int D = 64, M = 16, n_q = 4;
+    const std::int64_t n = 3000;
+    for (int nbits : {4, 8}) {
+        PQParams pp;
+        pp.D = D;
+        pp.M = M;
+        pp.nbits = nbits;
+        pp.kmeans.max_iter = 5;
+        ProductQuantizer pk(pp), pv(pp);
+        const std::vector<float> x = test::gaussian(std::size_t(n) * D, 1), y = test::gaussian(std::size_t(n) * D, 2);
+        pk.train(x.data(), 512);
+        pv.train(y.data(), 512);
+        std::vector<std::uint8_t> ck(std::size_t(n) * M), cv(ck.size());
+        pk.encode(x.data(), n, ck.data());
+        pv.encode(y.data(), n, cv.data());
+        const std::size_t bb = code_block_bytes(M, nbits);
+        std::vector<std::uint8_t> kb(code_blocks_for(n) * bb), vb(kb.size());
+        pack_code_blocks(ck.data(), n, M, nbits, kb.data());
+        pack_code_blocks(cv.data(), n, M, nbits, vb.data());
+        const std::vector<float> q = test::gaussian(std::size_t(n_q) * D, 3);
+        AttentionPartial whole(n_q, D);
+        attend_pq(q.data(), n_q, pk, pv, kb.data(), vb.data(), n, 0.125f, {}, whole);
+        // Spans of 2, 1, 40, 3, ... blocks, each copied to its own buffer (pages far apart).
+        std::vector<std::vector<std::uint8_t>> pages_k, pages_v;
+        std::vector<PqCodeSpan> spans;
+        std::mt19937 rng(nbits);
+        for (std::int64_t b = 0; b < code_blocks_for(n);) {
+            const std::int64_t nb = std::min<std::int64_t>(code_blocks_for(n) - b, rng() % 3 == 0 ? 40 : rng() % 4 + 1);
+            pages_k.emplace_back(kb.begin() + b * bb, kb.begin() + (b + nb) * bb);
+            pages_v.emplace_back(vb.begin() + b * bb, vb.begin() + (b + nb) * bb);
+            spans.push_back({pages_k.back().data(), pages_v.back().data(), std::min(nb * 32, n - b * 32)});
+            b += nb;
+        }
+        for (std::size_t i = 0; i < spans.size(); ++i) spans[i].k_blocks = pages_k[i].data(), spans[i].v_blocks = pages_v[i].data();
+        AttentionPartial paged(n_q, D);
+        attend_pq_spans(q.data(), n_q, pk, pv, spans, 0.125f, {}, paged);
+        EXPECT_EQ(paged.max, whole.max);
+        EXPECT_EQ(paged.sum, whole.sum);
+        EXPECT_EQ(paged.acc, whole.acc);
+        // Only the last span may end inside a block.
+        std::vector<PqCodeSpan> bad = {{kb.data(), vb.data(), 40}, {kb.data(), vb.data(), 32}};
+        AttentionPartial p2(n_q, D);
+        EXPECT_THROW(attend_pq_spans(q.data(), n_q, pk, pv, bad, 0.125f, {}, p2), Error);
+    }
+}

@@ -1,0 +1,207 @@
+// `aqpim eval`: the quality harness (docs/eval.md). Three modes over the schemes of --kv:
+//   (default)     perplexity chunks: PPL, delta vs f16, KL, top-1, bits/element, KV bytes, tokens/s
+//   --generate N  greedy decoding after a prompt: first divergence from f16, KL per window of steps
+//   --fidelity    one layer's KV head: attention-output and score error by position
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "aqpim/error.h"
+#include "aqpim/eval.h"
+#include "aqpim/kv_scheme.h"
+#include "commands.h"
+#include "model_options.h"
+
+namespace aqpim::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct EvalArgs {
+    std::string text_path;
+    QualityOptions quality;
+    bool json = false, csv = false;
+    std::string plot;
+    int generate = 0;
+    std::string prompt;
+    int window = 32;
+    bool fidelity = false;
+    FidelityOptions fid;
+    bool no_probe = false;
+};
+
+std::string read_text(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    AQPIM_CHECK(f.good(), "-f {}: cannot open", path);
+    std::ostringstream s;
+    s << f.rdbuf();
+    return s.str();
+}
+
+/// 'text' for /bin/sh.
+std::string shell_quote(const std::string& s) {
+    std::string q = "'";
+    for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    return q + "'";
+}
+
+/// scripts/plot_eval.py: $AQPIM_PLOT_SCRIPT, else beside the build (bin/../../scripts) or the
+/// install (bin/../share/aqpim), else ./scripts.
+std::string find_plot_script() {
+    if (const char* env = std::getenv("AQPIM_PLOT_SCRIPT"); env && *env) {
+        AQPIM_CHECK(fs::exists(env), "AQPIM_PLOT_SCRIPT={}: no such file", env);
+        return env;
+    }
+    std::vector<fs::path> candidates;
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+        candidates.push_back(exe.parent_path() / "../../scripts/plot_eval.py");
+        candidates.push_back(exe.parent_path() / "../share/aqpim/plot_eval.py");
+    }
+    candidates.push_back("scripts/plot_eval.py");
+    for (const fs::path& p : candidates)
+        if (fs::exists(p)) return fs::weakly_canonical(p).string();
+    AQPIM_FAIL("--plot: cannot find scripts/plot_eval.py (set AQPIM_PLOT_SCRIPT to its path)");
+}
+
+struct Plotter {
+    std::string python;  ///< an interpreter that imports matplotlib
+    std::string script;
+};
+
+/// Fail early (before a long evaluation) when the plot cannot be made. The interpreter: $AQPIM_PYTHON,
+/// else the first of `python3` on PATH and /usr/bin/python3 (Debian's python3-matplotlib) that
+/// imports matplotlib.
+Plotter check_plot(const std::string& file) {
+    std::string ext = fs::path(file).extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+    AQPIM_CHECK(ext == ".png" || ext == ".svg", "--plot {}: the file name must end in .png or .svg", file);
+    Plotter p;
+    p.script = find_plot_script();
+    std::vector<std::string> pythons = {"python3", "/usr/bin/python3"};
+    if (const char* env = std::getenv("AQPIM_PYTHON"); env && *env) pythons = {env};
+    for (const std::string& py : pythons)
+        if (std::system((shell_quote(py) + " -c 'import matplotlib' >/dev/null 2>&1").c_str()) == 0) {
+            p.python = py;
+            return p;
+        }
+    AQPIM_FAIL("--plot needs python3 with matplotlib, which is not installed (Debian: apt-get install "
+               "python3-matplotlib; or set AQPIM_PYTHON to an interpreter that has it)");
+}
+
+void run_plot(const Plotter& plotter, const std::string& json, const std::string& file) {
+    const fs::path tmp = fs::temp_directory_path() / fmt::format("aqpim-eval-{}.json", ::getpid());
+    std::ofstream(tmp) << json;
+    const std::string cmd = shell_quote(plotter.python) + " " + shell_quote(plotter.script) + " " +
+                            shell_quote(tmp.string()) + " " + shell_quote(file);
+    const int rc = std::system(cmd.c_str());
+    fs::remove(tmp);
+    AQPIM_CHECK(rc == 0, "--plot {}: {} failed (exit status {})", file, plotter.script, rc);
+    fmt::print(stderr, "plot written to {}\n", file);
+}
+
+void print_progress(int done, int total) {
+    const int width = 40, filled = width * done / total;
+    fmt::print(stderr, "\r[{}{}] {}/{} chunks", std::string(filled, '#'), std::string(width - filled, '.'), done, total);
+    if (done == total) fmt::print(stderr, "\n");
+}
+
+void print_report(const EvalArgs& a, const std::string& table, const std::string& json, const std::string& csv) {
+    const std::string& out = a.json ? json : a.csv ? csv : table;
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::fflush(stdout);
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app) {
+    auto* cmd = app.add_subcommand(
+        "eval", "quality of KV cache schemes against f16: perplexity, KL, top-1, bits/element (docs/eval.md)");
+    auto opts = std::make_shared<ModelOptions>();
+    auto a = std::make_shared<EvalArgs>();
+    add_model_options(cmd, *opts);
+    cmd->get_option("--kv")->description(
+        "KV cache schemes separated by ';', each NAME[:key=value,...]; f16 (the reference) is added when missing");
+    cmd->add_option("-f,--file", a->text_path, "text file (perplexity and fidelity modes)");
+    cmd->add_option("-c,--ctx", a->quality.n_ctx, "tokens per chunk (default 512)")->check(CLI::Range(4, 1 << 20));
+    cmd->add_option("--chunks", a->quality.max_chunks, "evaluate at most this many chunks (0 = all)")
+        ->check(CLI::Range(0, 1 << 30));
+    auto* json = cmd->add_flag("--json", a->json, "print the report as JSON");
+    auto* csv = cmd->add_flag("--csv", a->csv, "print the report as CSV");
+    json->excludes(csv);
+    cmd->add_option("--plot", a->plot, "perplexity mode: plot quality vs bits/element into FILE.png or FILE.svg "
+                                       "(scripts/plot_eval.py, needs python3-matplotlib)");
+    cmd->add_option("--generate", a->generate, "long generation check: greedy-decode N tokens with every scheme")
+        ->check(CLI::Range(1, 1 << 24));
+    cmd->add_option("-p,--prompt", a->prompt, "prompt of --generate (BOS is added; empty: BOS alone)");
+    cmd->add_option("--window", a->window, "--generate: steps per KL window (default 32)")->check(CLI::Range(1, 1 << 24));
+    cmd->add_flag("--fidelity", a->fidelity, "attention fidelity of one layer's KV head (--layer, --head)");
+    cmd->add_option("--layer", a->fid.layer, "--fidelity: layer (default 0)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--head", a->fid.head, "--fidelity: KV head (default 0)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--bins", a->fid.n_bins, "--fidelity: position bins (default 8)")->check(CLI::Range(1, 1 << 20));
+    cmd->add_flag("--no-probe", a->no_probe, "--fidelity: skip the probe runs that read attention weights");
+
+    cmd->callback([=] {
+        const std::vector<KvSchemeSpec> schemes = parse_kv_schemes(opts->kv);
+        AQPIM_CHECK(!(a->generate > 0 && a->fidelity), "--generate and --fidelity are separate modes; pick one");
+        AQPIM_CHECK(a->plot.empty() || (a->generate == 0 && !a->fidelity),
+                    "--plot is for the perplexity mode (not --generate or --fidelity)");
+        AQPIM_CHECK(a->generate > 0 || !a->text_path.empty(), "eval needs -f TEXT (or --generate N)");
+        const Plotter plotter = a->plot.empty() ? Plotter{} : check_plot(a->plot);
+
+        const LoadedModel model = load_model_for_cli(*opts);
+        AQPIM_CHECK(model.tokenizer, "model {} has no vocabulary; pass --tokenizer", opts->model);
+        AQPIM_CHECK(model.tokenizer->bos() >= 0, "the vocabulary has no BOS token; the protocol needs one");
+        Transformer transformer(model.weights);
+        // Every scheme built once for this model before any work (a bad parameter fails now).
+        check_kv_schemes(schemes, transformer.kv_shape(), KvCacheOptions{0, a->quality.n_ctx});
+        const std::vector<std::pair<std::string, std::string>> meta = {
+            {"model", opts->model}, {"model_name", model.weights.config.name}, {"file", a->text_path}, {"kv", opts->kv}};
+
+        if (a->generate > 0) {
+            const std::vector<std::int32_t> prompt = model.tokenizer->encode(a->prompt, true);
+            warn_past_training_context(model.weights.config, std::int64_t(prompt.size()) + a->generate);
+            GenerationCheckOptions go;
+            go.n_generate = a->generate;
+            go.window = a->window;
+            const GenerationReport r = check_generation(transformer, prompt, schemes, go);
+            for (const SchemeGeneration& g : r.schemes)
+                if (g.reference) fmt::print(stderr, "f16 greedy text: {}{}\n", a->prompt, model.tokenizer->decode(g.tokens));
+            auto gmeta = meta;
+            gmeta[2] = {"prompt", a->prompt};
+            print_report(*a, generation_table(r), generation_json(r, gmeta), generation_csv(r));
+            return;
+        }
+
+        const std::vector<std::int32_t> tokens = model.tokenizer->encode(read_text(a->text_path), true);
+        warn_past_training_context(model.weights.config, a->quality.n_ctx);
+        if (a->fidelity) {
+            FidelityOptions fo = a->fid;
+            fo.n_ctx = a->quality.n_ctx;
+            fo.probe = !a->no_probe;
+            fmt::print(stderr, "{}: {} tokens; fidelity of layer {} KV head {} over the first {}\n", a->text_path,
+                       tokens.size(), fo.layer, fo.head, fo.n_ctx);
+            const FidelityReport r = measure_fidelity(transformer, tokens, model.tokenizer->bos(), schemes, fo);
+            print_report(*a, fidelity_table(r), fidelity_json(r, meta), fidelity_csv(r));
+            return;
+        }
+
+        fmt::print(stderr, "{}: {} tokens, chunks of {}\n", a->text_path, tokens.size(), a->quality.n_ctx);
+        QualityOptions qo = a->quality;
+        qo.progress = print_progress;
+        const QualityReport r = evaluate_quality(transformer, tokens, model.tokenizer->bos(), schemes, qo);
+        const std::string js = quality_json(r, meta);
+        print_report(*a, quality_table(r), js, quality_csv(r));
+        if (!a->plot.empty()) run_plot(plotter, js, a->plot);
+    });
+}
+
+}  // namespace aqpim::cli
