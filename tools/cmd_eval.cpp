@@ -148,6 +148,9 @@ void add_eval_command(CLI::App& app) {
     cmd->add_option("--head", a->fid.head, "--fidelity: KV head (default 0)")->check(CLI::NonNegativeNumber);
     cmd->add_option("--bins", a->fid.n_bins, "--fidelity: position bins (default 8)")->check(CLI::Range(1, 1 << 20));
     cmd->add_flag("--no-probe", a->no_probe, "--fidelity: skip the probe runs that read attention weights");
+    cmd->add_option("--probe-block", a->fid.probe_block,
+                    "--fidelity: tokens per probe block, <= head_dim (default min(head_dim, 16); docs/eval.md)")
+        ->check(CLI::Range(1, 1 << 20));
 
     cmd->callback([=] {
         const std::vector<KvSchemeSpec> schemes = parse_kv_schemes(opts->kv);

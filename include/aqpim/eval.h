@@ -196,7 +196,10 @@ struct FidelityOptions {
     int head = 0;     ///< KV head; its whole GQA group of query heads is measured
     int n_ctx = 512;  ///< tokens of the text's first chunk (BOS first), run as the harness runs a chunk
     int n_bins = 8;   ///< query-position bins of equal width over [0, n_ctx)
-    bool probe = true;  ///< also read the scheme's attention weights (ceil(n_ctx / head_dim) + 1 more runs)
+    bool probe = true;  ///< also read the scheme's attention weights (ceil(n_ctx / P) + 1 more runs)
+    /// P, tokens per probe block (<= head_dim; 0: min(head_dim, 16)); a scheme learning its value
+    /// storage from its first tokens (pq: calib - sinks of them) must see at least P of them.
+    int probe_block = 0;
 };
 
 /// Errors of the query rows (x query heads of the group) whose position falls in [pos_begin, pos_end).
@@ -221,7 +224,7 @@ struct SchemeFidelity {
 };
 
 struct FidelityReport {
-    int layer = 0, head = 0, group = 1, head_dim = 0, n_ctx = 0, n_probe_runs = 0;
+    int layer = 0, head = 0, group = 1, head_dim = 0, n_ctx = 0, n_probe_runs = 0, probe_block = 0;
     std::vector<SchemeFidelity> schemes;  ///< in the order given (the reference is exact attention)
 };
 

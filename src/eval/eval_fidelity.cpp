@@ -131,7 +131,9 @@ FidelityReport measure_fidelity(Transformer& model, const std::vector<std::int32
     const KvShape shape = model.kv_shape();
     const ModelConfig& c = model.config();
     const int hd = shape.head_dim, group = c.n_head / c.n_kv_head, n_ctx = chunks.n_ctx();
-    const int n_blocks = (n_ctx + hd - 1) / hd;
+    const int block = options.probe_block > 0 ? options.probe_block : std::min(hd, 16);
+    AQPIM_CHECK(block <= hd, "eval --fidelity: probe block of {} tokens exceeds head_dim {}", block, hd);
+    const int n_blocks = (n_ctx + block - 1) / block;
     AQPIM_CHECK(options.layer >= 0 && options.layer < shape.n_layer, "--layer {}: the model has layers 0..{}",
                 options.layer, shape.n_layer - 1);
     AQPIM_CHECK(options.head >= 0 && options.head < shape.n_kv_head, "--head {}: the model has KV heads 0..{}",
@@ -145,6 +147,7 @@ FidelityReport measure_fidelity(Transformer& model, const std::vector<std::int32
     report.head_dim = hd;
     report.n_ctx = n_ctx;
     report.n_probe_runs = options.probe ? n_blocks + 1 : 0;
+    report.probe_block = options.probe ? block : 0;
 
     const auto bin_of = [&](std::int64_t pos) { return int(pos * options.n_bins / n_ctx); };
     std::vector<float> logits;
@@ -161,11 +164,12 @@ FidelityReport measure_fidelity(Transformer& model, const std::vector<std::int32
         f.spec = spec.text;
         f.scheme = main.scheme();
 
-        // The scheme's attention weights, read by probe runs (docs/eval.md): the baseline run passes the
-        // one-hot value e_(t mod hd) for every token t, run j the same with the tokens of block j
-        // (positions [j hd, (j + 1) hd)) zeroed; coordinate d of a row's output drops by exactly the
-        // weight of token j hd + d. Every run holds the same few value patterns from its first tokens
-        // on, so a scheme that learns its value storage from the data represents them exactly too.
+        // The scheme's attention weights, read by probe runs (docs/eval.md). With P = block, the baseline
+        // run passes for token t the value with ones at the dims d = t (mod P); run j the same with the
+        // tokens of block j (positions [j P, (j + 1) P)) zeroed. Output coordinate d < P of a row is the
+        // summed weight of the tokens t = d (mod P), and drops in run j by exactly the weight of token
+        // j P + d. Every run holds the same P value patterns from its first P tokens on, so a scheme
+        // that learns its value storage from the data represents them exactly too.
         std::vector<std::vector<float>> weights;  // [row][group][pos + 1]
         f.probe_ok = options.probe;
         if (options.probe) {
@@ -174,7 +178,8 @@ FidelityReport measure_fidelity(Transformer& model, const std::vector<std::int32
                     make_kv_cache(spec, shape, cache_options), options.layer, options.head,
                     [&, zeroed_block](std::int64_t pos, float* v) {
                         std::fill(v, v + hd, 0.0f);
-                        if (pos / hd != zeroed_block) v[pos % hd] = 1.0f;
+                        if (pos / block != zeroed_block)
+                            for (std::int64_t d = pos % block; d < hd; d += block) v[d] = 1.0f;
                     });
                 run_chunk(model, *probe, chunk, chunks.first_scored(), ScoredRows::batched, logits);
                 return probe;
@@ -198,7 +203,7 @@ FidelityReport measure_fidelity(Transformer& model, const std::vector<std::int32
                 for (int g = 0; g < group && f.probe_ok; ++g) {
                     const float* o = base->rows()[r].out.data() + std::size_t(g) * hd;
                     double sum = 0.0, lo = 0.0;
-                    for (int d = 0; d < hd; ++d) sum += o[d], lo = std::min(lo, double(o[d]));
+                    for (int d = 0; d < block; ++d) sum += o[d], lo = std::min(lo, double(o[d]));
                     if (std::abs(sum - 1.0) > kProbeSumTolerance || lo < -kProbeSumTolerance) {
                         f.probe_ok = false;
                         f.probe_note = fmt::format(
@@ -215,9 +220,9 @@ FidelityReport measure_fidelity(Transformer& model, const std::vector<std::int32
             for (int j = 0; j < n_blocks && f.probe_ok; ++j) {
                 const std::unique_ptr<RecordingKvCache> run = probe_run(j);
                 if (!(f.probe_ok = same_inputs(*run))) break;
-                const std::int64_t t0 = std::int64_t(j) * hd;
+                const std::int64_t t0 = std::int64_t(j) * block;
                 for (std::size_t r = 0; r < rows.size(); ++r) {
-                    const std::int64_t n = std::min<std::int64_t>(hd, rows[r].pos + 1 - t0);
+                    const std::int64_t n = std::min<std::int64_t>(block, rows[r].pos + 1 - t0);
                     for (int g = 0; g < group; ++g)
                         for (std::int64_t d = 0; d < n; ++d) {
                             const std::size_t o = std::size_t(g) * hd + std::size_t(d);

@@ -246,6 +246,7 @@ std::string fidelity_json(const FidelityReport& r, const Meta& meta) {
     j["head_dim"] = r.head_dim;
     j["n_ctx"] = r.n_ctx;
     j["n_probe_runs"] = r.n_probe_runs;
+    j["probe_block"] = r.probe_block;
     const auto bin_json = [](const FidelityBin& b) {
         const auto num = [](double x) { return std::isfinite(x) ? Json(x) : Json(nullptr); };
         return Json{{"pos_begin", b.pos_begin},          {"pos_end", b.pos_end},

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <cstdio>
+#include <cstdlib>
 
 #include "aqpim/error.h"
 #include "kv/pq_layout.h"
@@ -156,6 +158,11 @@ PqLayerChoice choose_pq_layer(const PqKvParams& p, const KvShape& shape, std::si
         }
     }
     AQPIM_ASSERT(best_k != nullptr && best_v != nullptr);
+    if (std::getenv("AQPIM_PQ_DEBUG")) {
+        std::fprintf(stderr, "share %zu: Mk=%d (%.4f) Mv=%d (%.4f);", share, best_k->M, best_k->err_k, best_v->M, best_v->err_v);
+        for (const Trained& t : trained) std::fprintf(stderr, " M%d k%.3f v%.3f", t.M, t.err_k, t.err_v);
+        std::fprintf(stderr, "\n");
+    }
     PqLayerChoice c;
     c.Mk = best_k->M;
     c.Mv = best_v->M;

@@ -35,6 +35,14 @@ std::int64_t tile_rows(std::int64_t cols) {
     return std::max<std::int64_t>(16, r / 16 * 16);
 }
 
+/// Threads worth using for n x rows x cols multiply-adds: one below about 4 M (waking a second
+/// thread costs tens of microseconds, far more on a loaded machine), else up to `n_threads`.
+int gemm_threads(const WeightMatrix& W, std::int64_t n, std::int64_t n_parts, int n_threads) {
+    const double work = double(n) * double(W.rows) * double(W.cols);
+    if (work < double(1 << 22)) return 1;
+    return int(std::min<std::int64_t>(n_threads > 0 ? n_threads : default_threads(), n_parts));
+}
+
 void single_threaded_blas() {
     static std::once_flag once;
     std::call_once(once, [] { openblas_set_num_threads(1); });
@@ -54,7 +62,7 @@ void matmul_sgemm(const WeightMatrix& W, const float* X, std::int64_t n, float* 
     single_threaded_blas();
     const std::int64_t tr = tile_rows(W.cols);
     const std::int64_t n_tiles = (W.rows + tr - 1) / tr;
-    const int nt = int(std::min<std::int64_t>(n_threads > 0 ? n_threads : default_threads(), n_tiles));
+    const int nt = gemm_threads(W, n, n_tiles, n_threads);
     parallel_for(
         n_tiles,
         [&](std::int64_t t) {
@@ -79,7 +87,7 @@ void matmul_sgemm(const WeightMatrix& W, const float* X, std::int64_t n, float* 
 /// dequantizes a panel's rows, packs them k-major and multiplies every activation row by them.
 void matmul_own(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads) {
     const std::int64_t n_panels = (W.rows + kPanelRows - 1) / kPanelRows;
-    const int nt = int(std::min<std::int64_t>(n_threads > 0 ? n_threads : default_threads(), n_panels));
+    const int nt = gemm_threads(W, n, n_panels, n_threads);
     const std::int64_t per = (n_panels + nt - 1) / nt;
     parallel_for(
         nt,

@@ -95,6 +95,12 @@ void Transformer::attention_block(int il, std::span<const BatchSequence> batch, 
     }
     const float scale = float(1.0 / std::sqrt(double(hd)));
     const std::int64_t n_tasks = std::int64_t(batch.size()) * c.n_kv_head;
+    // Threads only when the step's attention is worth waking them: below about a million
+    // multiply-adds, a parallel region costs more than it saves (tiny models, short contexts).
+    double work = 0.0;
+    for (std::size_t s = 0; s < batch.size(); ++s)
+        work += double(row0[s + 1] - row0[s]) * double(pos_[row0[s + 1] - 1] + 1) * c.n_head * hd;
+    const int attn_threads = work < double(1 << 20) ? 1 : n_threads_;
     parallel_for(
         n_tasks,
         [&](std::int64_t task) {
@@ -111,7 +117,7 @@ void Transformer::attention_block(int il, std::span<const BatchSequence> batch, 
             query.out_stride = n_q;
             cache.attend(il, batch[s].seq_id, ih, query);
         },
-        n_threads_);
+        attn_threads);
 
     matmul(L.wo, attn_.data(), n, tmp_.data(), n_threads_);
     add_into(x_.data(), tmp_.data(), std::size_t(n) * c.n_embd);

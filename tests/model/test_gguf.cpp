@@ -13,25 +13,14 @@
 #include "aqpim/ggml_types.h"
 #include "aqpim/gguf.h"
 #include "support/cli.h"
+#include "support/temp_dir.h"
 
 namespace aqpim {
 namespace {
 
 namespace fs = std::filesystem;
 
-/// A file in this test process's own temporary directory (removed when the process exits).
-std::string temp_path(const std::string& name) {
-    struct TempDir {
-        fs::path dir = fs::temp_directory_path() / fmt::format("aqpim_test_gguf_{}", ::getpid());
-        TempDir() { fs::create_directories(dir); }
-        ~TempDir() {
-            std::error_code ec;
-            fs::remove_all(dir, ec);
-        }
-    };
-    static const TempDir d;
-    return (d.dir / name).string();
-}
+using test::temp_path;
 std::string stories_gguf() { return test::shared_dir() + "/models/stories260K/stories260K.gguf"; }
 
 std::string read_file(const std::string& path) {
