@@ -4,7 +4,10 @@
 
 #include <map>
 
+#include "aqpim/error.h"
+#include "aqpim/kv_scheme.h"
 #include "aqpim/model.h"
+#include "aqpim/transformer.h"
 #include "aqpim/simd.h"
 #include "aqpim/threads.h"
 #include "commands.h"
@@ -12,7 +15,14 @@
 namespace aqpim::cli {
 namespace {
 
-void print_model(const std::string& path, const std::string& tokenizer) {
+const char* kDefaultSchemes = "f32;f16;int8;int4;q8_0;q4_0;kivi2;pq;pq:bits=2;pq:bits=1";
+
+struct ModelSummary {
+    KvShape kv_shape;
+    std::int64_t n_ctx_train = 0;
+};
+
+ModelSummary print_model(const std::string& path, const std::string& tokenizer) {
     LoadOptions lo;
     lo.tokenizer_path = tokenizer;
     const LoadedModel m = load_model(path, lo);
@@ -35,12 +45,47 @@ void print_model(const std::string& path, const std::string& tokenizer) {
     fmt::print("\ntokenizer:    {}\n", m.tokenizer ? fmt::format("{} tokens, {}", m.tokenizer->n_vocab(),
                                                                     m.tokenizer->vocab().kind == VocabKind::spm ? "SentencePiece-style" : "byte-level BPE")
                                                    : std::string("none"));
+    return {kv_shape_of(m.weights), c.n_ctx_train};
+}
 
-    const std::int64_t elems = 2LL * c.n_layer * c.n_kv_head * c.head_dim;
-    fmt::print("\nKV cache per token (all layers, K and V; at context {}):\n", c.n_ctx_train);
-    fmt::print("  {:<8} {:>14} {:>18}\n", "scheme", "bytes/token", "bytes at context");
-    for (const auto& [name, bytes_per_elem] : {std::pair{"f32", 4}, std::pair{"f16", 2}})
-        fmt::print("  {:<8} {:>14} {:>18}\n", name, elems * bytes_per_elem, elems * bytes_per_elem * c.n_ctx_train);
+/// "80GiB", "512MiB", "24e9", "1000000": bytes.
+std::uint64_t parse_bytes(const std::string& text) {
+    std::size_t used = 0;
+    double v = 0;
+    try {
+        v = std::stod(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    AQPIM_CHECK(used > 0, "--budget {}: not a size (e.g. 80GiB, 512MB, 24e9)", text);
+    const std::string unit = text.substr(used);
+    const std::map<std::string, double> units = {{"", 1.0},         {"B", 1.0},   {"KB", 1e3},  {"MB", 1e6},
+                                                 {"GB", 1e9},       {"TB", 1e12}, {"KiB", 1024.0},
+                                                 {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+    const auto it = units.find(unit);
+    AQPIM_CHECK(it != units.end(), "--budget {}: unknown unit '{}' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)", text, unit);
+    AQPIM_CHECK(v > 0 && v * it->second < 1.8e19, "--budget {}: out of range", text);
+    return std::uint64_t(v * it->second);
+}
+
+/// Per scheme: bytes one sequence of `context` tokens holds, bits/element, and how many fit.
+void print_capacity(const KvShape& shape, const std::string& schemes, std::int64_t context, std::uint64_t budget) {
+    fmt::print("\nKV cache of one sequence at context {} (all layers, K and V, every overhead counted){}:\n", context,
+               budget ? fmt::format("; sequences that fit in {} bytes ({:.2f} GiB)", budget, budget / 1073741824.0) : "");
+    fmt::print("  {:<28} {:>14} {:>16} {:>10}{}\n", "scheme", "bytes/token", "bytes", "bits/elem", budget ? "  sequences" : "");
+    for (const KvSchemeSpec& spec : parse_kv_schemes(schemes)) {
+        try {
+            KvCacheOptions o;
+            o.context = context;
+            const std::uint64_t b = make_kv_cache(spec, shape, o)->sequence_bytes(context);
+            const double bits = double(b) * 8.0 / (double(context) * double(shape.elements_per_token()));
+            fmt::print("  {:<28} {:>14.1f} {:>16} {:>10.3f}", spec.text, double(b) / context, b, bits);
+            if (budget) fmt::print("  {:>9}", budget / b);
+            fmt::print("\n");
+        } catch (const Error& e) {
+            fmt::print("  {:<28} n/a: {}\n", spec.text, e.what());
+        }
+    }
 }
 
 }  // namespace
@@ -49,8 +94,15 @@ void add_info_command(CLI::App& app) {
     auto* cmd = app.add_subcommand("info", "show the CPU's SIMD levels and the active kernel level; with -m, a model");
     auto model = std::make_shared<std::string>();
     auto tokenizer = std::make_shared<std::string>();
+    auto schemes = std::make_shared<std::string>(kDefaultSchemes);
+    auto context = std::make_shared<std::int64_t>(0);
+    auto budget = std::make_shared<std::string>();
     cmd->add_option("-m,--model", *model, "describe a model (.gguf, safetensors directory, llama2.c .bin)");
     cmd->add_option("--tokenizer", *tokenizer, "vocabulary file for a llama2.c checkpoint");
+    cmd->add_option("--kv", *schemes, "KV schemes to size, ';'-separated")->capture_default_str();
+    cmd->add_option("--context", *context, "context length the KV sizes are stated at (default: the model's)")
+        ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 32));
+    cmd->add_option("--budget", *budget, "memory for KV caches (e.g. 80GiB): how many sequences fit, per scheme");
     cmd->callback([=] {
         fmt::print("simd levels supported:");
         for (SimdLevel l : supported_simd_levels()) fmt::print(" {}", simd_level_name(l));
@@ -58,7 +110,9 @@ void add_info_command(CLI::App& app) {
                    default_threads());
         if (!model->empty()) {
             fmt::print("\n");
-            print_model(*model, *tokenizer);
+            const ModelSummary m = print_model(*model, *tokenizer);
+            print_capacity(m.kv_shape, *schemes, *context > 0 ? *context : m.n_ctx_train,
+                           budget->empty() ? 0 : parse_bytes(*budget));
         }
     });
 }

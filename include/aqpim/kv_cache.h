@@ -92,6 +92,10 @@ public:
 
     /// What the cache holds now.
     virtual KvMemory memory() const = 0;
+    /// Steady-state bytes one more sequence of n_tokens tokens would occupy (what memory() would
+    /// count for it after decoding that far, every overhead included): capacity planning
+    /// (`aqpim info --budget`). Schemes that cannot tell throw aqpim::Error.
+    virtual std::uint64_t sequence_bytes(std::int64_t n_tokens) const;
 
 private:
     KvShape shape_;

@@ -54,6 +54,9 @@ struct PqKvParams {
     std::vector<int> f16_layers;  ///< f16_layers: layers kept dense f16 ("0+1+4-7") [none]
     double bits = 0;     ///< bits: target bits/element, all overheads counted (0 = fixed m) [0]
     std::int64_t ctx = 0;  ///< ctx: context bits= is stated at (0 = KvCacheOptions::context) [0]
+    /// v_weight: weight of value error against key error when bits= allocates (chosen on
+    /// austen-13m by KL divergence, docs/kv-pq.md) [4]
+    double v_weight = 4;
     int page = 64;       ///< page: tokens per page, a multiple of 32 [64]
     /// pairs: RoPE pair layout of the keys, model|none|interleaved|neox [model = KvShape::rope_pairs]
     bool pairs_from_model = true;

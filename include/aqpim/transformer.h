@@ -55,6 +55,9 @@ private:
     std::vector<float> x_, xn_, q_, k_, v_, attn_, tmp_, gate_, up_;
 };
 
+/// The KV shape a model's caches need: layers, KV heads, head_dim, RoPE pair layout and frequencies.
+KvShape kv_shape_of(const ModelWeights& weights);
+
 /// Per-pair RoPE frequencies of a model: theta^(-2i/head_dim), then its scaling (llama3 rule,
 /// linear, per-frequency factors from the file).
 std::vector<double> rope_inverse_frequencies(const ModelWeights& weights);

@@ -103,6 +103,16 @@ public:
         return m;
     }
 
+    std::uint64_t sequence_bytes(std::int64_t n_tokens) const override {
+        const std::uint64_t heads = std::uint64_t(shape().n_layer) * shape().n_kv_head;
+        const std::uint64_t quant = std::uint64_t(kivi_quantized_tokens(n_tokens, p_)) * heads;
+        const std::uint64_t f16_rows = std::uint64_t(n_tokens) * heads - quant;
+        const std::uint64_t blocks = quant / p_.g;
+        return blocks * (key_.code_bytes() + key_.scale_bytes() + key_.min_bytes()) +
+               quant * (value_.code_bytes() + value_.scale_bytes() + value_.min_bytes()) +
+               2 * f16_rows * shape().head_dim * sizeof(f16_t);
+    }
+
 protected:
     SegmentedHead head_view(const KiviLayer& l, int ih) const override {
         SegmentedHead h;

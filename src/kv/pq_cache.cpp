@@ -80,10 +80,9 @@ struct LayerState {
     std::vector<AlignedBuffer<f16_t>> sink_k, sink_v;  ///< [n_kv] of [sinks][D]
     std::vector<F16Rows> tail_k, tail_v;               ///< [n_kv] rows from sinks on not (yet) read as codes
     std::vector<PqLayerVersion> versions;              ///< trained codebook versions, oldest first
-    int Mk = 0, Mv = 0;                                ///< set when version 0 is trained
-    std::size_t region = 0;       ///< byte offset of this layer's codes in a code page
-    std::size_t k_bytes = 0;      ///< bytes of one head's key codes in a page (page * token bytes)
-    std::size_t head_bytes = 0;   ///< bytes of one head's key and value codes in a page
+    std::vector<int> Mk, Mv;                           ///< [n_kv] subspaces, set when version 0 is trained
+    std::vector<std::size_t> k_off, v_off;             ///< [n_kv] byte offset of the head's codes in a code page
+    std::size_t token_bytes = 0;                       ///< code bytes of one token over the layer's heads
 };
 
 struct Sequence {
@@ -201,7 +200,7 @@ private:
 
     std::uint8_t* code_region(const Sequence& s, const LayerState& l, std::int64_t i, int ih, bool value) const {
         const std::uint8_t* page = code_pool_->page(s.code_pages[std::size_t(i / p_.page)]);
-        return const_cast<std::uint8_t*>(page) + l.region + std::size_t(ih) * l.head_bytes + (value ? l.k_bytes : 0);
+        return const_cast<std::uint8_t*>(page) + (value ? l.v_off : l.k_off)[std::size_t(ih)];
     }
     f16_t* dense_row(const Sequence& s, int il, std::int64_t t, int ih, bool value) const {
         const std::uint8_t* page = dense_pool_->page(s.dense_pages[std::size_t(t / p_.page)]);
@@ -363,29 +362,37 @@ void PqKvCache::train_version(Sequence& s, LayerState& l, int il, int j) {
         nk = nt * (1 + aug_copies_);
     }
     const PqTrainSet tk{pk, nk}, tv{pv, nt};
-    if (j == 0) {
-        // The layer's m, and its place in the code pages.
-        if (p_.bits > 0) {
-            const int left = L_.n_coded_layers - s.n_calibrated;
-            const std::size_t share = (L_.width - s.assigned) / std::size_t(left);
-            PqLayerChoice c = choose_pq_layer(p_, shape(), share, tk, tv);
-            l.Mk = c.Mk;
-            l.Mv = c.Mv;
-            l.versions.push_back(std::move(c.version));
-        } else {
-            l.Mk = L_.Mk;
-            l.Mv = L_.Mv;
-            l.versions.push_back(train_pq_layer_version(p_, shape(), l.Mk, l.Mv, tk, tv));
-        }
-        l.k_bytes = std::size_t(p_.page) * pq_token_code_bytes(l.Mk, p_.nbits);
-        l.head_bytes = l.k_bytes + std::size_t(p_.page) * pq_token_code_bytes(l.Mv, p_.nbits);
-        l.region = s.assigned * std::size_t(p_.page);
-        s.assigned += std::size_t(n_kv) * l.head_bytes / std::size_t(p_.page);
-        ++s.n_calibrated;
-        AQPIM_ASSERT(s.assigned <= L_.width);
+    if (j > 0) {
+        l.versions.push_back(train_pq_layer_version(p_, shape(), l.Mk, l.Mv, tk, tv));
         return;
     }
-    l.versions.push_back(train_pq_layer_version(p_, shape(), l.Mk, l.Mv, tk, tv));
+    // Version 0 fixes the layer's m and its place in the code pages.
+    if (p_.bits > 0) {
+        const int left = L_.n_coded_layers - s.n_calibrated;
+        const std::size_t share = (L_.width - s.assigned) / std::size_t(left);
+        PqLayerChoice c = choose_pq_layer(p_, shape(), share, tk, tv);
+        l.Mk = c.Mk;
+        l.Mv = c.Mv;
+        l.versions.push_back(std::move(c.version));
+    } else {
+        l.Mk.assign(n_kv, L_.Mk);
+        l.Mv.assign(n_kv, L_.Mv);
+        l.versions.push_back(train_pq_layer_version(p_, shape(), l.Mk, l.Mv, tk, tv));
+    }
+    const std::size_t P = std::size_t(p_.page);
+    std::size_t off = s.assigned * P;
+    l.k_off.resize(n_kv);
+    l.v_off.resize(n_kv);
+    for (int ih = 0; ih < n_kv; ++ih) {
+        l.k_off[ih] = off;
+        off += P * pq_token_code_bytes(l.Mk[ih], p_.nbits);
+        l.v_off[ih] = off;
+        off += P * pq_token_code_bytes(l.Mv[ih], p_.nbits);
+    }
+    l.token_bytes = off / P - s.assigned;
+    s.assigned += l.token_bytes;
+    ++s.n_calibrated;
+    AQPIM_ASSERT(s.assigned <= L_.width);
 }
 
 void PqKvCache::encode(Sequence& s, LayerState& l, std::int64_t c0, std::int64_t c1) {
@@ -521,7 +528,7 @@ KvMemory PqKvCache::memory() const {
             const std::int64_t c = sc.coded(l.n), tail = k - c, win = std::min<std::int64_t>(k, p_.window);
             parts.window += std::uint64_t(win) * n_kv * 2 * row;
             parts.precal += std::uint64_t(tail - win) * n_kv * 2 * row;
-            parts.codes += std::uint64_t(c) * n_kv * l.head_bytes / std::uint64_t(p_.page);
+            parts.codes += std::uint64_t(c) * l.token_bytes;
             for (const PqLayerVersion& v : l.versions) parts.codebooks += v.parameter_bytes();
         }
         const std::uint64_t pages = std::uint64_t(s.code_pages.size()) * (code_pool_ ? code_pool_->page_bytes() : 0) +

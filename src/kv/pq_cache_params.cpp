@@ -64,7 +64,7 @@ std::string join_layers(const std::vector<int>& layers) {
 
 const std::vector<std::string>& PqKvParams::keys() {
     static const std::vector<std::string> k = {"m",     "k_m",   "v_m",    "nbits",    "calib",   "refresh",
-                                               "versions", "sinks", "window", "f16_layers", "bits", "ctx",
+                                               "versions", "sinks", "window", "f16_layers", "bits", "ctx", "v_weight",
                                                "page",  "pairs", "order",  "rotation", "k_scale", "v_scale",
                                                "aug",   "rope_theta", "iters", "seed", "attn", "scores"};
     return k;
@@ -111,6 +111,9 @@ PqKvParams PqKvParams::from_spec(const KvSchemeSpec& spec, const KvShape& shape)
     const std::int64_t ctx = spec.get_int("ctx", 0);
     AQPIM_CHECK(ctx >= 0 && ctx <= (std::int64_t(1) << 40), "--kv {}: ctx={} must be a token count >= 0", spec.text, ctx);
     p.ctx = ctx;
+    p.v_weight = spec.get_float("v_weight", kDefaults.v_weight);
+    AQPIM_CHECK(std::isfinite(p.v_weight) && p.v_weight > 0, "--kv {}: v_weight={} must be a positive number", spec.text,
+                p.v_weight);
     p.page = int_param(spec, "page", kDefaults.page, 32, 1 << 20);
     const int pairs = choice_param(spec, "pairs", kPairsNames, 3);
     p.pairs_from_model = pairs == 3;
@@ -170,6 +173,7 @@ void PqKvParams::validate(const KvShape& shape) const {
     }
     AQPIM_CHECK(bits >= 0 && std::isfinite(bits), "bits={} must be >= 0", bits);
     AQPIM_CHECK(ctx >= 0, "ctx={} must be >= 0", ctx);
+    AQPIM_CHECK(std::isfinite(v_weight) && v_weight > 0, "v_weight={} must be positive", v_weight);
     AQPIM_CHECK(scores != PqScorePath::int8 || nbits == 4, "scores=int8 needs nbits=4 (got {})", nbits);
     int Mk = key_m(), Mv = value_m();
     if (bits > 0) {
@@ -206,6 +210,7 @@ std::string PqKvParams::to_string() const {
     if (!f16_layers.empty()) add("f16_layers", join_layers(f16_layers));
     if (bits > 0) add("bits", fmt::format("{}", bits));
     if (ctx > 0) add("ctx", std::to_string(ctx));
+    if (v_weight != kDefaults.v_weight) add("v_weight", fmt::format("{}", v_weight));
     if (page != kDefaults.page) add("page", std::to_string(page));
     if (!pairs_from_model) add("pairs", kPairsNames[int(pairs)]);
     if (order != kDefaults.order) add("order", kOrderNames[order == SubspaceOrder::contiguous ? 0 : 1]);

@@ -23,30 +23,36 @@ std::size_t PqLayerVersion::parameter_bytes() const {
 
 namespace {
 
-/// Train pqs[i] on xs[i] ([n_i][D]): one train_product_quantizers call per run of equal M and row
-/// count (keys first, then values).
+/// Train pqs[i] on xs[i] ([ns[i]][D]): one train_product_quantizers call per distinct (M, rows).
 void train_batched(std::vector<ProductQuantizer>& pqs, const std::vector<const float*>& xs,
                    const std::vector<std::int64_t>& ns) {
-    for (std::size_t a = 0; a < pqs.size();) {
-        std::size_t b = a + 1;
-        while (b < pqs.size() && pqs[b].M() == pqs[a].M() && ns[b] == ns[a]) ++b;
-        train_product_quantizers(std::span(pqs).subspan(a, b - a), std::span<const float* const>(xs).subspan(a, b - a),
-                                 ns[a]);
-        a = b;
+    std::vector<bool> done(pqs.size(), false);
+    for (std::size_t a = 0; a < pqs.size(); ++a) {
+        if (done[a]) continue;
+        std::vector<std::size_t> group;
+        for (std::size_t b = a; b < pqs.size(); ++b)
+            if (!done[b] && pqs[b].M() == pqs[a].M() && ns[b] == ns[a]) group.push_back(b), done[b] = true;
+        std::vector<ProductQuantizer> batch;
+        std::vector<const float*> bx;
+        for (std::size_t i : group) batch.push_back(std::move(pqs[i])), bx.push_back(xs[i]);
+        train_product_quantizers(batch, bx, ns[a]);
+        for (std::size_t i = 0; i < group.size(); ++i) pqs[group[i]] = std::move(batch[i]);
     }
 }
 
 }  // namespace
 
-PqLayerVersion train_pq_layer_version(const PqKvParams& p, const KvShape& shape, int Mk, int Mv, PqTrainSet xk,
-                                      PqTrainSet xv) {
+PqLayerVersion train_pq_layer_version(const PqKvParams& p, const KvShape& shape, std::span<const int> Mk,
+                                      std::span<const int> Mv, PqTrainSet xk, PqTrainSet xv) {
     const int n_kv = shape.n_kv_head;
-    AQPIM_ASSERT(int(xk.x.size()) == n_kv && int(xv.x.size()) == n_kv);
+    AQPIM_ASSERT(int(xk.x.size()) == n_kv && int(xv.x.size()) == n_kv && int(Mk.size()) == n_kv && int(Mv.size()) == n_kv);
     std::vector<ProductQuantizer> all;
     std::vector<const float*> xs;
     std::vector<std::int64_t> ns;
-    for (int ih = 0; ih < n_kv; ++ih) all.emplace_back(pq_key_params(p, shape, Mk)), xs.push_back(xk.x[ih]), ns.push_back(xk.n);
-    for (int ih = 0; ih < n_kv; ++ih) all.emplace_back(pq_value_params(p, shape, Mv)), xs.push_back(xv.x[ih]), ns.push_back(xv.n);
+    for (int ih = 0; ih < n_kv; ++ih)
+        all.emplace_back(pq_key_params(p, shape, Mk[ih])), xs.push_back(xk.x[ih]), ns.push_back(xk.n);
+    for (int ih = 0; ih < n_kv; ++ih)
+        all.emplace_back(pq_value_params(p, shape, Mv[ih])), xs.push_back(xv.x[ih]), ns.push_back(xv.n);
     train_batched(all, xs, ns);
     PqLayerVersion v;
     v.k.assign(std::make_move_iterator(all.begin()), std::make_move_iterator(all.begin() + n_kv));
@@ -101,76 +107,94 @@ PqLayerChoice choose_pq_layer(const PqKvParams& p, const KvShape& shape, std::si
                               PqTrainSet xv) {
     const int n_kv = shape.n_kv_head;
     const std::vector<int> ck = pq_m_candidates(p, shape, true), cv = pq_m_candidates(p, shape, false);
+    const auto bytes_of = [&](int M) { return pq_token_code_bytes(M, p.nbits); };
+    const std::size_t floor_bytes = std::size_t(n_kv) * (bytes_of(ck.front()) + bytes_of(cv.front()));
+    AQPIM_ASSERT(floor_bytes <= share);
+    const std::size_t room = share - floor_bytes;  // what upgrades may add
+
+    // Streams: keys of head 0..n_kv-1, then values. Candidates that fit alone are trained, one
+    // batched call per m (every head, keys and values).
+    struct Stream {
+        bool value;
+        int ih;
+        std::vector<int> ms;                   ///< candidates that fit
+        std::vector<ProductQuantizer> pqs;     ///< [candidate]
+        std::vector<double> err;               ///< [candidate]
+        std::size_t at = 0;                    ///< chosen candidate
+    };
+    std::vector<Stream> streams;
+    for (const bool value : {false, true})
+        for (int ih = 0; ih < n_kv; ++ih) {
+            Stream st{value, ih, {}, {}, {}, 0};
+            const std::vector<int>& c = value ? cv : ck;
+            for (int M : c)
+                if (bytes_of(M) - bytes_of(c.front()) <= room) st.ms.push_back(M);
+            streams.push_back(std::move(st));
+        }
     std::vector<int> all_m = ck;
     all_m.insert(all_m.end(), cv.begin(), cv.end());
     std::sort(all_m.begin(), all_m.end());
     all_m.erase(std::unique(all_m.begin(), all_m.end()), all_m.end());
-    const auto bytes_of = [&](int M) { return std::size_t(n_kv) * pq_token_code_bytes(M, p.nbits); };
-
-    // Only m that can be part of a pair within the share are worth training.
-    const std::size_t min_k = bytes_of(ck.front()), min_v = bytes_of(cv.front());
-    AQPIM_ASSERT(min_k + min_v <= share);
-
-    // One batched call per m: the heads' keys (when m suits keys) and values (when it suits values).
-    struct Trained {
-        int M;
-        std::vector<ProductQuantizer> k, v;
-        double err_k = -1, err_v = -1;
-    };
-    std::vector<Trained> trained;
     for (int M : all_m) {
-        const bool for_k = std::find(ck.begin(), ck.end(), M) != ck.end() && bytes_of(M) + min_v <= share;
-        const bool for_v = std::find(cv.begin(), cv.end(), M) != cv.end() && bytes_of(M) + min_k <= share;
-        if (!for_k && !for_v) continue;
         std::vector<ProductQuantizer> pqs;
         std::vector<const float*> xs;
         std::vector<std::int64_t> ns;
-        for (int ih = 0; for_k && ih < n_kv; ++ih)
-            pqs.emplace_back(pq_key_params(p, shape, M)), xs.push_back(xk.x[ih]), ns.push_back(xk.n);
-        for (int ih = 0; for_v && ih < n_kv; ++ih)
-            pqs.emplace_back(pq_value_params(p, shape, M)), xs.push_back(xv.x[ih]), ns.push_back(xv.n);
+        std::vector<Stream*> owner;
+        for (Stream& st : streams) {
+            if (std::find(st.ms.begin(), st.ms.end(), M) == st.ms.end()) continue;
+            pqs.emplace_back(st.value ? pq_value_params(p, shape, M) : pq_key_params(p, shape, M));
+            xs.push_back(st.value ? xv.x[st.ih] : xk.x[st.ih]);
+            ns.push_back(st.value ? xv.n : xk.n);
+            owner.push_back(&st);
+        }
+        if (pqs.empty()) continue;
         train_batched(pqs, xs, ns);
-        Trained t{M, {}, {}};
-        const std::size_t nk = for_k ? std::size_t(n_kv) : 0;
-        t.k.assign(std::make_move_iterator(pqs.begin()), std::make_move_iterator(pqs.begin() + nk));
-        t.v.assign(std::make_move_iterator(pqs.begin() + nk), std::make_move_iterator(pqs.end()));
-        if (for_k) t.err_k = pq_relative_error(t.k, xk.x, xk.n);
-        if (for_v) t.err_v = pq_relative_error(t.v, xv.x, xv.n);
-        trained.push_back(std::move(t));
-    }
-    // The best pair within the share.
-    const Trained *best_k = nullptr, *best_v = nullptr;
-    double best = std::numeric_limits<double>::infinity();
-    std::size_t best_bytes = 0;
-    for (const Trained& a : trained) {
-        if (a.err_k < 0) continue;
-        for (const Trained& b : trained) {
-            if (b.err_v < 0) continue;
-            const std::size_t bytes = bytes_of(a.M) + bytes_of(b.M);
-            if (bytes > share) continue;
-            const double e = a.err_k + b.err_v;
-            if (e < best || (e == best && bytes < best_bytes)) {
-                best = e;
-                best_bytes = bytes;
-                best_k = &a;
-                best_v = &b;
-            }
+        for (std::size_t i = 0; i < pqs.size(); ++i) {
+            Stream& st = *owner[i];
+            const std::int64_t n = st.value ? xv.n : xk.n;
+            st.err.push_back(pq_relative_error({&pqs[i], 1}, {&xs[i], 1}, n));
+            st.pqs.push_back(std::move(pqs[i]));
         }
     }
-    AQPIM_ASSERT(best_k != nullptr && best_v != nullptr);
+
+    // Greedy: the upgrade with the most weighted error reduction per byte, while one fits.
+    std::size_t used = 0;
+    for (;;) {
+        Stream* best = nullptr;
+        std::size_t best_to = 0;
+        double best_gain = 0;
+        for (Stream& st : streams) {
+            const double w = st.value ? p.v_weight : 1.0;
+            for (std::size_t to = st.at + 1; to < st.ms.size(); ++to) {
+                const std::size_t extra = bytes_of(st.ms[to]) - bytes_of(st.ms[st.at]);
+                if (used + extra > room) continue;
+                const double gain = w * (st.err[st.at] - st.err[to]) / double(std::max<std::size_t>(extra, 1));
+                if (gain > best_gain) best_gain = gain, best = &st, best_to = to;
+            }
+        }
+        if (best == nullptr) break;
+        used += bytes_of(best->ms[best_to]) - bytes_of(best->ms[best->at]);
+        best->at = best_to;
+    }
+
+    PqLayerChoice c;
+    c.bytes = floor_bytes + used;
+    c.Mk.resize(n_kv);
+    c.Mv.resize(n_kv);
+    c.err_k.resize(n_kv);
+    c.err_v.resize(n_kv);
+    c.version.k.resize(n_kv);
+    c.version.v.resize(n_kv);
+    for (Stream& st : streams) {
+        (st.value ? c.Mv : c.Mk)[st.ih] = st.ms[st.at];
+        (st.value ? c.err_v : c.err_k)[st.ih] = st.err[st.at];
+        (st.value ? c.version.v : c.version.k)[st.ih] = std::move(st.pqs[st.at]);
+    }
     if (std::getenv("AQPIM_PQ_DEBUG")) {
-        std::fprintf(stderr, "share %zu: Mk=%d (%.4f) Mv=%d (%.4f);", share, best_k->M, best_k->err_k, best_v->M, best_v->err_v);
-        for (const Trained& t : trained) std::fprintf(stderr, " M%d k%.3f v%.3f", t.M, t.err_k, t.err_v);
+        std::fprintf(stderr, "share %zu used %zu:", share, c.bytes);
+        for (int ih = 0; ih < n_kv; ++ih) std::fprintf(stderr, " h%d k%d(%.3f) v%d(%.3f)", ih, c.Mk[ih], c.err_k[ih], c.Mv[ih], c.err_v[ih]);
         std::fprintf(stderr, "\n");
     }
-    PqLayerChoice c;
-    c.Mk = best_k->M;
-    c.Mv = best_v->M;
-    c.err_k = best_k->err_k;
-    c.err_v = best_v->err_v;
-    c.bytes = best_bytes;
-    c.version.k = best_k->k;
-    c.version.v = best_v->v;
     return c;
 }
 

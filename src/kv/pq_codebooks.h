@@ -23,11 +23,11 @@ struct PqTrainSet {
     std::int64_t n = 0;
 };
 
-/// Train one version with Mk / Mv subspaces on keys xk and values xv. Keys and values with the same M
-/// and row count train in one train_product_quantizers call (every head, keys and values), else one
-/// call for the keys and one for the values (every head each).
-PqLayerVersion train_pq_layer_version(const PqKvParams& p, const KvShape& shape, int Mk, int Mv, PqTrainSet xk,
-                                      PqTrainSet xv);
+/// Train one version: head ih's keys with Mk[ih] subspaces on xk, its values with Mv[ih] on xv. All
+/// quantizers sharing M and row count train in one train_product_quantizers call: with one m and
+/// as many key rows as value rows, every head's keys and values in one call.
+PqLayerVersion train_pq_layer_version(const PqKvParams& p, const KvShape& shape, std::span<const int> Mk,
+                                      std::span<const int> Mv, PqTrainSet xk, PqTrainSet xv);
 
 /// RoPE augmentation of key calibration rows: out [(1 + copies) n][D] holds the n rows of x, then
 /// `copies` passes over them with every RoPE pair i of a row rotated by δ * inv_freq[i], one δ per
@@ -39,17 +39,19 @@ void rope_augment(const float* x, std::int64_t n, int D, RopePairs pairs, std::s
 /// space: Σ_h ||x - decode(encode(x))||² / Σ_h ||x||² (0 for all-zero data).
 double pq_relative_error(std::span<const ProductQuantizer> pqs, std::span<const float* const> xs, std::int64_t n);
 
-/// bits=: m for keys and values of one layer.
+/// bits=: m of every KV head's keys and values in one layer.
 struct PqLayerChoice {
-    int Mk = 0, Mv = 0;
-    double err_k = 0, err_v = 0;  ///< pq_relative_error of the chosen quantizers
-    std::size_t bytes = 0;        ///< code bytes per token over the layer's heads, keys and values
-    PqLayerVersion version;       ///< the trained quantizers of the choice (version 0)
+    std::vector<int> Mk, Mv;                ///< [n_kv_head]
+    std::vector<double> err_k, err_v;       ///< [n_kv_head] pq_relative_error of the chosen quantizers
+    std::size_t bytes = 0;                  ///< code bytes per token over the layer's heads, keys and values
+    PqLayerVersion version;                 ///< the trained quantizers of the choice (version 0)
 };
 
 /// Train every candidate m (pq_m_candidates; one batched call per m over every head, keys and
-/// values, split in two when their row counts differ) and pick the pair (Mk, Mv) with the least err_k + err_v whose code bytes per token fit
-/// `share` (ties: fewer bytes). The cheapest pair must fit (the layout guarantees it).
+/// values, split in two when their row counts differ) and allocate greedily: every stream (a KV
+/// head's keys or values) starts at the smallest m; while an upgrade fits `share` code bytes per
+/// token, take the one with the largest weighted error reduction per byte (weights 1 for keys,
+/// p.v_weight for values; errors are pq_relative_error per stream).
 PqLayerChoice choose_pq_layer(const PqKvParams& p, const KvShape& shape, std::size_t share, PqTrainSet xk,
                               PqTrainSet xv);
 

@@ -56,6 +56,11 @@ public:
         return m;
     }
 
+    std::uint64_t sequence_bytes(std::int64_t n_tokens) const override {
+        const std::uint64_t rows = std::uint64_t(n_tokens) * shape().n_layer * shape().n_kv_head;
+        return 2 * rows * (codec_.code_bytes() + codec_.scale_bytes() + codec_.min_bytes());
+    }
+
 protected:
     SegmentedHead head_view(const RowLayer& l, int ih) const override {
         SegmentedHead h;

@@ -79,6 +79,10 @@ public:
         return m;
     }
 
+    std::uint64_t sequence_bytes(std::int64_t n_tokens) const override {
+        return std::uint64_t(n_tokens) * std::uint64_t(shape().elements_per_token()) * sizeof(T);
+    }
+
 private:
     struct Layer {
         std::int64_t n_tokens = 0;

@@ -22,4 +22,8 @@ KvCache::KvCache(KvShape shape) : shape_(shape) {
                 shape.n_kv_head, shape.head_dim);
 }
 
+std::uint64_t KvCache::sequence_bytes(std::int64_t) const {
+    AQPIM_FAIL("kv cache {}: cannot size a sequence in advance", scheme());
+}
+
 }  // namespace aqpim

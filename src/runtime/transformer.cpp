@@ -40,9 +40,14 @@ Transformer::Transformer(const ModelWeights& weights, int n_threads)
     weights.config.validate();
 }
 
-KvShape Transformer::kv_shape() const {
-    return KvShape{config().n_layer, config().n_kv_head, config().head_dim};
+KvShape kv_shape_of(const ModelWeights& weights) {
+    const ModelConfig& c = weights.config;
+    KvShape s{c.n_layer, c.n_kv_head, c.head_dim, c.rope_pairs, {}};
+    for (double f : rope_inverse_frequencies(weights)) s.rope_inv_freq.push_back(float(f));
+    return s;
 }
+
+KvShape Transformer::kv_shape() const { return kv_shape_of(weights_); }
 
 std::uint64_t Transformer::decode_weight_bytes() const {
     // Every matrix is streamed once per step except the embedding table, of which one row is read

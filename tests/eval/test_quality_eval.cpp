@@ -19,6 +19,7 @@
 #include "aqpim/generate.h"
 #include "aqpim/perplexity.h"
 #include "support/cli.h"
+#include "support/temp_dir.h"
 #include "support/tiny_model.h"
 
 using namespace aqpim;
@@ -588,7 +589,7 @@ TEST(EvalCli, BadInputFailsWithOneClearLine) {
 
 TEST(EvalCli, PlotWritesAFile) {
     if (!have_matplotlib()) GTEST_SKIP() << "python3-matplotlib is not installed (apt-get install python3-matplotlib)";
-    const std::string out = (std::filesystem::temp_directory_path() / "aqpim_eval_plot.png").string();
+    const std::string out = test::temp_path("aqpim_eval_plot.png");
     std::filesystem::remove(out);
     const auto r = test::run_cli("eval -m " + kStoriesGguf + " -f " + kValid + " -c 32 --chunks 1 --kv 'f32;f16' --plot " + out);
     ASSERT_EQ(r.exit_code, 0) << r.output;

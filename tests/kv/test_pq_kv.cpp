@@ -15,6 +15,7 @@
 #include "aqpim/kv_pq.h"
 #include "aqpim/pq_codes.h"
 #include "aqpim/transformer.h"
+#include "kv/pq_codebooks.h"
 #include "support/random.h"
 #include "support/simd_guard.h"
 #include "support/tiny_model.h"
@@ -44,9 +45,11 @@ Data synthetic(const KvShape& shape, int n, int group, std::uint64_t seed) {
     return Data{shape, group, n, c.k, c.v, c.q};
 }
 
-KvShape neox_shape(int n_layer, int n_kv, int D) {
+/// synthetic_attention applies NeoX RoPE with base 10000.
+KvShape neox_shape(int n_layer, int n_kv, int D, bool with_freqs = true) {
     KvShape s{n_layer, n_kv, D};
-    s.rope_pairs = RopePairs::neox;  // synthetic_attention applies NeoX RoPE
+    s.rope_pairs = RopePairs::neox;
+    for (int i = 0; with_freqs && i < D / 2; ++i) s.rope_inv_freq.push_back(float(std::pow(10000.0, -2.0 * i / D)));
     return s;
 }
 
@@ -332,6 +335,7 @@ TEST(PqKv, TinyModelPrefillEqualsStepwiseDecode) {
     Transformer t(w);
     KvShape shape = t.kv_shape();
     shape.rope_pairs = w.config.rope_pairs;
+    for (double f : rope_inverse_frequencies(w)) shape.rope_inv_freq.push_back(float(f));
     const std::string spec = "pq:m=4,calib=24,sinks=2,window=6,refresh=32,page=32,versions=3";
     std::vector<std::int32_t> ids(150);
     std::mt19937 rng(5);
@@ -522,6 +526,68 @@ TEST(PqKv, BudgetRefusesWithoutChangingAnything) {
     // Sequence 99 had pages of its own when refused: as many of sequence 0's stay free in the pool.
     EXPECT_EQ(after.bytes - part(after, "free pool pages"), std::uint64_t(cap.n_sequences) * cap.per_sequence.bytes);
     EXPECT_GT(part(after, "free pool pages"), 0u);
+}
+
+// ---- RoPE augmentation -----------------------------------------------------------------------------
+
+TEST(PqKv, RopeAugmentationCoversLaterPositions) {
+    // Post-RoPE keys with a mean drift with position: codebooks learned on the first 256 tokens
+    // code tokens 1500-2000 better when their calibration keys were also rotated to later positions.
+    const KvShape shape = neox_shape(1, 2, 64);
+    const int n = 2000;
+    const Data d = synthetic(shape, n, 2, 13);
+    auto f16 = make_dense_kv_cache(shape, DenseKvType::f16);
+    f16->add_sequence(0);
+    append_all_layers(*f16, d, 0, 0, n);
+    double err[2] = {0, 0};
+    for (int aug : {0, 1}) {
+        auto c = pq_cache(fmt::format("pq:m=16,calib=260,refresh=0,window=8,aug={}", aug * 3), shape, KvCacheOptions{0, n});
+        c->add_sequence(0);
+        append_all_layers(*c, d, 0, 0, n);
+        for (int ih = 0; ih < 2; ++ih) err[aug] += rel_error(attend(*c, d, 0, 0, ih, 1500, n), attend(*f16, d, 0, 0, ih, 1500, n));
+    }
+    EXPECT_LT(err[1], 0.8 * err[0]) << "without " << err[0] << ", with " << err[1];
+    // Default: on when the shape knows pairs and frequencies, off otherwise; asking without them is an error.
+    EXPECT_EQ(PqKvParams::from_spec(parse_kv_scheme("pq"), shape).key_augment(shape), 3);
+    EXPECT_EQ(PqKvParams::from_spec(parse_kv_scheme("pq"), neox_shape(1, 2, 64, false)).key_augment(shape), 0);
+    EXPECT_THROW(pq_cache("pq:aug=2", neox_shape(1, 2, 64, false)), Error);
+    EXPECT_NO_THROW(pq_cache("pq:aug=2,rope_theta=10000", neox_shape(1, 2, 64, false)));
+}
+
+TEST(PqKv, RopeAugmentShiftsEveryPairByOnePosition) {
+    const int D = 16, n = 5;
+    const std::vector<float> x = test::gaussian(n * D, 4);
+    std::vector<float> freq;
+    for (int i = 0; i < D / 2; ++i) freq.push_back(float(std::pow(10000.0, -2.0 * i / D)));
+    for (RopePairs pairs : {RopePairs::interleaved, RopePairs::neox}) {
+        const auto pair = [&](int i) {
+            return pairs == RopePairs::neox ? std::pair{i, i + D / 2} : std::pair{2 * i, 2 * i + 1};
+        };
+        // Angle that turns (s[a], s[b]) into (r[a], r[b]).
+        const auto turn = [&](const float* s, const float* r, int i) {
+            const auto [a, b] = pair(i);
+            return std::atan2(double(s[a]) * r[b] - double(s[b]) * r[a], double(s[a]) * r[a] + double(s[b]) * r[b]);
+        };
+        std::vector<float> out;
+        kv::rope_augment(x.data(), n, D, pairs, freq, 2, 100.0, 1, out);
+        ASSERT_EQ(out.size(), std::size_t(3 * n * D));
+        for (int i = 0; i < n * D; ++i) ASSERT_EQ(out[i], x[i]);
+        for (int c = 1; c <= 2; ++c)
+            for (int t = 0; t < n; ++t) {
+                const float* s = x.data() + t * D;
+                const float* r = out.data() + (c * n + t) * D;
+                // The slowest pair turns by less than pi over 100 positions: it tells the shift.
+                const double delta = turn(s, r, D / 2 - 1) / freq[D / 2 - 1];
+                EXPECT_GE(delta, 0.0);
+                EXPECT_LT(delta, 100.0);
+                for (int i = 0; i < D / 2; ++i) {
+                    const auto [a, b] = pair(i);
+                    EXPECT_NEAR(r[a] * r[a] + r[b] * r[b], s[a] * s[a] + s[b] * s[b], 1e-4f);
+                    const double want = std::remainder(delta * freq[i], 2 * M_PI);
+                    EXPECT_NEAR(std::remainder(turn(s, r, i) - want, 2 * M_PI), 0.0, 1e-3) << "pair " << i;
+                }
+            }
+    }
 }
 
 // ---- bits= ---------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ const std::string kAusten = test::shared_dir() + "/models/austen-13m/";
 
 TEST(Golden, Stories260KGreedyTextMatchesLlama2c) {
     const std::string want = read_file(test::shared_dir() + "/reference/stories260K-greedy-200.txt");
-    for (const std::string path : {kStories + "stories260K.bin", kStories + "stories260K.gguf"}) {
+    for (const std::string& path : {kStories + "stories260K.bin", kStories + "stories260K.gguf"}) {
         const LoadedModel m = load_model(path);
         ASSERT_TRUE(m.tokenizer) << path;
         // llama2.c's `run -n 200` forwards positions 0..199 and prints the 200 tokens they predict.
@@ -70,7 +70,7 @@ TEST(Golden, Austen13mGreedyMatchesPyTorchFromGgufAndSafetensors) {
     const auto input = ref["input_ids"].get<std::vector<std::int32_t>>();
     const auto want = ref["greedy_ids"].get<std::vector<std::int32_t>>();
     const auto top1 = ref["top1_first8"].get<std::vector<std::int32_t>>();
-    for (const std::string path : {kAusten + "austen-13m-f16.gguf", kAusten}) {
+    for (const std::string& path : {kAusten + "austen-13m-f16.gguf", kAusten}) {
         const LoadedModel m = load_model(path);
         ASSERT_TRUE(m.tokenizer) << path;
         EXPECT_EQ(m.tokenizer->encode(ref["prompt"].get<std::string>(), true), input) << path;

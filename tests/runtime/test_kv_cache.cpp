@@ -6,6 +6,7 @@
 
 #include "aqpim/error.h"
 #include "aqpim/kv_cache.h"
+#include "aqpim/kv_scheme.h"
 #include "support/random.h"
 
 using namespace aqpim;
@@ -97,4 +98,17 @@ TEST(KvCache, MisuseIsAnError) {
     EXPECT_THROW(cache->attend(0, 1, 0, q), Error);  // position 1 not stored yet
     EXPECT_THROW(cache->attend(0, 1, 1, q), Error);  // KV head out of range
     EXPECT_THROW(make_dense_kv_cache(KvShape{0, 1, 4}, DenseKvType::f32), Error);
+}
+
+TEST(KvCache, SequenceBytesEqualWhatDecodingThatFarHolds) {
+    // For every scheme that can size a sequence: fill one sequence token by token and compare.
+    const KvShape shape{2, 2, 64};
+    for (const char* spec : {"f32", "f16", "int8", "int4:g=16", "q8_0", "q4_0", "kivi2:g=16,window=32"}) {
+        auto cache = make_kv_cache(parse_kv_scheme(spec), shape);
+        cache->add_sequence(0);
+        const std::vector<float> kv = test::gaussian(2 * 64, 11);
+        for (int t = 0; t < 150; ++t)
+            for (int il = 0; il < 2; ++il) cache->append(il, 0, 1, kv.data(), kv.data());
+        EXPECT_EQ(cache->sequence_bytes(150), cache->memory().bytes) << spec;
+    }
 }
