@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <vector>
 
 namespace aqpim::cli {
 
@@ -38,9 +39,16 @@ struct DecodeBenchOptions {
     int prompt_tokens = 128;
     int decode_tokens = 32;
     bool quick = false;  ///< a smaller cold arena for the roof (smoke runs)
+    // KV-dominated mode (bench_kv_decode), when contexts are given:
+    std::vector<std::int64_t> contexts;  ///< tokens per sequence before the timed steps
+    std::vector<int> batches{1};         ///< sequences advanced together by each step
+    std::string kv = "f16;pq";           ///< schemes; the first is the baseline of the ratio
 };
 /// Prefill tokens/s and GFLOP/s; decode tokens/s, GB/s of weights + KV read, and the fraction of
 /// the streaming-read roof measured in the same run.
 nlohmann::ordered_json bench_decode(const DecodeBenchOptions& opt);
+/// Decode tokens/s per scheme at each (batch, context) with caches filled by generated K/V, and the
+/// ratio to the first scheme.
+nlohmann::ordered_json bench_kv_decode(const DecodeBenchOptions& opt);
 
 }  // namespace aqpim::cli

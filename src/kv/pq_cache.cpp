@@ -163,6 +163,7 @@ public:
     void append(int il, int seq_id, std::int64_t n, const float* k, const float* v) override;
     void attend(int il, int seq_id, int ih, const KvQuery& query) const override;
     KvMemory memory() const override;
+    std::uint64_t sequence_bytes(std::int64_t n_tokens) const override { return footprint(n_tokens); }
 
 private:
     const Sequence& sequence(int seq_id) const {

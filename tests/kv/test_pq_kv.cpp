@@ -16,6 +16,7 @@
 #include "aqpim/pq_codes.h"
 #include "aqpim/transformer.h"
 #include "kv/pq_codebooks.h"
+#include "kv/pq_layout.h"
 #include "support/random.h"
 #include "support/simd_guard.h"
 #include "support/tiny_model.h"
@@ -333,9 +334,8 @@ TEST(PqKv, TinyModelPrefillEqualsStepwiseDecode) {
     ts.n_layer = 3;
     const ModelWeights w = test::tiny_model(ts);
     Transformer t(w);
-    KvShape shape = t.kv_shape();
-    shape.rope_pairs = w.config.rope_pairs;
-    for (double f : rope_inverse_frequencies(w)) shape.rope_inv_freq.push_back(float(f));
+    const KvShape shape = t.kv_shape();  // RoPE layout and frequencies of the model: keys are augmented
+    ASSERT_EQ(PqKvParams::from_spec(parse_kv_scheme("pq:m=4"), shape).key_augment(shape), 3);
     const std::string spec = "pq:m=4,calib=24,sinks=2,window=6,refresh=32,page=32,versions=3";
     std::vector<std::int32_t> ids(150);
     std::mt19937 rng(5);
@@ -353,10 +353,25 @@ TEST(PqKv, TinyModelPrefillEqualsStepwiseDecode) {
         all.insert(all.end(), step.begin(), step.end());
     }
     ASSERT_EQ(prefill.size(), all.size());
-    // The forward pass itself differs between one matmul over all rows and one row at a time by
-    // float rounding (1e-4 in the dense tests); f16 storage absorbs most of it and the codes then
-    // match, so the logits agree to the same tolerance.
-    for (std::size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(prefill[i], all[i], 1e-3f * (1.0f + std::abs(all[i]))) << i;
+    // The forward pass itself differs between one matmul over all rows and one row at a time by float
+    // rounding (1e-4 in the dense tests). f16 storage absorbs most of it, but a key that lands on an
+    // f16 rounding boundary changes the calibration rows, so codebooks (and codes) may move a little:
+    // the logits agree closely on average and everywhere within a bound far below what PQ itself
+    // changes (a time-consistency bug, a row reading a token coded that it should read in f16, moves
+    // them by about as much as PQ does).
+    auto f16 = make_dense_kv_cache(shape, DenseKvType::f16);
+    f16->add_sequence(0);
+    std::vector<float> dense;
+    t.forward({&s, 1}, *f16, dense);
+    double mean = 0, worst = 0, pq_vs_f16 = 0;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+        mean += std::abs(prefill[i] - all[i]) / double(all.size());
+        worst = std::max(worst, double(std::abs(prefill[i] - all[i])));
+        pq_vs_f16 += std::abs(prefill[i] - dense[i]) / double(all.size());
+    }
+    EXPECT_LT(mean, 1e-4) << "PQ vs f16: " << pq_vs_f16;
+    EXPECT_LT(worst, 2e-2);
+    EXPECT_GT(pq_vs_f16, 30 * mean);
     EXPECT_EQ(a->memory().bytes, b->memory().bytes);
 }
 
@@ -531,27 +546,33 @@ TEST(PqKv, BudgetRefusesWithoutChangingAnything) {
 // ---- RoPE augmentation -----------------------------------------------------------------------------
 
 TEST(PqKv, RopeAugmentationCoversLaterPositions) {
-    // Post-RoPE keys with a mean drift with position: codebooks learned on the first 256 tokens
-    // code tokens 1500-2000 better when their calibration keys were also rotated to later positions.
-    const KvShape shape = neox_shape(1, 2, 64);
-    const int n = 2000;
-    const Data d = synthetic(shape, n, 2, 13);
-    auto f16 = make_dense_kv_cache(shape, DenseKvType::f16);
-    f16->add_sequence(0);
-    append_all_layers(*f16, d, 0, 0, n);
-    double err[2] = {0, 0};
+    // Post-RoPE keys whose mean turns with position (synthetic_attention: a mean, low-rank part and
+    // noise, NeoX RoPE base 10000): a quantizer learned on positions 4..259 codes positions
+    // 1000..1999 better when its calibration keys were also rotated to later positions.
+    const int D = 64, n = 2000;
+    const KvShape shape = neox_shape(1, 2, D);
+    const CapturedAttention c = synthetic_attention(n, 4, 2, D, 13);
+    const std::vector<float> x = c.kv_head(c.k, 0);
+    double err[2];
     for (int aug : {0, 1}) {
-        auto c = pq_cache(fmt::format("pq:m=16,calib=260,refresh=0,window=8,aug={}", aug * 3), shape, KvCacheOptions{0, n});
-        c->add_sequence(0);
-        append_all_layers(*c, d, 0, 0, n);
-        for (int ih = 0; ih < 2; ++ih) err[aug] += rel_error(attend(*c, d, 0, 0, ih, 1500, n), attend(*f16, d, 0, 0, ih, 1500, n));
+        PqKvParams p;
+        p.m = 32;
+        ProductQuantizer q(kv::pq_key_params(p, shape, 32));
+        std::vector<float> train;
+        kv::rope_augment(x.data() + 4 * D, 256, D, RopePairs::neox, shape.rope_inv_freq, aug * 3, n, 1, train);
+        q.train(train.data(), std::int64_t(train.size()) / D);
+        const float* later = x.data() + 1000 * D;
+        const std::vector<const float*> xs = {later};
+        err[aug] = kv::pq_relative_error({&q, 1}, xs, 1000);
     }
-    EXPECT_LT(err[1], 0.8 * err[0]) << "without " << err[0] << ", with " << err[1];
+    EXPECT_LT(err[1], 0.85 * err[0]) << "relative MSE without " << err[0] << ", with " << err[1];  // measured 0.20 -> 0.15
     // Default: on when the shape knows pairs and frequencies, off otherwise; asking without them is an error.
+    const KvShape bare = neox_shape(1, 2, 64, false);
     EXPECT_EQ(PqKvParams::from_spec(parse_kv_scheme("pq"), shape).key_augment(shape), 3);
-    EXPECT_EQ(PqKvParams::from_spec(parse_kv_scheme("pq"), neox_shape(1, 2, 64, false)).key_augment(shape), 0);
-    EXPECT_THROW(pq_cache("pq:aug=2", neox_shape(1, 2, 64, false)), Error);
-    EXPECT_NO_THROW(pq_cache("pq:aug=2,rope_theta=10000", neox_shape(1, 2, 64, false)));
+    EXPECT_EQ(PqKvParams::from_spec(parse_kv_scheme("pq"), bare).key_augment(bare), 0);
+    EXPECT_EQ(PqKvParams::from_spec(parse_kv_scheme("pq:aug=0"), shape).key_augment(shape), 0);
+    EXPECT_THROW(pq_cache("pq:aug=2", bare), Error);
+    EXPECT_NO_THROW(pq_cache("pq:aug=2,rope_theta=10000", bare));
 }
 
 TEST(PqKv, RopeAugmentShiftsEveryPairByOnePosition) {

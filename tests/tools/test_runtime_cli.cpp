@@ -52,6 +52,22 @@ TEST(RuntimeCli, InfoDescribesAModel) {
         EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
 }
 
+TEST(RuntimeCli, InfoSizesSequencesAgainstABudget) {
+    // austen-13m: 4 layers x 2 KV heads x 128 dims x K,V = 2048 elements per token.
+    const auto r = run_cli("info -m " + shared_dir() + "/models/austen-13m --context 2048 --budget 64MiB --kv 'f16;q4_0;int3'");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto line = [&](const std::string& scheme) {
+        const std::size_t b = r.output.find("\n  " + scheme + " ");
+        return b == std::string::npos ? std::string() : r.output.substr(b + 1, r.output.find('\n', b + 1) - b - 1);
+    };
+    // f16: 4096 bytes/token, 8 MiB per sequence -> 8 fit; q4_0: 4.5 bits -> 1152 bytes/token -> 28.
+    EXPECT_NE(line("f16").find(" 8388608 "), std::string::npos) << r.output;
+    EXPECT_EQ(line("f16").substr(line("f16").size() - 2), " 8") << r.output;
+    EXPECT_NE(line("q4_0").find("4.500"), std::string::npos) << r.output;
+    EXPECT_EQ(line("q4_0").substr(line("q4_0").size() - 3), " 28") << r.output;
+    EXPECT_NE(line("int3").find("n/a"), std::string::npos) << r.output;  // unknown scheme named, others still sized
+}
+
 TEST(RuntimeCli, BadInputFailsWithOneClearLine) {
     const std::string tmp = (std::filesystem::temp_directory_path() / "aqpim_runtime_cli_truncated.gguf").string();
     {
@@ -66,6 +82,7 @@ TEST(RuntimeCli, BadInputFailsWithOneClearLine) {
         {"run -m " + kStoriesBin + " --top-p 0", "top-p"},
         {"run -m " + tmp, "gguf"},
         {"ppl -m " + kStoriesGguf + " -f /nonexistent.txt", "cannot open"},
+        {"info -m " + kStoriesGguf + " --budget 12parsecs", "--budget"},
         {"ppl -m " + kStoriesGguf + " -f " + shared_dir() + "/reference/tokens/probe.txt -c 256", "fewer than one chunk"},
     };
     for (const auto& [args, want] : cases) {
