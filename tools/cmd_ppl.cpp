@@ -56,7 +56,7 @@ void add_ppl_command(CLI::App& app) {
         const ModelOptions mo = *opts;
         const PerplexityResult r = perplexity(
             transformer, tokens, model.tokenizer->bos(),
-            [&](const KvShape& shape) { return make_cli_kv_cache(mo, shape); }, o);
+            [&](const KvShape& shape) { return make_cli_kv_cache(mo, shape, o.n_ctx); }, o);
         if (*json) {
             nlohmann::ordered_json j;
             j["model"] = opts->model;

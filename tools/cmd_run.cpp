@@ -29,9 +29,9 @@ void add_run_command(CLI::App& app) {
         const LoadedModel model = load_model_for_cli(*opts);
         AQPIM_CHECK(model.tokenizer, "model {} has no vocabulary; pass --tokenizer", opts->model);
         Transformer transformer(model.weights);
-        std::unique_ptr<KvCache> cache = make_cli_kv_cache(*opts, transformer.kv_shape());
-
         const std::vector<std::int32_t> ids = model.tokenizer->encode(*prompt, true);
+        std::unique_ptr<KvCache> cache =
+            make_cli_kv_cache(*opts, transformer.kv_shape(), std::int64_t(ids.size()) + gen->n_predict);
         warn_past_training_context(model.weights.config, std::int64_t(ids.size()) + gen->n_predict);
         std::fputs(prompt->c_str(), stdout);
         gen->on_piece = [](const std::string& piece) {

@@ -30,8 +30,10 @@ LoadedModel load_model_for_cli(const ModelOptions& opts) {
     return m;
 }
 
-std::unique_ptr<KvCache> make_cli_kv_cache(const ModelOptions& opts, const KvShape& shape) {
-    return make_kv_cache(parse_kv_scheme(opts.kv), shape);
+std::unique_ptr<KvCache> make_cli_kv_cache(const ModelOptions& opts, const KvShape& shape, std::int64_t context) {
+    KvCacheOptions o;
+    o.context = context;
+    return make_kv_cache(parse_kv_scheme(opts.kv), shape, o);
 }
 
 void warn_past_training_context(const ModelConfig& config, std::int64_t n_tokens) {

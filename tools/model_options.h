@@ -20,8 +20,8 @@ struct ModelOptions {
 void add_model_options(CLI::App* cmd, ModelOptions& opts);
 /// Load the model named by -m (with --tokenizer) and print a one-line summary to stderr.
 LoadedModel load_model_for_cli(const ModelOptions& opts);
-/// The cache --kv names (f32 or f16 for now).
-std::unique_ptr<KvCache> make_cli_kv_cache(const ModelOptions& opts, const KvShape& shape);
+/// The cache --kv names; `context` is the length bits/element targets are stated at.
+std::unique_ptr<KvCache> make_cli_kv_cache(const ModelOptions& opts, const KvShape& shape, std::int64_t context);
 /// Warn on stderr when n_tokens exceeds the context the file states (a default, not a limit).
 void warn_past_training_context(const ModelConfig& config, std::int64_t n_tokens);
 
