@@ -37,14 +37,6 @@ struct EvalArgs {
     bool no_probe = false;
 };
 
-std::string read_text(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    AQPIM_CHECK(f.good(), "-f {}: cannot open", path);
-    std::ostringstream s;
-    s << f.rdbuf();
-    return s.str();
-}
-
 /// 'text' for /bin/sh.
 std::string shell_quote(const std::string& s) {
     std::string q = "'";
@@ -184,7 +176,7 @@ void add_eval_command(CLI::App& app) {
             return;
         }
 
-        const std::vector<std::int32_t> tokens = model.tokenizer->encode(read_text(a->text_path), true);
+        const std::vector<std::int32_t> tokens = model.tokenizer->encode(read_text_file(a->text_path), true);
         warn_past_training_context(model.weights.config, a->quality.n_ctx);
         if (a->fidelity) {
             FidelityOptions fo = a->fid;

@@ -15,14 +15,6 @@
 namespace aqpim::cli {
 namespace {
 
-std::string read_text_file(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    AQPIM_CHECK(f.good(), "-f {}: cannot open", path);
-    std::ostringstream s;
-    s << f.rdbuf();
-    return s.str();
-}
-
 void print_progress(int done, int total) {
     const int width = 40, filled = width * done / total;
     fmt::print(stderr, "\r[{}{}] {}/{} chunks", std::string(filled, '#'), std::string(width - filled, '.'), done, total);

@@ -4,6 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "aqpim/error.h"
 #include "aqpim/kv_scheme.h"
 
@@ -34,6 +37,14 @@ std::unique_ptr<KvCache> make_cli_kv_cache(const ModelOptions& opts, const KvSha
     KvCacheOptions o;
     o.context = context;
     return make_kv_cache(parse_kv_scheme(opts.kv), shape, o);
+}
+
+std::string read_text_file(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    AQPIM_CHECK(f.good(), "-f {}: cannot open", path);
+    std::ostringstream s;
+    s << f.rdbuf();
+    return s.str();
 }
 
 void warn_past_training_context(const ModelConfig& config, std::int64_t n_tokens) {

@@ -22,6 +22,8 @@ void add_model_options(CLI::App* cmd, ModelOptions& opts);
 LoadedModel load_model_for_cli(const ModelOptions& opts);
 /// The cache --kv names; `context` is the length bits/element targets are stated at.
 std::unique_ptr<KvCache> make_cli_kv_cache(const ModelOptions& opts, const KvShape& shape, std::int64_t context);
+/// The whole file (the -f text of ppl and eval); a clear error if it cannot be read.
+std::string read_text_file(const std::string& path);
 /// Warn on stderr when n_tokens exceeds the context the file states (a default, not a limit).
 void warn_past_training_context(const ModelConfig& config, std::int64_t n_tokens);
 
