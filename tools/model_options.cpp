@@ -19,7 +19,7 @@ void add_model_options(CLI::App* cmd, ModelOptions& opts) {
     cmd->add_option("--tokenizer", opts.tokenizer,
                     "vocabulary file (tokenizer.bin, tokenizer.json, tokenizer.model or .gguf); "
                     "default: the model's own, or tokenizer.bin / tok*.bin beside a llama2.c checkpoint");
-    cmd->add_option("--kv", opts.kv, "KV cache scheme NAME[:key=value,...] (see docs/kv-cache.md)");
+    cmd->add_option("--kv", opts.kv, "KV cache scheme NAME[:key=value,...] (see docs/kv-pq.md)");
 }
 
 LoadedModel load_model_for_cli(const ModelOptions& opts) {

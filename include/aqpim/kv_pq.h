@@ -57,7 +57,7 @@ struct PqKvParams {
     /// v_weight: weight of value error against key error when bits= allocates (chosen on
     /// austen-13m by KL divergence, docs/kv-pq.md) [4]
     double v_weight = 4;
-    int page = 64;       ///< page: tokens per page, a multiple of 32 [64]
+    int page = 256;      ///< page: tokens per page, a multiple of 32 [256]
     /// pairs: RoPE pair layout of the keys, model|none|interleaved|neox [model = KvShape::rope_pairs]
     bool pairs_from_model = true;
     RopePairs pairs = RopePairs::none;
@@ -148,13 +148,17 @@ KvMemory pq_sequence_footprint(const PqKvParams& params, const KvShape& shape, s
 /// How many sequences of seq_len tokens fit in `budget` bytes under a pq spec (for `aqpim info`).
 struct PqCapacity {
     KvMemory per_sequence;          ///< footprint of one sequence of seq_len tokens
-    std::int64_t n_sequences = 0;   ///< floor(budget / per_sequence.bytes)
-    std::int64_t code_pages = 0;    ///< code pages one sequence holds
+    std::uint64_t peak_bytes = 0;   ///< most bytes one sequence holds on its way to seq_len tokens
+    std::int64_t peak_at = 0;       ///< ... when it holds that many tokens (f16 pre-calibration rows peak)
+    std::int64_t n_sequences = 0;   ///< floor(budget / peak_bytes): fit whatever order they grow in
+    std::int64_t code_pages = 0;    ///< code pages one sequence of seq_len tokens holds
     std::size_t code_page_bytes = 0;
     double bits_per_element = 0;    ///< per_sequence at seq_len
 };
 /// Exact page arithmetic: sequences share one pool but never share pages, so each needs its own
-/// footprint. `options.context` (or the spec's ctx=) states bits= (default: seq_len).
+/// footprint, and a sequence can hold more on its way to seq_len than at seq_len (its tokens stay
+/// f16 until calib, and a refresh version's first tokens until it trains): n_sequences counts the
+/// peak. `options.context` (or the spec's ctx=) states bits= (default: seq_len).
 PqCapacity pq_capacity(const KvSchemeSpec& spec, const KvShape& shape, std::int64_t seq_len, std::uint64_t budget,
                        const KvCacheOptions& options = {});
 

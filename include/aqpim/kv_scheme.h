@@ -6,7 +6,7 @@
 //   int8[:g=32], int4[:g=32]          per-token group-wise scalar quantization
 //   q8_0, q4_0                        llama.cpp blocks (32 values + f16 scale)
 //   kivi2[:g=32,window=128]           KIVI: keys per-channel, values per-token, f16 residual window
-//   pq[:m=32,nbits=4,calib=256,...]   adaptive product quantization (see docs/kv-cache.md)
+//   pq[:m=32,nbits=4,calib=256,...]   adaptive product quantization (see docs/kv-pq.md)
 
 #include <cstdint>
 #include <map>

@@ -12,6 +12,7 @@
 #include "aqpim/attention.h"
 #include "aqpim/error.h"
 #include "aqpim/half.h"
+#include "aqpim/kmeans.h"
 #include "aqpim/kv_pq.h"
 #include "aqpim/page_pool.h"
 #include "aqpim/pq_codes.h"
@@ -197,6 +198,9 @@ private:
 
     void train_version(Sequence& s, LayerState& l, int il, int j);
     void encode(Sequence& s, LayerState& l, std::int64_t c0, std::int64_t c1);
+    /// q.encode(x, n, codes) with the cache's scratch (encode() allocates a 256-row buffer per call,
+    /// which a decode step would pay for every stream): the same transform and nearest-centroid kernel.
+    void encode_rows(const ProductQuantizer& q, const float* x, std::int64_t n, std::uint8_t* codes);
     void ensure_pages(std::vector<std::int32_t>& pages, PagePool& pool, std::int64_t n_pages);
 
     std::uint8_t* code_region(const Sequence& s, const LayerState& l, std::int64_t i, int ih, bool value) const {
@@ -225,6 +229,8 @@ private:
     // append scratch (append runs on one thread)
     std::vector<float> xk_, xv_;           ///< [n_kv][rows][D] f32 training or encoding rows
     std::vector<std::uint8_t> codes_;      ///< [rows][M]
+    std::vector<float> y_;                 ///< [rows][D] rows in quantizer space
+    std::vector<std::int32_t> idx_;        ///< [rows] nearest centroids of one subspace
     std::vector<std::vector<float>> aug_;  ///< [n_kv] RoPE-augmented key training rows
     // key calibration augmentation (aug=)
     int aug_copies_ = 0;
@@ -415,11 +421,27 @@ void PqKvCache::encode(Sequence& s, LayerState& l, std::int64_t c0, std::int64_t
                 fp16_to_f32(rows.row(S + a), xk_.data(), std::size_t(cnt) * D);
                 const int M = q.M();
                 codes_.resize(std::size_t(cnt) * M);
-                q.encode(xk_.data(), cnt, codes_.data());
+                encode_rows(q, xk_.data(), cnt, codes_.data());
                 for (std::int64_t i = a; i < b; ++i)
                     store_token_code(code_region(s, l, i, ih, value), i % P, M, nbits, codes_.data() + (i - a) * M);
             }
         a = b;
+    }
+}
+
+void PqKvCache::encode_rows(const ProductQuantizer& q, const float* x, std::int64_t n, std::uint8_t* codes) {
+    const int D = q.D(), M = q.M(), K = q.ksub(), ds = q.dsub();
+    const float* y = x;
+    if (!q.is_identity_transform()) {
+        y_.resize(std::size_t(n) * D);
+        q.forward(x, y_.data(), n);
+        y = y_.data();
+    }
+    idx_.resize(std::size_t(n));
+    for (int m = 0; m < M; ++m) {
+        nearest_centroid(y + m * ds, n, D, ds, q.centroids() + std::int64_t(m) * K * ds,
+                         q.centroid_norms() + std::int64_t(m) * K, K, idx_.data(), nullptr);
+        for (std::int64_t i = 0; i < n; ++i) codes[i * M + m] = std::uint8_t(idx_[std::size_t(i)]);
     }
 }
 

@@ -440,7 +440,11 @@ PqCapacity pq_capacity(const KvSchemeSpec& spec, const KvShape& shape, std::int6
     PqCapacity cap;
     cap.per_sequence.n_tokens = seq_len;
     kv::pq_footprint_parts(p, shape, layout, seq_len).add_to(cap.per_sequence);
-    cap.n_sequences = cap.per_sequence.bytes > 0 ? std::int64_t(budget / cap.per_sequence.bytes) : 0;
+    for (std::int64_t n = 1; n <= seq_len; ++n) {
+        const std::uint64_t b = kv::pq_footprint_parts(p, shape, layout, n).total();
+        if (b > cap.peak_bytes) cap.peak_bytes = b, cap.peak_at = n;
+    }
+    cap.n_sequences = cap.peak_bytes > 0 ? std::int64_t(budget / cap.peak_bytes) : 0;
     cap.code_pages = (layout.sched.coded(seq_len) + p.page - 1) / p.page;
     if (layout.n_coded_layers == 0) cap.code_pages = 0;
     cap.code_page_bytes = layout.code_page_bytes;

@@ -6,8 +6,6 @@
 #include <cmath>
 #include <limits>
 #include <random>
-#include <cstdio>
-#include <cstdlib>
 
 #include "aqpim/error.h"
 #include "kv/pq_layout.h"
@@ -189,11 +187,6 @@ PqLayerChoice choose_pq_layer(const PqKvParams& p, const KvShape& shape, std::si
         (st.value ? c.Mv : c.Mk)[st.ih] = st.ms[st.at];
         (st.value ? c.err_v : c.err_k)[st.ih] = st.err[st.at];
         (st.value ? c.version.v : c.version.k)[st.ih] = std::move(st.pqs[st.at]);
-    }
-    if (std::getenv("AQPIM_PQ_DEBUG")) {
-        std::fprintf(stderr, "share %zu used %zu:", share, c.bytes);
-        for (int ih = 0; ih < n_kv; ++ih) std::fprintf(stderr, " h%d k%d(%.3f) v%d(%.3f)", ih, c.Mk[ih], c.err_k[ih], c.Mv[ih], c.err_v[ih]);
-        std::fprintf(stderr, "\n");
     }
     return c;
 }

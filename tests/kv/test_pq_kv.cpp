@@ -279,8 +279,10 @@ TEST(PqKv, CodesEqualDecodeThenDense) {
             append_all_layers(*c, d, 0, 0, n);
         }
         for (int ih = 0; ih < 2; ++ih)
-            EXPECT_LT(rel_error(attend(*codes, d, 0, 0, ih, 0, n), attend(*dec, d, 0, 0, ih, 0, n)), kTolCodesVsDecode)
-                << base;
+            for (auto [p0, p1] : {std::pair{0, 150}, std::pair{n - 150, n}})  // before and after calibration
+                EXPECT_LT(rel_error(attend(*codes, d, 0, 0, ih, p0, p1), attend(*dec, d, 0, 0, ih, p0, p1)),
+                          kTolCodesVsDecode)
+                    << base;
     }
 }
 
@@ -353,25 +355,24 @@ TEST(PqKv, TinyModelPrefillEqualsStepwiseDecode) {
         all.insert(all.end(), step.begin(), step.end());
     }
     ASSERT_EQ(prefill.size(), all.size());
-    // The forward pass itself differs between one matmul over all rows and one row at a time by float
-    // rounding (1e-4 in the dense tests). f16 storage absorbs most of it, but a key that lands on an
-    // f16 rounding boundary changes the calibration rows, so codebooks (and codes) may move a little:
-    // the logits agree closely on average and everywhere within a bound far below what PQ itself
-    // changes (a time-consistency bug, a row reading a token coded that it should read in f16, moves
-    // them by about as much as PQ does).
+    // The forward pass itself is not batch-invariant: one matmul over all rows and one row at a time
+    // round differently (1e-4 in the dense tests), and a few keys land on the other side of an f16
+    // rounding boundary (measured: 10 of 2400 layer-1 key values, the first at token 10, before
+    // calibration). k-means then learns slightly different codebooks, and the difference cascades
+    // through later layers. So exactness is asserted on direct cache calls
+    // (BatchedAppendsEqualTokenByToken); here the two runs must agree far more closely than PQ
+    // agrees with f16 (measured ratio 0.003-0.008 over seeds). A time-consistency bug (rows of the
+    // batch reading tokens coded that they should read in f16) moves them by about as much as PQ does.
     auto f16 = make_dense_kv_cache(shape, DenseKvType::f16);
     f16->add_sequence(0);
     std::vector<float> dense;
     t.forward({&s, 1}, *f16, dense);
-    double mean = 0, worst = 0, pq_vs_f16 = 0;
+    double diff = 0, pq_vs_f16 = 0;
     for (std::size_t i = 0; i < all.size(); ++i) {
-        mean += std::abs(prefill[i] - all[i]) / double(all.size());
-        worst = std::max(worst, double(std::abs(prefill[i] - all[i])));
-        pq_vs_f16 += std::abs(prefill[i] - dense[i]) / double(all.size());
+        diff += std::abs(prefill[i] - all[i]);
+        pq_vs_f16 += std::abs(all[i] - dense[i]);
     }
-    EXPECT_LT(mean, 1e-4) << "PQ vs f16: " << pq_vs_f16;
-    EXPECT_LT(worst, 2e-2);
-    EXPECT_GT(pq_vs_f16, 30 * mean);
+    EXPECT_LT(diff, 0.05 * pq_vs_f16);
     EXPECT_EQ(a->memory().bytes, b->memory().bytes);
 }
 
@@ -507,40 +508,59 @@ TEST(PqKv, BudgetRefusesWithoutChangingAnything) {
     const Data d = synthetic(shape, 1024, 1, 9);
     const std::string spec = "pq:m=16,calib=132,refresh=0";
     const std::int64_t L = 1000;
-    // How many sequences of L tokens fit in 1 MB: exactly what the cache then accepts.
+    // How many sequences of L tokens fit in 1 MB. The count uses the most a sequence holds on its way
+    // to L tokens, so they fit even when they grow side by side. Here that is L's footprint, first
+    // reached with the 4th code page (coded tokens past 768: n = 837)...
     const std::uint64_t budget = 1000000;
     const PqCapacity cap = pq_capacity(parse_kv_scheme(spec), shape, L, budget);
     ASSERT_GE(cap.n_sequences, 2);
-    EXPECT_EQ(cap.n_sequences, std::int64_t(budget / cap.per_sequence.bytes));
-    EXPECT_EQ(cap.code_pages, (1000 - 4 - 64 + 63) / 64);
+    EXPECT_EQ(cap.peak_bytes, cap.per_sequence.bytes);
+    EXPECT_EQ(cap.peak_at, 837);
+    EXPECT_EQ(cap.n_sequences, std::int64_t(budget / cap.peak_bytes));
+    // ... but with a late calib, the f16 rows just before it (every token f16).
+    const PqCapacity late = pq_capacity(parse_kv_scheme("pq:m=16,calib=900,refresh=0"), shape, L, budget);
+    EXPECT_EQ(late.peak_at, 899);
+    EXPECT_EQ(late.peak_bytes, 899u * 2 * 2 * 2 * 64 * 2);  // 899 tokens, 2 layers, 2 heads, K and V, f16
+    EXPECT_GT(late.peak_bytes, late.per_sequence.bytes);
+    EXPECT_EQ(cap.code_pages, (1000 - 4 - 64 + 255) / 256);  // 932 coded tokens in pages of 256
+    EXPECT_EQ(cap.per_sequence.bytes, pq_cache(spec, shape)->sequence_bytes(L));
     KvCacheOptions opt;
     opt.memory_budget = budget;
     auto c = pq_cache(spec, shape, opt);
-    for (int s = 0; s < cap.n_sequences; ++s) {
-        c->add_sequence(s);
-        for (int t = 0; t < L; t += 100) append_all_layers(*c, d, s, t, int(std::min<std::int64_t>(100, L - t)));
-    }
+    for (int s = 0; s < cap.n_sequences; ++s) c->add_sequence(s);
+    for (int t = 0; t < L; t += 50)
+        for (int s = 0; s < cap.n_sequences; ++s) append_all_layers(*c, d, s, t, int(std::min<std::int64_t>(50, L - t)));
     EXPECT_LE(c->memory().bytes, budget);
     EXPECT_EQ(c->memory().bytes, std::uint64_t(cap.n_sequences) * cap.per_sequence.bytes);
-    c->add_sequence(99);
-    const KvMemory before = c->memory();
-    try {
-        for (int t = 0; t < L; t += 100) append_all_layers(*c, d, 99, t, 100);
-        ADD_FAILURE() << "the budget was overcommitted";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("budget of 1000000 bytes"), std::string::npos) << e.what();
+    // More sequences until the budget refuses: the refused append changes nothing.
+    std::int64_t held = -1;
+    int refused = -1;
+    for (int s = 100; s < 100 + 64 && refused < 0; ++s) {
+        c->add_sequence(s);
+        for (int t = 0; t < L && refused < 0; t += 100) {
+            const KvMemory before = c->memory();
+            try {
+                append_all_layers(*c, d, s, t, 100);
+            } catch (const Error& e) {
+                EXPECT_NE(std::string(e.what()).find("budget of 1000000 bytes"), std::string::npos) << e.what();
+                EXPECT_EQ(c->memory().bytes, before.bytes);
+                refused = s;
+                held = c->n_tokens(s, 0);
+                EXPECT_EQ(c->n_tokens(s, 1), held);  // refused at the first layer of the step: layers agree
+            }
+        }
     }
-    const std::int64_t held = c->n_tokens(99, 0);
-    EXPECT_EQ(c->n_tokens(99, 1), held);  // refused at the first layer of the step: layers agree
+    ASSERT_GE(refused, 0) << "the budget was overcommitted";
     EXPECT_LE(c->memory().bytes, budget);
-    EXPECT_GE(c->memory().bytes, before.bytes);
-    // Ending a sequence makes room again.
+    // Ending sequences makes room again: the refused one grows to L.
+    for (int s = 100; s < refused; ++s) c->remove_sequence(s);
     c->remove_sequence(0);
-    for (std::int64_t t = held; t < L; t += 100) append_all_layers(*c, d, 99, int(t), int(std::min<std::int64_t>(100, L - t)));
+    for (std::int64_t t = held; t < L; t += 100) append_all_layers(*c, d, refused, int(t), int(std::min<std::int64_t>(100, L - t)));
     const KvMemory after = c->memory();
-    // Sequence 99 had pages of its own when refused: as many of sequence 0's stay free in the pool.
+    EXPECT_EQ(c->n_tokens(refused, 1), L);
+    EXPECT_LE(after.bytes, budget);
+    // Freed pages stay with the pool for reuse (counted): what the sequences hold is exact.
     EXPECT_EQ(after.bytes - part(after, "free pool pages"), std::uint64_t(cap.n_sequences) * cap.per_sequence.bytes);
-    EXPECT_GT(part(after, "free pool pages"), 0u);
 }
 
 // ---- RoPE augmentation -----------------------------------------------------------------------------
