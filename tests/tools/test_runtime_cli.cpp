@@ -102,3 +102,17 @@ TEST(RuntimeCli, BenchDecodeReportsTheRoof) {
     EXPECT_GT(j["rows"][0]["gbytes_per_s"].get<double>(), 0.0);
     EXPECT_GT(j["rows"][2]["tokens_per_s"].get<double>(), 0.0);
 }
+
+TEST(RuntimeCli, BenchDecodeComparesSchemesWhereTheCacheDominates) {
+    const auto r = run_cli("bench decode -m " + kStoriesGguf +
+                           " --contexts 64,160 --batch 1,2 --kv 'f16;int8:g=8' -n 2 --json 2>/dev/null");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    ASSERT_EQ(j["rows"].size(), 8u);  // 2 batches x 2 contexts x 2 schemes
+    for (const auto& row : j["rows"]) {
+        EXPECT_GT(row["tokens_per_s"].get<double>(), 0.0);
+        const double bits = row["bits_per_element"].get<double>();
+        EXPECT_DOUBLE_EQ(bits, row["kv"] == "f16" ? 16.0 : 12.0) << row.dump();  // int8 g=8: 8 + 2x16/8
+    }
+    EXPECT_DOUBLE_EQ(j["rows"][0]["vs_f16"].get<double>(), 1.0);
+}
