@@ -87,21 +87,7 @@ protected:
         }
     }
 
-    std::string render(std::int32_t id) const override {
-        const std::string& text = vocab_.tokens[std::size_t(id)];
-        switch (type(id)) {
-            case TokenType::control:
-            case TokenType::unknown:
-            case TokenType::unused: return {};
-            case TokenType::user_defined: return text;
-            case TokenType::byte: {
-                const int b = unicode::parse_byte_token(text);
-                if (b >= 0) return std::string(1, char(b));
-                break;
-            }
-            case TokenType::undefined:
-            case TokenType::normal: break;
-        }
+    std::string render_text(const std::string& text) const override {
         // Byte-level text back to bytes; a code point outside the map is kept as its UTF-8.
         std::string out;
         std::size_t pos = 0;

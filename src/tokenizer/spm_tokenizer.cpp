@@ -73,23 +73,7 @@ protected:
         }
     }
 
-    std::string render(std::int32_t id) const override {
-        const std::string& text = vocab_.tokens[std::size_t(id)];
-        switch (type(id)) {
-            case TokenType::control:
-            case TokenType::unknown:
-            case TokenType::unused: return {};
-            case TokenType::user_defined: return text;
-            case TokenType::byte: {
-                const int b = unicode::parse_byte_token(text);
-                if (b >= 0) return std::string(1, char(b));
-                return unicode::unescape_whitespace(text);
-            }
-            case TokenType::undefined:
-            case TokenType::normal: break;
-        }
-        return unicode::unescape_whitespace(text);
-    }
+    std::string render_text(const std::string& text) const override { return unicode::unescape_whitespace(text); }
 
 private:
     /// The bytes of two adjacent characters (each at most 4 bytes) packed into one key.

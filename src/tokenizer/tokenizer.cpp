@@ -6,6 +6,7 @@
 
 #include "aqpim/error.h"
 #include "tokenizer/tokenizer_impl.h"
+#include "tokenizer/unicode.h"
 
 namespace aqpim {
 
@@ -91,6 +92,24 @@ void TokenIndex::build(const std::vector<std::string>& tokens) {
 bool TokenizerBase::is_special(std::int32_t id) const {
     const TokenType t = type(id);
     return t == TokenType::control || t == TokenType::user_defined || t == TokenType::unknown;
+}
+
+std::string TokenizerBase::render(std::int32_t id) const {
+    const std::string& text = vocab_.tokens[std::size_t(id)];
+    switch (type(id)) {
+        case TokenType::control:
+        case TokenType::unknown:
+        case TokenType::unused: return {};
+        case TokenType::user_defined: return text;
+        case TokenType::byte: {
+            const int b = unicode::parse_byte_token(text);
+            if (b >= 0) return std::string(1, char(b));
+            break;
+        }
+        case TokenType::undefined:
+        case TokenType::normal: break;
+    }
+    return render_text(text);
 }
 
 void TokenizerBase::build_pieces() {

@@ -120,9 +120,10 @@ protected:
     /// Token ids of one text fragment (no special tokens in it); `text` already carries the dummy
     /// prefix space when one is due. Appends to out.
     virtual void encode_fragment(std::string_view text, std::vector<std::int32_t>& out) const = 0;
-    /// Text a token prints as (without the leading-space rule); "" for control/unknown/unused.
-    virtual std::string render(std::int32_t id) const = 0;
-    /// Call at the end of the derived constructor (render is virtual).
+    /// Text of a normal token (or of a byte token whose text is not <0xXX>) as it prints: "▁" back
+    /// to spaces (spm), byte-level characters back to bytes (bpe).
+    virtual std::string render_text(const std::string& text) const = 0;
+    /// Call at the end of the derived constructor (render_text is virtual).
     void build_pieces();
 
     std::int32_t find(std::string_view text) const { return index_.find(text); }
@@ -138,6 +139,8 @@ private:
     /// llama.cpp's tokenizer_st_partition with parse_special = true.
     std::vector<Fragment> partition(std::string_view text) const;
     bool is_special(std::int32_t id) const;
+    /// Text a token prints as (without the leading-space rule); "" for control/unknown/unused.
+    std::string render(std::int32_t id) const;
 
     TokenIndex index_;
     std::vector<std::int32_t> specials_;  ///< control, user-defined and unknown tokens, longest text first
