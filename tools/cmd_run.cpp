@@ -6,6 +6,7 @@
 
 #include "aqpim/error.h"
 #include "aqpim/generate.h"
+#include "aqpim/kv_trace.h"
 #include "aqpim/threads.h"
 #include "commands.h"
 #include "model_options.h"
@@ -23,6 +24,8 @@ void add_run_command(CLI::App& app) {
     cmd->add_option("--temp", gen->sampler.temperature, "temperature (0 = greedy)")->check(CLI::Range(0.0, 100.0));
     cmd->add_option("--top-p", gen->sampler.top_p, "nucleus sampling threshold")->check(CLI::Range(0.0, 1.0));
     cmd->add_option("--seed", gen->sampler.seed, "sampling seed");
+    auto trace_path = std::make_shared<std::string>();
+    cmd->add_option("--trace", *trace_path, "write a KV trace of the decode for `aqpim pimsim --kv-trace` (docs/pimsim.md)");
     cmd->add_flag("--ignore-eos", [gen](std::int64_t) { gen->stop_at_eos = false; }, "keep generating after EOS");
     cmd->callback([=] {
         gen->sampler.validate();
@@ -34,9 +37,16 @@ void add_run_command(CLI::App& app) {
             make_cli_kv_cache(*opts, transformer.kv_shape(), std::int64_t(ids.size()) + gen->n_predict);
         warn_past_training_context(model.weights.config, std::int64_t(ids.size()) + gen->n_predict);
         std::fputs(prompt->c_str(), stdout);
-        gen->on_piece = [](const std::string& piece) {
+        std::shared_ptr<KvTraceWriter> trace;
+        if (!trace_path->empty())
+            trace = std::make_shared<KvTraceWriter>(*trace_path, *cache, model.weights.config.name,
+                                                    model.weights.config.n_head);
+        auto step = std::make_shared<std::int64_t>(0);
+        gen->on_piece = [trace, step](const std::string& piece) {
             std::fwrite(piece.data(), 1, piece.size(), stdout);
             std::fflush(stdout);
+            // The cache as decode step `step` finds it (before the step appends its token).
+            if (trace) trace->record((*step)++, {0});
         };
         const GenerateResult r = generate(transformer, *model.tokenizer, *cache, ids, *gen);
         std::fputs("\n", stdout);

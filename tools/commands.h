@@ -14,5 +14,7 @@ void add_convert_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_ppl_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
+void add_roofline_command(CLI::App& app);
+void add_pimsim_command(CLI::App& app);
 
 }  // namespace aqpim::cli

@@ -31,6 +31,8 @@ int main(int argc, char** argv) {
     aqpim::cli::add_run_command(app);
     aqpim::cli::add_ppl_command(app);
     aqpim::cli::add_eval_command(app);
+    aqpim::cli::add_roofline_command(app);
+    aqpim::cli::add_pimsim_command(app);
 
     try {
         app.parse(argc, argv);

@@ -63,6 +63,13 @@ struct KvQuery {
     std::int64_t out_stride = 0;
 };
 
+/// A run of one sequence's stored tokens in one layer (for `aqpim run --trace`, docs/pimsim.md).
+struct KvSpan {
+    std::int64_t first = 0, n = 0;  ///< positions [first, first + n)
+    int version = -1;               ///< codebook version that coded them; -1: kept uncoded (f16/f32/...)
+    std::int64_t page = -1;         ///< code page index (-1: not in a code page)
+};
+
 class KvCache {
 public:
     explicit KvCache(KvShape shape);
@@ -96,6 +103,8 @@ public:
     /// count for it after decoding that far, every overhead included): capacity planning
     /// (`aqpim info --budget`). Schemes that cannot tell throw aqpim::Error.
     virtual std::uint64_t sequence_bytes(std::int64_t n_tokens) const;
+    /// How layer il of a sequence is stored, in position order. Default: every token as one uncoded span.
+    virtual std::vector<KvSpan> layout(int seq_id, int il) const { return {KvSpan{0, n_tokens(seq_id, il), -1, -1}}; }
 
 private:
     KvShape shape_;

@@ -76,6 +76,13 @@ struct PqKvParams {
     std::uint64_t seed = 1234;  ///< seed: k-means and rotation seed [1234]
     PqAttendMode attn = PqAttendMode::codes;  ///< attn: codes|decode [codes]
     PqScorePath scores = PqScorePath::f32;    ///< scores: f32|int8 (int8: nbits 4) [f32]
+    /// cb: codebook storage, f32|f16: f16 halves the codebooks' bytes; centroids are rounded to
+    /// f16 once trained (every code and table uses the rounded ones) and widened to f32 per call [f32]
+    bool f16_codebooks = false;
+    /// wq: storage of the window and of tokens waiting for a codebook version, f16|q8_0|q4_0|int8|int4
+    /// (q8_0/q4_0: llama.cpp blocks, head_dim a multiple of 32; int8/int4: groups of gcd(32, head_dim)
+    /// with f16 scale and min). Sinks stay f16. [f16]
+    std::string window_type = "f16";
 
     /// Every key pq accepts.
     static const std::vector<std::string>& keys();

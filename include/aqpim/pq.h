@@ -94,6 +94,15 @@ public:
     /// Squared norms of the centroids: [M][ksub].
     const float* centroid_norms() const { return centroid_norms_.data(); }
 
+    /// Replace the codebooks of a trained quantizer with centroids [M][ksub][dsub] (finite; e.g.
+    /// the same centroids rounded to f16) and recompute their norms; transforms are kept.
+    void set_centroids(const float* centroids);
+    /// Free the codebooks (and norms) of a trained quantizer whose owner keeps them in another
+    /// form (the KV cache's f16 codebooks); it must get set_centroids() before it encodes, decodes
+    /// or builds tables again. has_centroids() tells.
+    void release_centroids();
+    bool has_centroids() const { return centroids_.size() != 0; }
+
     /// Bytes this quantizer's parameters occupy in memory accounting (codebooks, scales,
     /// permutation, rotation), as stored by save(): the file's sections, without its fixed header
     /// and checksum (docs/pq-format.md). An identity permutation is not stored and not counted.

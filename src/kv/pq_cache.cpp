@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "aqpim/aligned.h"
 #include "aqpim/attention.h"
@@ -27,22 +28,43 @@ namespace {
 constexpr float kF16Max = 65504.0f;
 constexpr double kAugSpanUnknownContext = 4096;  // positions the last version's key rotations reach when no context is stated
 
-/// f16 rows of one stream (a layer's keys or values of one KV head) for positions [first, end),
-/// contiguous; rows are appended at the end and dropped at the front (amortised O(1)).
-class F16Rows {
+/// Rows of one stream (a layer's keys or values of one KV head) for positions [first, end), stored as
+/// f16 or, with wq=, as a scalar row codec; contiguous; rows are appended at the end and dropped at
+/// the front (amortised O(1)).
+class TailRows {
 public:
-    void init(int D, std::int64_t first) {
+    void init(int D, std::int64_t first, const std::optional<RowCodec>& codec) {
         D_ = D;
         first_ = first;
+        codec_ = codec;
+        row_bytes_ = codec ? codec->row_bytes() : std::size_t(D) * sizeof(f16_t);
     }
     std::int64_t first() const { return first_; }
     std::int64_t end() const { return first_ + n_; }
-    const f16_t* row(std::int64_t pos) const { return buf_.data() + (off_ + (pos - first_)) * D_; }
+    bool is_f16() const { return !codec_; }
+    /// The f16 row at pos (f16 storage only).
+    const f16_t* f16_row(std::int64_t pos) const {
+        AQPIM_ASSERT(is_f16());
+        return reinterpret_cast<const f16_t*>(at(pos));
+    }
+    /// Rows [pos, pos + n) as f32 [n][D].
+    void read(std::int64_t pos, std::int64_t n, float* out) const {
+        AQPIM_ASSERT(pos >= first_ && pos + n <= end());
+        if (codec_)
+            codec_->decode(at(pos), n, out);
+        else
+            fp16_to_f32(f16_row(pos), out, std::size_t(n) * D_);
+    }
 
-    /// Append n rows at end(): row i from src + i * stride (f32, rounded to f16).
+    /// Append n rows at end(): row i from src + i * stride (f32, rounded to f16 or coded).
     void push(const float* src, std::int64_t n, std::int64_t stride) {
         reserve(n);
-        for (std::int64_t i = 0; i < n; ++i) f32_to_fp16(src + i * stride, buf_.data() + (off_ + n_ + i) * D_, std::size_t(D_));
+        std::uint8_t* dst = buf_.data() + std::size_t(off_ + n_) * row_bytes_;
+        if (codec_)
+            codec_->encode(src, n, stride, dst);
+        else
+            for (std::int64_t i = 0; i < n; ++i)
+                f32_to_fp16(src + i * stride, reinterpret_cast<f16_t*>(dst) + i * D_, std::size_t(D_));
         n_ += n;
     }
     /// Forget rows before pos.
@@ -55,23 +77,26 @@ public:
     }
 
 private:
+    const std::uint8_t* at(std::int64_t pos) const { return buf_.data() + std::size_t(off_ + (pos - first_)) * row_bytes_; }
     void reserve(std::int64_t more) {
-        const std::int64_t cap = std::int64_t(buf_.size()) / std::max(D_, 1);
+        const std::int64_t cap = std::int64_t(buf_.size() / std::max<std::size_t>(row_bytes_, 1));
         if (off_ + n_ + more <= cap) return;
         if (n_ + more <= cap / 2) {  // room at the front: slide down
-            std::memmove(buf_.data(), buf_.data() + off_ * D_, std::size_t(n_) * D_ * sizeof(f16_t));
+            std::memmove(buf_.data(), buf_.data() + std::size_t(off_) * row_bytes_, std::size_t(n_) * row_bytes_);
             off_ = 0;
             return;
         }
-        AlignedBuffer<f16_t> grown(std::size_t(std::max<std::int64_t>(2 * (n_ + more), 64)) * D_);
-        if (n_ > 0) std::memcpy(grown.data(), buf_.data() + off_ * D_, std::size_t(n_) * D_ * sizeof(f16_t));
+        AlignedBuffer<std::uint8_t> grown(std::size_t(std::max<std::int64_t>(2 * (n_ + more), 64)) * row_bytes_);
+        if (n_ > 0) std::memcpy(grown.data(), buf_.data() + std::size_t(off_) * row_bytes_, std::size_t(n_) * row_bytes_);
         buf_ = std::move(grown);
         off_ = 0;
     }
 
     int D_ = 0;
+    std::optional<RowCodec> codec_;  ///< none: f16 rows
+    std::size_t row_bytes_ = 0;
     std::int64_t first_ = 0, n_ = 0, off_ = 0;  ///< rows [first_, first_ + n_) at buf_ row off_
-    AlignedBuffer<f16_t> buf_;
+    AlignedBuffer<std::uint8_t> buf_;
 };
 
 /// One layer of one sequence.
@@ -79,7 +104,7 @@ struct LayerState {
     std::int64_t n = 0;  ///< tokens appended
     // coded layers
     std::vector<AlignedBuffer<f16_t>> sink_k, sink_v;  ///< [n_kv] of [sinks][D]
-    std::vector<F16Rows> tail_k, tail_v;               ///< [n_kv] rows from sinks on not (yet) read as codes
+    std::vector<TailRows> tail_k, tail_v;              ///< [n_kv] rows from sinks on not (yet) read as codes
     std::vector<PqLayerVersion> versions;              ///< trained codebook versions, oldest first
     std::vector<int> Mk, Mv;                           ///< [n_kv] subspaces, set when version 0 is trained
     std::vector<std::size_t> k_off, v_off;             ///< [n_kv] byte offset of the head's codes in a code page
@@ -120,6 +145,7 @@ public:
         aug_copies_ = p_.key_augment(shape);
         inv_freq_ = p_.key_inv_freq(shape);
         aug_context_ = p_.ctx > 0 ? p_.ctx : options.context;
+        window_codec_ = pq_window_codec(p_, shape);
     }
 
     ~PqKvCache() override {
@@ -144,8 +170,8 @@ public:
             for (int ih = 0; ih < n_kv; ++ih) {
                 l.sink_k[ih].resize(std::size_t(p_.sinks) * D);
                 l.sink_v[ih].resize(std::size_t(p_.sinks) * D);
-                l.tail_k[ih].init(D, p_.sinks);
-                l.tail_v[ih].init(D, p_.sinks);
+                l.tail_k[ih].init(D, p_.sinks, window_codec_);
+                l.tail_v[ih].init(D, p_.sinks, window_codec_);
             }
         }
     }
@@ -165,6 +191,24 @@ public:
     void attend(int il, int seq_id, int ih, const KvQuery& query) const override;
     KvMemory memory() const override;
     std::uint64_t sequence_bytes(std::int64_t n_tokens) const override { return footprint(n_tokens); }
+    /// Sinks, then coded runs split at version and page boundaries, then the f16 tail (window and
+    /// tokens waiting for their version); a dense f16 layer is one span.
+    std::vector<KvSpan> layout(int seq_id, int il) const override {
+        const LayerState& l = layer(seq_id, il);
+        if (L_.dense[il]) return {KvSpan{0, l.n, -1, -1}};
+        std::vector<KvSpan> out;
+        const std::int64_t S = std::min<std::int64_t>(p_.sinks, l.n), c = L_.sched.coded(l.n);
+        if (S > 0) out.push_back({0, S, -1, -1});
+        for (std::int64_t i = 0; i < c;) {
+            const int j = L_.sched.version_of(i);
+            std::int64_t b = std::min<std::int64_t>(c, (i / p_.page + 1) * p_.page);
+            if (j + 1 < L_.sched.versions) b = std::min(b, L_.sched.version_start(j + 1));
+            out.push_back({S + i, b - i, j, i / p_.page});
+            i = b;
+        }
+        if (S + c < l.n) out.push_back({S + c, l.n - S - c, -1, -1});
+        return out;
+    }
 
 private:
     const Sequence& sequence(int seq_id) const {
@@ -232,6 +276,8 @@ private:
     std::vector<float> y_;                 ///< [rows][D] rows in quantizer space
     std::vector<std::int32_t> idx_;        ///< [rows] nearest centroids of one subspace
     std::vector<std::vector<float>> aug_;  ///< [n_kv] RoPE-augmented key training rows
+    ProductQuantizer wide_;                ///< a quantizer with its f16 codebooks widened (cb=f16)
+    std::optional<RowCodec> window_codec_; ///< wq=: codec of the tail rows (none: f16)
     // key calibration augmentation (aug=)
     int aug_copies_ = 0;
     std::vector<float> inv_freq_;          ///< [D/2] RoPE pair frequencies
@@ -347,8 +393,8 @@ void PqKvCache::train_version(Sequence& s, LayerState& l, int il, int j) {
     std::vector<const float*> pk(n_kv), pv(n_kv);
     for (int ih = 0; ih < n_kv; ++ih) {
         AQPIM_ASSERT(l.tail_k[ih].first() <= first && l.tail_k[ih].end() >= first + nt);
-        fp16_to_f32(l.tail_k[ih].row(first), xk_.data() + ih * per, per);
-        fp16_to_f32(l.tail_v[ih].row(first), xv_.data() + ih * per, per);
+        l.tail_k[ih].read(first, nt, xk_.data() + ih * per);
+        l.tail_v[ih].read(first, nt, xv_.data() + ih * per);
         pk[ih] = xk_.data() + ih * per;
         pv[ih] = xv_.data() + ih * per;
     }
@@ -371,6 +417,7 @@ void PqKvCache::train_version(Sequence& s, LayerState& l, int il, int j) {
     const PqTrainSet tk{pk, nk}, tv{pv, nt};
     if (j > 0) {
         l.versions.push_back(train_pq_layer_version(p_, shape(), l.Mk, l.Mv, tk, tv));
+        if (p_.f16_codebooks) l.versions.back().store_f16();
         return;
     }
     // Version 0 fixes the layer's m and its place in the code pages.
@@ -386,6 +433,7 @@ void PqKvCache::train_version(Sequence& s, LayerState& l, int il, int j) {
         l.Mv.assign(n_kv, L_.Mv);
         l.versions.push_back(train_pq_layer_version(p_, shape(), l.Mk, l.Mv, tk, tv));
     }
+    if (p_.f16_codebooks) l.versions.back().store_f16();
     const std::size_t P = std::size_t(p_.page);
     std::size_t off = s.assigned * P;
     l.k_off.resize(n_kv);
@@ -415,10 +463,10 @@ void PqKvCache::encode(Sequence& s, LayerState& l, std::int64_t c0, std::int64_t
         xk_.resize(std::size_t(cnt) * D);
         for (int ih = 0; ih < n_kv; ++ih)
             for (const bool value : {false, true}) {
-                const ProductQuantizer& q = value ? ver.v[ih] : ver.k[ih];
-                const F16Rows& rows = value ? l.tail_v[ih] : l.tail_k[ih];
+                const ProductQuantizer& q = ver.quantizer(value, ih, wide_);
+                const TailRows& rows = value ? l.tail_v[ih] : l.tail_k[ih];
                 AQPIM_ASSERT(rows.first() <= S + a && rows.end() >= S + b);
-                fp16_to_f32(rows.row(S + a), xk_.data(), std::size_t(cnt) * D);
+                rows.read(S + a, cnt, xk_.data());
                 const int M = q.M();
                 codes_.resize(std::size_t(cnt) * M);
                 encode_rows(q, xk_.data(), cnt, codes_.data());
@@ -456,7 +504,8 @@ void PqKvCache::attend_codes(const Sequence& s, const LayerState& l, int ih, con
         const std::int64_t a = L_.sched.version_start(j);
         const std::int64_t b = j + 1 < L_.sched.versions ? std::min(c, L_.sched.version_start(j + 1)) : c;
         const PqLayerVersion& ver = l.versions[std::size_t(j)];
-        const ProductQuantizer &qk = ver.k[ih], &qv = ver.v[ih];
+        thread_local ProductQuantizer wide_k, wide_v;  // f16 codebooks widened (cb=f16)
+        const ProductQuantizer &qk = ver.quantizer(false, ih, wide_k), &qv = ver.quantizer(true, ih, wide_v);
         if (p_.attn == PqAttendMode::codes) {
             ws.spans.clear();
             for (std::int64_t i = a; i < b; i = (i / P + 1) * P) {
@@ -518,12 +567,22 @@ void PqKvCache::attend(int il, int seq_id, int ih, const KvQuery& qr) const {
             if (c > 0) attend_codes(s, l, ih, q, qr.group, qr.scale, c, part);
             const std::int64_t f = S + c;  // first position read in f16 after the sinks
             if (p >= f) {
-                const F16Rows &tk = l.tail_k[ih], &tv = l.tail_v[ih];
+                const TailRows &tk = l.tail_k[ih], &tv = l.tail_v[ih];
                 AQPIM_CHECK(tk.first() <= f,
                             "kv cache {}: a row at position {} of layer {} of sequence {} reads f16 rows from position "
                             "{}, dropped since: the PQ cache answers the rows of the latest append (time consistency)",
                             scheme(), p, il, seq_id, f);
-                attend_dense_f16(q, qr.group, D, tk.row(f), tv.row(f), p + 1 - f, qr.scale, part);
+                const std::int64_t cnt = p + 1 - f;
+                if (tk.is_f16()) {
+                    attend_dense_f16(q, qr.group, D, tk.f16_row(f), tv.f16_row(f), cnt, qr.scale, part);
+                } else {  // wq=: widen the coded rows
+                    AttendScratch& ws = attend_scratch();
+                    ws.k.resize(std::size_t(cnt) * D);
+                    ws.v.resize(std::size_t(cnt) * D);
+                    tk.read(f, cnt, ws.k.data());
+                    tv.read(f, cnt, ws.v.data());
+                    attend_dense_f32(q, qr.group, D, ws.k.data(), ws.v.data(), cnt, qr.scale, part);
+                }
             }
         }
         part.finalize(qr.out + r * qr.out_stride);
@@ -535,7 +594,8 @@ void PqKvCache::attend(int il, int seq_id, int ih, const KvQuery& qr) const {
 KvMemory PqKvCache::memory() const {
     PqParts parts;
     std::int64_t n_tokens = 0;
-    const std::uint64_t n_kv = std::uint64_t(shape().n_kv_head), row = L_.row_bytes;
+    const std::uint64_t n_kv = std::uint64_t(shape().n_kv_head), row = L_.row_bytes, tail_row = L_.tail_row_bytes;
+    parts.window_type = p_.window_type;
     const PqSchedule& sc = L_.sched;
     for (const auto& [id, s] : seqs_) {
         n_tokens += s.n_max;
@@ -549,8 +609,8 @@ KvMemory PqKvCache::memory() const {
             const std::int64_t k = l.n - p_.sinks;
             if (k <= 0) continue;
             const std::int64_t c = sc.coded(l.n), tail = k - c, win = std::min<std::int64_t>(k, p_.window);
-            parts.window += std::uint64_t(win) * n_kv * 2 * row;
-            parts.precal += std::uint64_t(tail - win) * n_kv * 2 * row;
+            parts.window += std::uint64_t(win) * n_kv * 2 * tail_row;
+            parts.precal += std::uint64_t(tail - win) * n_kv * 2 * tail_row;
             parts.codes += std::uint64_t(c) * l.token_bytes;
             for (const PqLayerVersion& v : l.versions) parts.codebooks += v.parameter_bytes();
         }

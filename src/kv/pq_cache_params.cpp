@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "aqpim/error.h"
 #include "kv/pq_layout.h"
@@ -47,6 +48,8 @@ const std::vector<std::string> kPairsNames = {"none", "interleaved", "neox", "mo
 const std::vector<std::string> kOrderNames = {"contiguous", "balanced"};
 const std::vector<std::string> kRotationNames = {"none", "hadamard", "random"};
 const std::vector<std::string> kAttnNames = {"codes", "decode"};
+const std::vector<std::string> kCodebookNames = {"f32", "f16"};
+const std::vector<std::string> kWindowTypeNames = {"f16", "q8_0", "q4_0", "int8", "int4"};
 const std::vector<std::string> kScoreNames = {"f32", "int8"};
 
 std::string join_layers(const std::vector<int>& layers) {
@@ -66,7 +69,7 @@ const std::vector<std::string>& PqKvParams::keys() {
     static const std::vector<std::string> k = {"m",     "k_m",   "v_m",    "nbits",    "calib",   "refresh",
                                                "versions", "sinks", "window", "f16_layers", "bits", "ctx", "v_weight",
                                                "page",  "pairs", "order",  "rotation", "k_scale", "v_scale",
-                                               "aug",   "rope_theta", "iters", "seed", "attn", "scores"};
+                                               "aug",   "rope_theta", "iters", "seed", "attn", "scores", "cb", "wq"};
     return k;
 }
 
@@ -92,7 +95,8 @@ PqKvParams PqKvParams::from_spec(const KvSchemeSpec& spec, const KvShape& shape)
     spec.require_known_keys(keys());
     const int D = shape.head_dim;
     PqKvParams p;
-    p.m = int_param(spec, "m", kDefaults.m, 1, D);
+    // Default m: 32, or head_dim / 2 on heads narrower than 64 (dsub 2 keeps RoPE pairs whole).
+    p.m = int_param(spec, "m", std::min(kDefaults.m, std::max(1, D / 2)), 1, D);
     p.k_m = spec.has("k_m") ? int_param(spec, "k_m", 0, 1, D) : 0;
     p.v_m = spec.has("v_m") ? int_param(spec, "v_m", 0, 1, D) : 0;
     p.nbits = int_param(spec, "nbits", kDefaults.nbits, 4, 8);
@@ -132,6 +136,8 @@ PqKvParams PqKvParams::from_spec(const KvSchemeSpec& spec, const KvShape& shape)
     AQPIM_CHECK(seed >= 0, "--kv {}: seed={} must be >= 0", spec.text, seed);
     p.seed = std::uint64_t(seed);
     p.attn = PqAttendMode(choice_param(spec, "attn", kAttnNames, 0));
+    p.f16_codebooks = choice_param(spec, "cb", kCodebookNames, kDefaults.f16_codebooks ? 1 : 0) == 1;
+    p.window_type = kWindowTypeNames[std::size_t(choice_param(spec, "wq", kWindowTypeNames, 0))];
     p.scores = PqScorePath(choice_param(spec, "scores", kScoreNames, 0));
     try {
         p.validate(shape);
@@ -177,7 +183,7 @@ void PqKvParams::validate(const KvShape& shape) const {
     AQPIM_CHECK(scores != PqScorePath::int8 || nbits == 4, "scores=int8 needs nbits=4 (got {})", nbits);
     int Mk = key_m(), Mv = value_m();
     if (bits > 0) {
-        AQPIM_CHECK(m == kDefaults.m && k_m == 0 && v_m == 0, "bits= chooses m; give either bits or m/k_m/v_m");
+        AQPIM_CHECK(k_m == 0 && v_m == 0, "bits= chooses m; give either bits or k_m/v_m");
         const std::vector<int> ck = kv::pq_m_candidates(*this, shape, true), cv = kv::pq_m_candidates(*this, shape, false);
         AQPIM_CHECK(!ck.empty() && !cv.empty(), "bits=: no m fits head_dim {}", D);
         Mk = ck.front();
@@ -190,6 +196,9 @@ void PqKvParams::validate(const KvShape& shape) const {
     AQPIM_CHECK(kp == RopePairs::none || (D / Mk) % 2 == 0,
                 "k_m={}: dsub={} must be even so that no RoPE pair of head_dim {} is split (pairs={})", Mk, D / Mk, D,
                 kPairsNames[int(kp)]);
+    AQPIM_CHECK(std::find(kWindowTypeNames.begin(), kWindowTypeNames.end(), window_type) != kWindowTypeNames.end(),
+                "wq={}: expected f16, q8_0, q4_0, int8 or int4", window_type);
+    kv::pq_window_codec(*this, shape);  // q8_0/q4_0 need head_dim a multiple of 32
     // The quantizers' own checks (Hadamard needs a power-of-two head_dim, ...).
     ProductQuantizer check_k(kv::pq_key_params(*this, shape, Mk));
     ProductQuantizer check_v(kv::pq_value_params(*this, shape, Mv));
@@ -223,6 +232,8 @@ std::string PqKvParams::to_string() const {
     if (seed != kDefaults.seed) add("seed", std::to_string(seed));
     if (attn != kDefaults.attn) add("attn", kAttnNames[int(attn)]);
     if (scores != kDefaults.scores) add("scores", kScoreNames[int(scores)]);
+    if (f16_codebooks != kDefaults.f16_codebooks) add("cb", kCodebookNames[f16_codebooks ? 1 : 0]);
+    if (window_type != kDefaults.window_type) add("wq", window_type);
     return s;
 }
 
@@ -296,9 +307,9 @@ PQParams pq_value_params(const PqKvParams& p, const KvShape& shape, int M) {
     return q;
 }
 
-std::size_t predicted_quantizer_bytes(const PQParams& q) {
+std::size_t predicted_quantizer_bytes(const PQParams& q, bool f16_codebooks) {
     const std::size_t D = std::size_t(q.D);
-    std::size_t b = (std::size_t(1) << q.nbits) * D * 4;  // centroids [M][ksub][dsub] = ksub * D floats
+    std::size_t b = (std::size_t(1) << q.nbits) * D * (f16_codebooks ? 2 : 4);  // centroids [M][ksub][dsub]
     if (q.scale_folding) b += D * 4;
     const bool identity_plan = q.order == SubspaceOrder::contiguous &&
                                is_identity_permutation(make_subspace_plan(q.D, q.M, q.pairs, q.order, nullptr));
@@ -306,6 +317,15 @@ std::size_t predicted_quantizer_bytes(const PQParams& q) {
     if (q.rotation == Rotation::hadamard) b += D * 4;
     if (q.rotation == Rotation::random_orthogonal) b += D * D * 4;
     return b;
+}
+
+std::optional<RowCodec> pq_window_codec(const PqKvParams& p, const KvShape& shape) {
+    const int D = shape.head_dim;
+    if (p.window_type == "q8_0") return RowCodec::ggml_blocks(D, GgmlType::Q8_0);
+    if (p.window_type == "q4_0") return RowCodec::ggml_blocks(D, GgmlType::Q4_0);
+    if (p.window_type == "int8") return RowCodec::affine_groups(D, 8, std::gcd(D, 32));
+    if (p.window_type == "int4") return RowCodec::affine_groups(D, 4, std::gcd(D, 32));
+    return std::nullopt;
 }
 
 std::vector<int> pq_m_candidates(const PqKvParams& p, const KvShape& shape, bool keys) {
@@ -328,15 +348,16 @@ void PqParts::add_to(KvMemory& m) const {
     m.add("page slack", page_slack);
     m.add("codebooks", codebooks);
     m.add("f16 sinks", sinks);
-    m.add("f16 window", window);
-    m.add("f16 pre-calibration", precal);
+    m.add(window_type + " window", window);
+    m.add(window_type + " pre-calibration", precal);
     m.add("dense f16 layers", dense);
 }
 
 PqParts pq_footprint_parts(const PqKvParams& p, const KvShape& shape, const PqLayout& L, std::int64_t n) {
     PqParts parts;
     if (n <= 0) return parts;
-    const std::uint64_t n_kv = std::uint64_t(shape.n_kv_head), row = L.row_bytes;
+    const std::uint64_t n_kv = std::uint64_t(shape.n_kv_head), row = L.row_bytes, tail_row = L.tail_row_bytes;
+    parts.window_type = p.window_type;
     const std::uint64_t coded_rows = std::uint64_t(L.n_coded_layers) * n_kv * 2;  // K and V rows of one token
     const PqSchedule& s = L.sched;
     const std::int64_t k = n - s.sinks;
@@ -344,8 +365,8 @@ PqParts pq_footprint_parts(const PqKvParams& p, const KvShape& shape, const PqLa
     if (k > 0 && L.n_coded_layers > 0) {
         const std::int64_t c = s.coded(n);
         const std::int64_t tail = k - c, win = std::min<std::int64_t>(k, s.window);
-        parts.window = std::uint64_t(win) * coded_rows * row;
-        parts.precal = std::uint64_t(tail - win) * coded_rows * row;
+        parts.window = std::uint64_t(win) * coded_rows * tail_row;
+        parts.precal = std::uint64_t(tail - win) * coded_rows * tail_row;
         const std::int64_t pages = (c + p.page - 1) / p.page;
         parts.codes = std::uint64_t(c) * L.width;
         parts.page_slack = std::uint64_t(pages) * L.code_page_bytes - parts.codes;
@@ -363,6 +384,8 @@ PqLayout make_pq_layout(const PqKvParams& p, const KvShape& shape, std::int64_t 
     PqLayout L;
     L.sched = PqSchedule(p);
     L.row_bytes = std::size_t(shape.head_dim) * 2;
+    const std::optional<RowCodec> tail = pq_window_codec(p, shape);
+    L.tail_row_bytes = tail ? tail->row_bytes() : L.row_bytes;
     L.slot.assign(shape.n_layer, 0);
     L.dense.assign(shape.n_layer, false);
     for (int il = 0; il < shape.n_layer; ++il) {
@@ -377,8 +400,8 @@ PqLayout make_pq_layout(const PqKvParams& p, const KvShape& shape, std::int64_t 
     const std::vector<int> ck = pq_m_candidates(p, shape, true), cv = pq_m_candidates(p, shape, false);
     const int mk0 = p.bits > 0 ? ck.front() : p.key_m(), mv0 = p.bits > 0 ? cv.front() : p.value_m();
     L.codebook_bytes = std::uint64_t(L.n_coded_layers) * n_kv *
-                       (predicted_quantizer_bytes(pq_key_params(p, shape, mk0)) +
-                        predicted_quantizer_bytes(pq_value_params(p, shape, mv0)));
+                       (predicted_quantizer_bytes(pq_key_params(p, shape, mk0), p.f16_codebooks) +
+                        predicted_quantizer_bytes(pq_value_params(p, shape, mv0), p.f16_codebooks));
     const auto width_of = [&](int Mk, int Mv) {
         return std::size_t(L.n_coded_layers) * n_kv * (pq_token_code_bytes(Mk, p.nbits) + pq_token_code_bytes(Mv, p.nbits));
     };
@@ -407,7 +430,7 @@ PqLayout make_pq_layout(const PqKvParams& p, const KvShape& shape, std::int64_t 
         while (w > 0 && code_bytes(w) > have) --w;
         if (w < min_w) {
             const double reach = double(fixed.total() + code_bytes(min_w)) * 8.0 / elements;
-            AQPIM_FAIL("bits={} at context {} is out of reach: f16 sinks/window/pre-calibration tokens, codebooks and "
+            AQPIM_FAIL("bits={} at context {} is out of reach: sinks, window and pre-calibration rows, codebooks and "
                        "dense layers alone take {:.3f} bits/element, and the smallest codes (k_m={}, v_m={}) bring it "
                        "to {:.3f}",
                        p.bits, ctx, double(fixed.total()) * 8.0 / elements, ck.front(), cv.front(), reach);

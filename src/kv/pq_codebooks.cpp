@@ -14,9 +14,36 @@ namespace aqpim::kv {
 
 std::size_t PqLayerVersion::parameter_bytes() const {
     std::size_t b = 0;
-    for (const ProductQuantizer& q : k) b += q.parameter_bytes();
-    for (const ProductQuantizer& q : v) b += q.parameter_bytes();
+    for (const auto* qs : {&k, &v})
+        for (const ProductQuantizer& q : *qs)
+            b += q.parameter_bytes() - (f16() ? std::size_t(q.ksub()) * q.D() * 2 : 0);  // f16: 2 of 4 bytes
     return b;
+}
+
+void PqLayerVersion::store_f16() {
+    if (f16()) return;
+    for (auto [qs, out] : {std::pair{&k, &k16}, std::pair{&v, &v16}}) {
+        out->resize(qs->size());
+        for (std::size_t i = 0; i < qs->size(); ++i) {
+            ProductQuantizer& q = (*qs)[i];
+            const std::size_t n = std::size_t(q.ksub()) * q.D();
+            (*out)[i].resize(n);
+            f32_to_fp16(q.centroids(), (*out)[i].data(), n);
+            q.release_centroids();
+        }
+    }
+}
+
+const ProductQuantizer& PqLayerVersion::quantizer(bool value, int ih, ProductQuantizer& scratch) const {
+    const ProductQuantizer& q = (value ? v : k)[std::size_t(ih)];
+    if (!f16()) return q;
+    thread_local std::vector<float> wide;
+    const AlignedBuffer<f16_t>& c16 = (value ? v16 : k16)[std::size_t(ih)];
+    wide.resize(c16.size());
+    fp16_to_f32(c16.data(), wide.data(), c16.size());
+    scratch = q;
+    scratch.set_centroids(wide.data());
+    return scratch;
 }
 
 namespace {

@@ -7,6 +7,8 @@
 #include <span>
 #include <vector>
 
+#include "aqpim/aligned.h"
+#include "aqpim/half.h"
 #include "aqpim/kv_pq.h"
 
 namespace aqpim::kv {
@@ -14,7 +16,17 @@ namespace aqpim::kv {
 /// The quantizers of one codebook version of one layer: [n_kv_head] each.
 struct PqLayerVersion {
     std::vector<ProductQuantizer> k, v;
+    /// cb=f16: the centroids of k[ih] / v[ih] in f16 [M][ksub][dsub]; the quantizers then hold none.
+    std::vector<AlignedBuffer<f16_t>> k16, v16;
+
+    /// Bytes of the parameters as held: docs/pq-format.md sections, centroids at 2 bytes with cb=f16.
     std::size_t parameter_bytes() const;
+    bool f16() const { return !k16.empty(); }
+    /// Keep the centroids in f16 only: round them once and release the quantizers' f32 copies.
+    void store_f16();
+    /// Quantizer ih of keys or values ready to encode, decode and build tables: the stored one, or
+    /// with f16 codebooks `scratch` set to it with the centroids widened to f32.
+    const ProductQuantizer& quantizer(bool value, int ih, ProductQuantizer& scratch) const;
 };
 
 /// Training rows of one stream: [n][head_dim] per KV head.

@@ -5,10 +5,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "aqpim/kv_pq.h"
 #include "aqpim/pq_codes.h"
+#include "kv/scalar_codec.h"
 
 namespace aqpim::kv {
 
@@ -23,7 +26,10 @@ PQParams pq_value_params(const PqKvParams& p, const KvShape& shape, int M);
 /// parameter_bytes() a quantizer of these parameters will have once trained: its docs/pq-format.md
 /// sections, with a permutation unless the plan is the identity by construction (contiguous order
 /// without NeoX pairs).
-std::size_t predicted_quantizer_bytes(const PQParams& params);
+std::size_t predicted_quantizer_bytes(const PQParams& params, bool f16_codebooks);
+/// The codec of the window and pre-calibration rows (wq=), none for f16; errors on a head_dim the
+/// codec cannot take.
+std::optional<RowCodec> pq_window_codec(const PqKvParams& p, const KvShape& shape);
 /// The m that bits= may choose for keys or values: divisors of head_dim with dsub <= 32, dsub even
 /// for keys with RoPE pairs, M <= 256 with int8 scores; increasing.
 std::vector<int> pq_m_candidates(const PqKvParams& p, const KvShape& shape, bool keys);
@@ -31,6 +37,7 @@ std::vector<int> pq_m_candidates(const PqKvParams& p, const KvShape& shape, bool
 /// Byte counts of one sequence, by part.
 struct PqParts {
     std::uint64_t codes = 0, page_slack = 0, codebooks = 0, sinks = 0, window = 0, precal = 0, dense = 0;
+    std::string window_type = "f16";  ///< names the window and pre-calibration parts
     std::uint64_t total() const { return codes + page_slack + codebooks + sinks + window + precal + dense; }
     void add_to(KvMemory& m) const;  ///< the parts under their memory() names (zero parts too)
 };
@@ -47,6 +54,7 @@ struct PqLayout {
     std::size_t dense_page_bytes = 0;  ///< round_up_64(page * n_dense_layers * n_kv * 2 * D * 2)
     std::uint64_t codebook_bytes = 0;  ///< one version of every coded layer's quantizers (predicted)
     std::size_t row_bytes = 0;         ///< one f16 row: D * 2
+    std::size_t tail_row_bytes = 0;    ///< one window / pre-calibration row as wq= stores it
 };
 
 /// The layout for these parameters; with bits=, the page width solves the budget at `context`

@@ -120,7 +120,7 @@ std::size_t ProductQuantizer::parameter_bytes() const {
 }
 
 void ProductQuantizer::save(std::ostream& out) const {
-    AQPIM_CHECK(trained_, "save: the ProductQuantizer is not trained");
+    AQPIM_CHECK(trained_ && has_centroids(), "save: the ProductQuantizer is not trained or has no codebooks");
     const PQParams& p = params_;
     const bool perm = !is_identity_permutation(perm_);
     const Sections sec = section_bytes(p.D, p.nbits, p.scale_folding, perm, p.rotation);

@@ -224,6 +224,21 @@ void ProductQuantizer::finish_training_() {
     trained_ = true;
 }
 
+void ProductQuantizer::set_centroids(const float* centroids) {
+    AQPIM_CHECK(trained_, "set_centroids: the ProductQuantizer is not trained");
+    const std::size_t n = std::size_t(params_.M) * ksub() * dsub();
+    for (std::size_t i = 0; i < n; ++i)
+        AQPIM_CHECK(std::isfinite(centroids[i]), "set_centroids: centroid value {} is not finite ({})", i, centroids[i]);
+    if (centroids_.size() != n) centroids_.resize(n);
+    std::copy_n(centroids, n, centroids_.data());
+    finish_training_();
+}
+
+void ProductQuantizer::release_centroids() {
+    centroids_ = AlignedBuffer<float>();
+    centroid_norms_ = AlignedBuffer<float>();
+}
+
 KMeansStats ProductQuantizer::train(const float* x, std::int64_t n, const float* weights) {
     AQPIM_CHECK(n >= 1, "empty training set (n={})", n);
     AQPIM_CHECK(n <= INT_MAX, "training set of n={} vectors: at most {}", n, INT_MAX);
@@ -362,7 +377,7 @@ void ProductQuantizer::inverse(const float* y, float* x, std::int64_t n) const {
 // ---- codes --------------------------------------------------------------------------------------
 
 void ProductQuantizer::encode(const float* x, std::int64_t n, std::uint8_t* codes) const {
-    AQPIM_CHECK(trained_, "encode: the ProductQuantizer is not trained");
+    AQPIM_CHECK(trained_ && has_centroids(), "encode: the ProductQuantizer is not trained or has no codebooks");
     AQPIM_CHECK(n >= 0, "encode: n={}: expected >= 0", n);
     const int D = params_.D, M = params_.M, K = ksub(), ds = dsub();
     AlignedBuffer<float> y(identity_ ? 0 : std::size_t(kChunk) * D);  // [kChunk][D] quantizer space
@@ -384,7 +399,7 @@ void ProductQuantizer::encode(const float* x, std::int64_t n, std::uint8_t* code
 }
 
 void ProductQuantizer::decode(const std::uint8_t* codes, std::int64_t n, float* x) const {
-    AQPIM_CHECK(trained_, "decode: the ProductQuantizer is not trained");
+    AQPIM_CHECK(trained_ && has_centroids(), "decode: the ProductQuantizer is not trained or has no codebooks");
     AQPIM_CHECK(n >= 0, "decode: n={}: expected >= 0", n);
     const int D = params_.D, M = params_.M, K = ksub(), ds = dsub();
     for (std::int64_t i = 0; i < n; ++i) {  // x <- y = concatenated centroids (quantizer space)

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <tuple>
 
 #include "aqpim/attention.h"
 #include "aqpim/error.h"
@@ -131,12 +132,22 @@ TEST(PqKvSpec, DefaultsAndCanonicalText) {
     EXPECT_EQ(p.to_string(), "pq");
     const std::string text =
         "pq:k_m=16,v_m=64,nbits=8,calib=100,refresh=128,versions=3,sinks=2,window=16,f16_layers=0+3,page=32,"
-        "pairs=neox,order=contiguous,rotation=hadamard,k_scale=0,v_scale=1,iters=10,seed=9,attn=decode";
+        "pairs=neox,order=contiguous,rotation=hadamard,k_scale=0,v_scale=1,iters=10,seed=9,attn=decode,cb=f16,wq=q4_0";
     const PqKvParams q = PqKvParams::from_spec(parse_kv_scheme(text), shape);
     EXPECT_EQ(q.to_string(), text);
     EXPECT_EQ(q.key_pairs(shape), RopePairs::neox);
     EXPECT_EQ(make_pq_kv_cache(parse_kv_scheme(text), shape)->scheme(), text);
     EXPECT_EQ(PqKvParams::from_spec(parse_kv_scheme("pq:bits=2.5,ctx=1024"), shape).to_string(), "pq:bits=2.5,ctx=1024");
+}
+
+TEST(PqKvSpec, DefaultMFitsNarrowHeads) {
+    // m defaults to 32, or head_dim / 2 below 64 so that dsub 2 keeps RoPE pairs whole; bits= works too.
+    for (auto [D, want] : {std::pair{8, 4}, std::pair{16, 8}, std::pair{64, 32}, std::pair{128, 32}}) {
+        const KvShape shape{2, 1, D, RopePairs::interleaved};
+        EXPECT_EQ(PqKvParams::from_spec(parse_kv_scheme("pq"), shape).key_m(), want) << "head_dim " << D;
+        EXPECT_NO_THROW(make_pq_kv_cache(parse_kv_scheme("pq:bits=6,ctx=512"), shape)) << "head_dim " << D;
+    }
+    EXPECT_THROW(PqKvParams::from_spec(parse_kv_scheme("pq:m=32"), KvShape{2, 1, 8}), Error);
 }
 
 TEST(PqKvSpec, BadSpecsAreErrorsNamingTheKey) {
@@ -161,6 +172,8 @@ TEST(PqKvSpec, BadSpecsAreErrorsNamingTheKey) {
         {"pq:k_scale=2", "k_scale"},
         {"pq:window=-1", "window"},
         {"pq:versions=0", "versions"},
+        {"pq:cb=f8", "cb=f8"},
+        {"pq:wq=q5_1", "wq=q5_1"},
     };
     for (const auto& [spec, needle] : bad) {
         try {
@@ -180,6 +193,9 @@ TEST(PqKvSpec, BadSpecsAreErrorsNamingTheKey) {
     }
     // Hadamard needs a power-of-two head_dim.
     EXPECT_THROW(make_pq_kv_cache(parse_kv_scheme("pq:m=8,rotation=hadamard"), KvShape{1, 1, 48}), Error);
+    // llama.cpp blocks need head_dim a multiple of 32; int groups take any head_dim.
+    EXPECT_THROW(make_pq_kv_cache(parse_kv_scheme("pq:m=8,wq=q8_0"), KvShape{1, 1, 48}), Error);
+    EXPECT_NO_THROW(make_pq_kv_cache(parse_kv_scheme("pq:m=8,wq=int8"), KvShape{1, 1, 48}));
 }
 
 // ---- schedule --------------------------------------------------------------------------------------
@@ -248,6 +264,8 @@ TEST(PqKv, AttentionStaysCloseToF16) {
     };
     const std::vector<Case> cases = {
         {"pq:m=16,calib=256,refresh=0", kTolPq4},
+        {"pq:m=16,calib=256,refresh=0,cb=f16", kTolPq4},
+        {"pq:m=16,calib=256,refresh=0,wq=q8_0", kTolPq4},
         {"pq:m=16,calib=256,refresh=512,versions=3", kTolPq4},
         {"pq:m=16,calib=256,refresh=0,rotation=hadamard", kTolPq4},
         {"pq:m=16,calib=256,refresh=0,order=contiguous,k_scale=0", kTolPq4},
@@ -272,7 +290,8 @@ TEST(PqKv, CodesEqualDecodeThenDense) {
     for (const std::string base : {"pq:m=16,calib=100,refresh=128,versions=4,page=32,window=20,sinks=3",
                                    "pq:m=32,nbits=8,calib=100,refresh=0,rotation=hadamard",
                                    "pq:k_m=8,v_m=64,calib=100,refresh=256,versions=2,v_scale=1",
-                                   "pq:m=16,calib=100,refresh=0,window=0,sinks=0"}) {
+                                   "pq:m=16,calib=100,refresh=0,window=0,sinks=0",
+                                   "pq:m=16,calib=100,refresh=128,versions=2,page=128,cb=f16,wq=int8"}) {
         auto codes = pq_cache(base, shape), dec = pq_cache(base + ",attn=decode", shape);
         for (KvCache* c : {codes.get(), dec.get()}) {
             c->add_sequence(0);
@@ -311,7 +330,10 @@ TEST(PqKv, BatchedAppendsEqualTokenByToken) {
     const KvShape shape = neox_shape(3, 2, 32);
     const int n = 330;
     const Data d = synthetic(shape, n, 2, 8);
-    const std::string spec = "pq:m=8,calib=40,sinks=3,window=10,refresh=64,page=32,versions=3,f16_layers=1";
+  for (const std::string spec : {"pq:m=8,calib=40,sinks=3,window=10,refresh=64,page=32,versions=3,f16_layers=1",
+                                 "pq:m=8,calib=40,sinks=3,window=10,refresh=64,page=32,versions=3,cb=f16",
+                                 "pq:m=8,calib=40,sinks=3,window=10,refresh=64,page=32,versions=3,wq=q4_0"}) {
+    SCOPED_TRACE(spec);
     auto one = pq_cache(spec, shape);
     const auto want = run_chunked(*one, d, std::vector<int>(n, 1));
     std::mt19937 rng(3);
@@ -328,6 +350,7 @@ TEST(PqKv, BatchedAppendsEqualTokenByToken) {
         }
         EXPECT_EQ(c->memory().bytes, one->memory().bytes);
     }
+  }
 }
 
 TEST(PqKv, TinyModelPrefillEqualsStepwiseDecode) {
@@ -425,15 +448,21 @@ TEST(PqKv, MemoryMatchesHandCountedBytes) {
     const int n_kv = 2, D = 32;
     const Data d = synthetic(shape, 400, 1, 6);
     // Layer 2 dense; layers 0 and 1 coded with k_m = 8 (16 bytes per token at 4 bits... 4) and v_m = 16.
-    const std::string spec = "pq:k_m=8,v_m=16,calib=36,sinks=4,window=8,refresh=64,page=32,versions=2,f16_layers=2";
+  // cb=f32 / cb=f16 codebooks; window and pre-calibration rows as f16 (64 bytes), q8_0 (one block:
+  // 32 int8 + f16 scale = 34 bytes) or int4 (one group of 32: 16 bytes of codes + f16 scale and min = 20).
+  for (const auto& [centroid_bytes, wq, tail_row] : {std::tuple{4, "f16", 64}, std::tuple{2, "f16", 64},
+                                                      std::tuple{4, "q8_0", 34}, std::tuple{2, "int4", 20}}) {
+    const std::string spec = std::string("pq:k_m=8,v_m=16,calib=36,sinks=4,window=8,refresh=64,page=32,versions=2,"
+                                         "f16_layers=2") + (centroid_bytes == 2 ? ",cb=f16" : "") + ",wq=" + wq;
+    SCOPED_TRACE(spec);
     auto c = pq_cache(spec, shape);
     c->add_sequence(0);
     const std::uint64_t row = D * 2;                        // one f16 row
     const std::uint64_t width = 2 * n_kv * (8 / 2 + 16 / 2);  // code bytes per token, coded layers
     const std::uint64_t code_page = 32 * width;               // 1536, a multiple of 64
     const std::uint64_t dense_page = 32 * 1 * n_kv * 2 * row; // 8192
-    const std::uint64_t q_k = 16 * D * 4 + D * 4 + D * 4;     // centroids + key scale + permutation
-    const std::uint64_t q_v = 16 * D * 4 + D * 4;             // centroids + permutation
+    const std::uint64_t q_k = 16 * D * centroid_bytes + D * 4 + D * 4;  // centroids + key scale + permutation
+    const std::uint64_t q_v = 16 * D * centroid_bytes + D * 4;          // centroids + permutation
     const std::uint64_t version = 2 * n_kv * (q_k + q_v);
     struct Want {
         int n;
@@ -456,8 +485,8 @@ TEST(PqKv, MemoryMatchesHandCountedBytes) {
             << w.n;
         EXPECT_EQ(part(m, "codebooks"), w.versions * version) << w.n;
         EXPECT_EQ(part(m, "f16 sinks"), std::min(w.n, 4) * 2 * n_kv * 2 * row) << w.n;
-        EXPECT_EQ(part(m, "f16 window"), win * 2 * n_kv * 2 * row) << w.n;
-        EXPECT_EQ(part(m, "f16 pre-calibration"), w.precal * 2 * n_kv * 2 * row) << w.n;
+        EXPECT_EQ(part(m, std::string(wq) + " window"), win * 2 * n_kv * 2 * tail_row) << w.n;
+        EXPECT_EQ(part(m, std::string(wq) + " pre-calibration"), w.precal * 2 * n_kv * 2 * tail_row) << w.n;
         EXPECT_EQ(part(m, "dense f16 layers"), std::uint64_t(w.n) * n_kv * 2 * row) << w.n;
         EXPECT_EQ(part(m, "free pool pages"), 0u);
         EXPECT_EQ(m.n_tokens, w.n);
@@ -466,6 +495,7 @@ TEST(PqKv, MemoryMatchesHandCountedBytes) {
         EXPECT_EQ(f.bytes, m.bytes - part(m, "free pool pages")) << w.n;
     }
     EXPECT_NEAR(c->memory().bits_per_element(shape), double(c->memory().bytes) * 8 / (400.0 * 3 * 2 * 2 * 32), 1e-12);
+  }
 }
 
 // ---- paging and budget ---------------------------------------------------------------------------------

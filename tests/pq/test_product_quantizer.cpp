@@ -197,6 +197,51 @@ TEST(ProductQuantizer, EncodePicksTheNearestCentroid) {
         }
 }
 
+TEST(ProductQuantizer, CentroidsCanBeReleasedAndReplaced) {
+    // The KV cache's cb=f16 keeps codebooks as f16 and hands them back widened: the transforms stay,
+    // encode/decode refuse without codebooks, and the replaced ones are used (norms recomputed).
+    const int D = 32, M = 8, n = 300;
+    auto x = correlated(n, D, 9);
+    PQParams p = params(D, M);
+    p.scale_folding = true;
+    p.order = SubspaceOrder::variance_balanced;
+    ProductQuantizer pq(p);
+    pq.train(x.data(), n);
+    const std::size_t nc = std::size_t(pq.ksub()) * D;
+    std::vector<float> moved(pq.centroids(), pq.centroids() + nc);
+    for (float& c : moved) c += 0.25f;
+    const std::size_t bytes = pq.parameter_bytes();
+    ProductQuantizer shell = pq;
+    shell.release_centroids();
+    EXPECT_FALSE(shell.has_centroids());
+    EXPECT_EQ(shell.parameter_bytes(), bytes);
+    std::vector<std::uint8_t> codes(std::size_t(n) * M);
+    std::vector<float> xr(x.size());
+    EXPECT_THROW(shell.encode(x.data(), n, codes.data()), Error);
+    EXPECT_THROW(shell.decode(codes.data(), 1, xr.data()), Error);
+    moved[5] = NAN;
+    EXPECT_THROW(shell.set_centroids(moved.data()), Error);
+    moved[5] = pq.centroids()[5] + 0.25f;
+    shell.set_centroids(moved.data());
+    ASSERT_TRUE(shell.has_centroids());
+    for (std::size_t i = 0; i < nc; ++i) ASSERT_EQ(shell.centroids()[i], moved[i]);
+    const int K = pq.ksub(), ds = pq.dsub();
+    for (int c = 0; c < M * K; ++c) {
+        float norm = 0;
+        for (int j = 0; j < ds; ++j) norm += moved[c * ds + j] * moved[c * ds + j];
+        ASSERT_NEAR(shell.centroid_norms()[c], norm, 1e-4f * std::max(1.0f, norm));
+    }
+    // Decoding code 0 everywhere gives the moved centroids through the kept transform.
+    std::vector<std::uint8_t> zero(M, 0);
+    std::vector<float> a(D), b(D), ya(D), yb(D);
+    shell.decode(zero.data(), 1, a.data());
+    pq.decode(zero.data(), 1, b.data());
+    shell.forward(a.data(), ya.data(), 1);
+    pq.forward(b.data(), yb.data(), 1);
+    for (int m = 0; m < M; ++m)
+        for (int j = 0; j < ds; ++j) EXPECT_NEAR(ya[m * ds + j] - yb[m * ds + j], 0.25f, 1e-4f);
+}
+
 TEST(ProductQuantizer, ACentroidEncodesToItsCode) {
     const int D = 32, M = 8, n = 400;
     auto x = correlated(n, D, 7);
