@@ -64,6 +64,8 @@ void print_tables(const json& rows) {
 
 }  // namespace
 
+void add_bench_cuda_command(CLI::App& bench);  // tools/bench_cuda.cpp
+
 void add_bench_command(CLI::App& app) {
     auto* bench = app.add_subcommand("bench", "benchmarks (each against its baseline in the same run)");
     bench->require_subcommand(1);
@@ -137,6 +139,7 @@ void add_bench_command(CLI::App& app) {
         else
             print_tables(rows);
     });
+    add_bench_cuda_command(*bench);
 }
 
 }  // namespace aqpim::cli

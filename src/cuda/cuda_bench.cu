@@ -1,0 +1,202 @@
+// Benchmark of the CUDA attention paths (see cuda_bench.h).
+
+#include "cuda/cuda_bench.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <stdexcept>
+
+#include "cuda/attention_common.cuh"
+#include "cuda/cuda_check.h"
+#include "cuda/decompress_fallback.h"
+#include "cuda/dense_attention.h"
+#include "cuda/device_check.h"
+#include "cuda/device_problem.h"
+#include "cuda/pq_attention.h"
+
+namespace aqpim::cuda {
+
+namespace {
+
+/// Times `work` (enqueued on `stream`) with events, after writing `flush` (bigger than L2) so every
+/// repetition starts with a cold cache; median of reps.
+class Timer {
+public:
+    Timer(cudaStream_t stream, std::size_t flush_bytes) : stream_(stream), flush_(flush_bytes) {
+        AQPIM_CUDA(cudaEventCreate(&start_));
+        AQPIM_CUDA(cudaEventCreate(&stop_));
+    }
+    ~Timer() {
+        cudaEventDestroy(start_);
+        cudaEventDestroy(stop_);
+    }
+    double median_ms(const std::function<void()>& work, int reps) {
+        work();  // warm-up: module load, attributes, handles
+        AQPIM_CUDA(cudaStreamSynchronize(stream_));
+        std::vector<float> t(reps);
+        for (float& ms : t) {
+            AQPIM_CUDA(cudaMemsetAsync(flush_.as<void>(), 0, flush_.size(), stream_));
+            AQPIM_CUDA(cudaEventRecord(start_, stream_));
+            work();
+            AQPIM_CUDA(cudaEventRecord(stop_, stream_));
+            AQPIM_CUDA(cudaEventSynchronize(stop_));
+            AQPIM_CUDA(cudaEventElapsedTime(&ms, start_, stop_));
+        }
+        std::sort(t.begin(), t.end());
+        return t[t.size() / 2];
+    }
+private:
+    cudaStream_t stream_;
+    DeviceBytes flush_;
+    cudaEvent_t start_{}, stop_{};
+};
+
+/// A CUDA graph of what `enqueue` puts on the stream, replayed by launch().
+class Graph {
+public:
+    Graph(cudaStream_t stream, const std::function<void()>& enqueue) : stream_(stream) {
+        enqueue();  // once outside the capture: function attributes, cuBLAS workspace
+        AQPIM_CUDA(cudaStreamSynchronize(stream));
+        AQPIM_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+        enqueue();
+        cudaGraph_t g;
+        AQPIM_CUDA(cudaStreamEndCapture(stream, &g));
+        AQPIM_CUDA(cudaGraphInstantiate(&exec_, g, 0));
+        cudaGraphDestroy(g);
+    }
+    ~Graph() { cudaGraphExecDestroy(exec_); }
+    void launch() const { AQPIM_CUDA(cudaGraphLaunch(exec_, stream_)); }
+private:
+    cudaStream_t stream_;
+    cudaGraphExec_t exec_{};
+};
+
+CudaDeviceFigures device_figures(cudaStream_t stream) {
+    CudaDeviceFigures f;
+    cudaDeviceProp prop{};
+    AQPIM_CUDA(cudaGetDeviceProperties(&prop, 0));
+    f.name = prop.name;
+    f.sms = prop.multiProcessorCount;
+    f.l2_mb = prop.l2CacheSize / 1048576.0;
+    int clock_khz = 0, mem_khz = 0, bus_bits = 0;
+    AQPIM_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+    AQPIM_CUDA(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, 0));
+    AQPIM_CUDA(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0));
+    f.sm_clock_ghz = clock_khz / 1e6;
+    f.peak_gbps = 2.0 * mem_khz * 1e3 * bus_bits / 8 / 1e9;
+    f.smem_peak_gbps = 128.0 * f.sms * f.sm_clock_ghz;
+    const std::size_t n = std::size_t(2) << 30;
+    DeviceBytes a(n), b(n);
+    AQPIM_CUDA(cudaMemsetAsync(a.as<void>(), 1, n, stream));
+    Timer timer(stream, 1 << 20);
+    const double ms = timer.median_ms([&] { AQPIM_CUDA(cudaMemcpyAsync(b.as<void>(), a.as<void>(), n, cudaMemcpyDeviceToDevice, stream)); }, 5);
+    f.copy_gbps = 2.0 * n / (ms * 1e6);
+    return f;
+}
+
+/// Shared-memory bytes the PQ kernel moves per coded token of one KV head (docs/cuda.md):
+/// table lookups, histogram read-modify-writes, staging writes and the code reads of both passes.
+double pq_smem_bytes_per_token(int nq_template, int Mk, int Mv) {
+    return 4.0 * nq_template * Mk + 8.0 * nq_template * Mv + (block_bytes(Mk) + block_bytes(Mv)) / 32.0 +
+           4.0 * ((Mk + 3) / 4) + 4.0 * Mv;
+}
+
+CudaBenchRow row(const char* section, const char* kernel, int batch, int ctx, double ms, double bytes,
+                 const CudaDeviceFigures& f) {
+    CudaBenchRow r;
+    r.section = section;
+    r.kernel = kernel;
+    r.batch = batch;
+    r.context = ctx;
+    r.ms = ms;
+    r.mbytes = bytes / 1e6;
+    r.gbps = bytes / (ms * 1e6);
+    r.pct_peak = 100.0 * r.gbps / f.peak_gbps;
+    r.pct_copy = 100.0 * r.gbps / f.copy_gbps;
+    return r;
+}
+
+}  // namespace
+
+CudaBenchReport run_cuda_bench(const CudaBenchOptions& opt) {
+    const std::string why = cuda_device_unavailable();
+    if (!why.empty()) throw std::runtime_error(why);
+    cudaStream_t stream;
+    AQPIM_CUDA(cudaStreamCreate(&stream));
+    CudaBenchReport rep;
+    rep.device = device_figures(stream);
+    const CudaDeviceFigures& f = rep.device;
+    Timer timer(stream, std::size_t(std::max(64.0, 4 * f.l2_mb)) << 20);
+    const int nq_template = group_instance(opt.n_q);
+    for (int batch : opt.batches)
+        for (int ctx : opt.contexts) {
+            const AttentionShape shape{batch, opt.n_kv, opt.n_q, opt.D, 1.0f / std::sqrt(float(opt.D))};
+            const int target_chunks = std::max(1, (4 * f.sms + batch * opt.n_kv - 1) / (batch * opt.n_kv));
+            // Dense f16 over all ctx tokens.
+            const int chunk_tokens = std::max(256, (ctx / target_chunks + 255) / 256 * 256);
+            double dense_ms = 0;
+            {
+                const DeviceDenseProblem d(shape, ctx, chunk_tokens, opt.seed);
+                const Graph g(stream, [&] { launch_dense_attention(d.params(), stream); });
+                dense_ms = timer.median_ms([&] { g.launch(); }, opt.reps);
+                CudaBenchRow r = row("attention", "dense_f16", batch, ctx, dense_ms, double(d.min_bytes()), f);
+                r.vs_dense = 1.0;
+                rep.rows.push_back(r);
+            }
+            // PQ: sinks + window in f16, the rest coded over `versions` codebook versions.
+            PqProblemSpec spec;
+            spec.shape = shape;
+            spec.Mk = spec.Mv = opt.M;
+            spec.page_tokens = opt.page;
+            spec.n_versions = opt.versions;
+            const int coded = std::max(0, ctx - opt.sinks - opt.window);
+            spec.n_coded = {coded};
+            spec.n_f16 = {ctx - coded};
+            const int pages = (coded + opt.page - 1) / opt.page;
+            spec.chunk_pages = std::max(1, (pages + target_chunks - 1) / target_chunks);
+            spec.fill_data = false;
+            spec.seed = opt.seed;
+            const HostPqProblem h = make_random_pq_problem(spec);
+            const DevicePqProblem d(h, opt.seed);
+            const Graph attn(stream, [&] { launch_pq_attention(d.params(), stream); });
+            const double pq_ms = timer.median_ms([&] { attn.launch(); }, opt.reps);
+            CudaBenchRow r = row("attention", "pq", batch, ctx, pq_ms, double(d.min_bytes()), f);
+            const double smem = pq_smem_bytes_per_token(nq_template, opt.M, opt.M) * coded * opt.n_kv * batch;
+            r.smem_gbps = smem / (pq_ms * 1e6);
+            r.pct_smem = 100.0 * r.smem_gbps / f.smem_peak_gbps;
+            r.vs_dense = dense_ms / pq_ms;
+            rep.rows.push_back(r);
+
+            // Encode of the step's new token (every KV head, K and V), alone and in one graph with attention.
+            const std::vector<float> new_kv(std::size_t(batch) * opt.n_kv * opt.D * 2, 0.5f);
+            const DeviceBytes dnew = upload(new_kv);
+            const float* k_new = dnew.as<float>();
+            const float* v_new = k_new + std::size_t(batch) * opt.n_kv * opt.D;
+            const Graph enc(stream, [&] { launch_pq_encode(d.params(), k_new, v_new, d.pool(), stream); });
+            const Graph both(stream, [&] {
+                launch_pq_encode(d.params(), k_new, v_new, d.pool(), stream);
+                launch_pq_attention(d.params(), stream);
+            });
+            const double enc_ms = timer.median_ms([&] { enc.launch(); }, opt.reps);
+            const double both_ms = timer.median_ms([&] { both.launch(); }, opt.reps);
+            CudaBenchRow e = row("encode", "encode", batch, ctx, enc_ms, double(new_kv.size()) * 4, f);
+            e.vs_dense = 100.0 * enc_ms / pq_ms;
+            rep.rows.push_back(e);
+            CudaBenchRow eb = row("encode", "pq+encode (graph)", batch, ctx, both_ms, double(d.min_bytes()), f);
+            eb.vs_dense = 100.0 * (both_ms - pq_ms) / pq_ms;
+            rep.rows.push_back(eb);
+
+            if (opt.fallback) {
+                DecompressFallback fb(shape, ctx);
+                const double fb_ms = timer.median_ms([&] { fb.run(d.params(), stream); }, opt.reps);
+                CudaBenchRow x = row("attention", "decompress_cublas", batch, ctx, fb_ms, double(fb.bytes_moved(d.params(), ctx)), f);
+                x.vs_dense = dense_ms / fb_ms;
+                rep.rows.push_back(x);
+            }
+        }
+    AQPIM_CUDA(cudaStreamDestroy(stream));
+    return rep;
+}
+
+}  // namespace aqpim::cuda

@@ -1,0 +1,52 @@
+// Dense f16 flash-decoding baseline: grid (n_chunks, n_kv, batch), 4 warps per block; block
+// (c, kv, b) attends rows [c * chunk_tokens, (c + 1) * chunk_tokens) of (b, kv) with the f16-row
+// warp loop (16-byte loads, 4 rows per lane in flight), then launch_combine merges the chunks.
+
+#include "cuda/attention_common.cuh"
+#include "cuda/cuda_check.h"
+#include "cuda/dense_attention.h"
+
+namespace aqpim::cuda {
+
+namespace {
+
+template <int NQ, int D>
+__global__ void __launch_bounds__(kThreads) dense_attention_kernel(DenseAttentionParams p) {
+    __shared__ BlockState<NQ, D> st;
+    __shared__ float qs[NQ][D];
+    const int chunk = blockIdx.x, kv = blockIdx.y, b = blockIdx.z, n_q = p.shape.n_q, n_kv = p.shape.n_kv;
+    block_state_init(st);
+    load_scaled_queries(p.q + (std::int64_t(b) * n_kv + kv) * n_q * D, n_q, p.shape.scale, qs);
+    __syncthreads();
+    const std::int64_t base = (std::int64_t(b) * n_kv + kv) * p.max_tokens * D;
+    const std::int64_t r0 = std::int64_t(chunk) * p.chunk_tokens;
+    const std::int64_t r1 = min(r0 + p.chunk_tokens, std::int64_t(p.n_tokens[b]));
+    attend_f16_rows(qs, p.k + base, p.v + base, r0, r1 > r0 ? r1 : r0, st);
+    block_merge_warps(st);
+    write_partial(st, n_q, p.part_ml, p.part_acc, (std::int64_t(b) * n_kv + kv) * p.n_chunks + chunk);
+}
+
+template <int NQ, int D>
+void launch_dense_kernel(const DenseAttentionParams& p, cudaStream_t stream) {
+    dense_attention_kernel<NQ, D><<<dim3(p.n_chunks, p.shape.n_kv, p.shape.batch), kThreads, 0, stream>>>(p);
+    AQPIM_CUDA_LAUNCHED();
+}
+
+struct DenseLaunch {
+    const DenseAttentionParams& p;
+    cudaStream_t stream;
+    template <int NQ, int D>
+    void operator()() const { launch_dense_kernel<NQ, D>(p, stream); }
+};
+
+}  // namespace
+
+void launch_dense_attention(const DenseAttentionParams& p, cudaStream_t stream) {
+    check_attention_shape(p.shape);
+    AQPIM_CUDA_REQUIRE(p.chunk_tokens > 0 && p.n_chunks * std::int64_t(p.chunk_tokens) >= p.max_tokens,
+                       "chunks must cover max_tokens");
+    dispatch_instance(p.shape, DenseLaunch{p, stream});
+    launch_combine(p.shape, p.n_chunks, p.part_ml, p.part_acc, p.out, stream);
+}
+
+}  // namespace aqpim::cuda

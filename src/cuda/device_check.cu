@@ -1,0 +1,150 @@
+// GPU checks of the CUDA kernels against the double-precision reference (see device_check.h).
+
+#include "cuda/device_check.h"
+
+#include <random>
+
+#include "cuda/cuda_check.h"
+#include "cuda/decompress_fallback.h"
+#include "cuda/dense_attention.h"
+#include "cuda/device_problem.h"
+#include "cuda/host_problem.h"
+#include "cuda/pq_attention.h"
+
+namespace aqpim::cuda {
+
+namespace {
+
+constexpr double kF32Tol = 1e-4;   // f32 arithmetic, __expf
+constexpr double kF16Tol = 1e-2;   // the fallback rounds rows and weights to f16
+
+std::string describe(const PqProblemSpec& s) {
+    std::string n;
+    for (int x : s.n_coded) n += (n.empty() ? "" : ",") + std::to_string(x);
+    return "B=" + std::to_string(s.shape.batch) + " kv=" + std::to_string(s.shape.n_kv) + " g=" +
+           std::to_string(s.shape.n_q) + " D=" + std::to_string(s.shape.D) + " Mk=" + std::to_string(s.Mk) +
+           " Mv=" + std::to_string(s.Mv) + " page=" + std::to_string(s.page_tokens) + " ver=" +
+           std::to_string(s.n_versions) + " coded=" + n;
+}
+
+std::vector<PqProblemSpec> pq_specs() {
+    return {
+        pq_spec(1, 1, 1, 64, 16, 16, 32, 1, {32}, {0}, 1, 1),
+        pq_spec(2, 2, 4, 128, 32, 32, 64, 2, {300, 451}, {20, 68}, 2, 2),
+        pq_spec(3, 2, 3, 64, 32, 16, 32, 3, {1000, 37, 640}, {4}, 3, 3),
+        pq_spec(1, 4, 8, 128, 64, 64, 256, 4, {5000}, {68}, 4, 4),
+        pq_spec(4, 8, 4, 128, 32, 32, 256, 8, {32768, 1, 4097, 0}, {68}, 8, 5),
+        pq_spec(2, 1, 7, 128, 16, 32, 128, 1, {129, 0}, {0, 5}, 1, 6),
+    };
+}
+
+}  // namespace
+
+std::string cuda_device_unavailable() {
+    int n = 0;
+    const cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        return std::string("no GPU: cudaGetDeviceCount says ") + cudaGetErrorString(err);
+    }
+    return n > 0 ? "" : "no GPU: no CUDA device found";
+}
+
+std::vector<DeviceCheck> check_pq_attention() {
+    std::vector<DeviceCheck> out;
+    for (const PqProblemSpec& spec : pq_specs()) {
+        const HostPqProblem h = make_random_pq_problem(spec);
+        const std::vector<double> ref = reference_attention(h);
+        const DevicePqProblem d(h);
+        d.poison_out(nullptr);
+        launch_pq_attention(d.params(), nullptr);
+        AQPIM_CUDA(cudaDeviceSynchronize());
+        const std::vector<float> got = d.download_out();
+        out.push_back({"pq_attention " + describe(spec), max_relative_error(got.data(), ref.data(), ref.size()), kF32Tol});
+    }
+    return out;
+}
+
+std::vector<DeviceCheck> check_dense_attention() {
+    std::vector<DeviceCheck> out;
+    for (const PqProblemSpec& spec : {pq_spec(1, 1, 1, 64, 16, 16, 32, 1, {0}, {1}, 1, 11),
+                                      pq_spec(2, 2, 4, 128, 32, 32, 32, 1, {0}, {3000, 17}, 1, 12),
+                                      pq_spec(3, 4, 8, 128, 32, 32, 32, 1, {0}, {2049, 4096, 1000}, 1, 13),
+                                      pq_spec(2, 2, 5, 64, 32, 32, 32, 1, {0}, {777}, 1, 14)}) {
+        const HostPqProblem h = make_random_pq_problem(spec);
+        const std::vector<double> ref = reference_attention(h);
+        for (int chunk : {256, 1024}) {
+            const DeviceDenseProblem d(h, chunk);
+            d.poison_out(nullptr);
+            launch_dense_attention(d.params(), nullptr);
+            AQPIM_CUDA(cudaDeviceSynchronize());
+            const std::vector<float> got = d.download_out();
+            out.push_back({"dense_f16 chunk=" + std::to_string(chunk) + " " + describe(spec),
+                           max_relative_error(got.data(), ref.data(), ref.size()), kF32Tol});
+        }
+    }
+    return out;
+}
+
+std::vector<DeviceCheck> check_encode() {
+    std::vector<DeviceCheck> out;
+    for (const PqProblemSpec& spec : {pq_spec(3, 4, 4, 128, 32, 64, 64, 2, {65, 1, 200}, {0}, 1, 21),
+                                      pq_spec(2, 2, 1, 64, 16, 32, 32, 1, {32, 17}, {0}, 1, 22)}) {
+        HostPqProblem h = make_random_pq_problem(spec);
+        const PqAttentionParams& p = h.dims;
+        const int D = p.shape.D, n_kv = p.shape.n_kv, batch = p.shape.batch;
+        std::mt19937_64 rng(spec.seed);
+        std::normal_distribution<float> gauss(0.0f, 2.0f);
+        std::vector<float> k_new(std::size_t(batch) * n_kv * D), v_new(k_new.size());
+        for (float& x : k_new) x = gauss(rng);
+        for (float& x : v_new) x = gauss(rng);
+        // The new token's nibbles are zero (a page is zeroed when handed out).
+        std::vector<std::uint8_t> zeros(64, 0), expect_codes;
+        for (int b = 0; b < batch; ++b)
+            for (int kv = 0; kv < n_kv; ++kv)
+                for (int values = 0; values < 2; ++values) store_codes(h, b, kv, values, h.n_coded[b] - 1, zeros.data());
+        HostPqProblem want = h;
+        for (int b = 0; b < batch; ++b)
+            for (int kv = 0; kv < n_kv; ++kv)
+                for (int values = 0; values < 2; ++values) {
+                    const int M = values ? p.Mv : p.Mk, t = h.n_coded[b] - 1;
+                    const int ver = h.page_version[std::size_t(b) * p.max_pages + t / p.page_tokens];
+                    std::vector<std::uint8_t> c(M);
+                    const float* x = (values ? v_new : k_new).data() + (std::size_t(b) * n_kv + kv) * D;
+                    for (int m = 0; m < M; ++m) c[m] = std::uint8_t(host_nearest_code(h, b, ver, kv, values, x, m));
+                    store_codes(want, b, kv, values, t, c.data());
+                }
+        const DevicePqProblem d(h);
+        const DeviceBytes dk = upload(k_new), dv = upload(v_new);
+        launch_pq_encode(d.params(), dk.as<float>(), dv.as<float>(), d.pool(), nullptr);
+        AQPIM_CUDA(cudaDeviceSynchronize());
+        const std::vector<std::uint8_t> got = d.download_pool();
+        std::size_t differ = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) differ += got[i] != want.pool[i];
+        // Device and host run the same nearest_code; only a near-tie under FMA contraction may differ.
+        out.push_back({"pq_encode " + describe(spec) + " (fraction of pool bytes differing)",
+                       double(differ) / double(got.size()), 1e-3});
+    }
+    return out;
+}
+
+std::vector<DeviceCheck> check_decompress_fallback() {
+    std::vector<DeviceCheck> out;
+    for (const PqProblemSpec& spec : {pq_spec(2, 2, 4, 128, 32, 32, 64, 2, {300, 451}, {20, 68}, 2, 31),
+                                      pq_spec(1, 4, 8, 64, 16, 32, 256, 1, {3000}, {4}, 4, 32)}) {
+        const HostPqProblem h = make_random_pq_problem(spec);
+        const std::vector<double> ref = reference_attention(h);
+        const DevicePqProblem d(h);
+        int rows = 0;
+        for (int b = 0; b < spec.shape.batch; ++b) rows = std::max(rows, h.n_coded[b] + h.n_f16[b]);
+        DecompressFallback fb(h.dims.shape, rows);
+        d.poison_out(nullptr);
+        fb.run(d.params(), nullptr);
+        AQPIM_CUDA(cudaDeviceSynchronize());
+        const std::vector<float> got = d.download_out();
+        out.push_back({"decompress_cublas " + describe(spec), max_relative_error(got.data(), ref.data(), ref.size()), kF16Tol});
+    }
+    return out;
+}
+
+}  // namespace aqpim::cuda

@@ -1,0 +1,212 @@
+// Fused decode attention over 4-bit PQ codes, flash-decoding style.
+//
+// Grid (n_chunks + 1, n_kv, batch), 4 warps per block. Block (c < n_chunks, kv, b) attends pages
+// [c * chunk_pages, (c + 1) * chunk_pages) of sequence b's coded tokens for KV head kv's whole GQA
+// group; block c = n_chunks attends the f16 rows (sinks and window). Each writes a partial
+// (max, sum, accumulator); launch_combine merges them (split-K reduction).
+//
+// Inside a coded block: when the page's codebook version changes, the group's queries are moved
+// into that version's quantizer space and its lookup tables LUT[h][m][16] built in shared memory.
+// Each warp takes 32-token code blocks in turn: the block's K and V codes are copied with 16-byte
+// loads into a padded shared-memory stage; lane t scores token t from the tables; an online softmax
+// per warp; then the weights go into the warp's value histogram hist[h][16][Mv] (lane = subspace,
+// no atomics, no decoded vectors). A version change or the end flushes the histograms through the
+// value codebook (original space, via perm and gain) into the block's state.
+
+#include "cuda/attention_common.cuh"
+#include "cuda/cuda_check.h"
+#include "cuda/pq_attention.h"
+
+namespace aqpim::cuda {
+
+namespace {
+
+/// Dynamic shared memory of one block, in floats / dwords.
+struct PqSmem {
+    int lut, qy, hist, stage_k, stage_v;  // offsets
+    int total;
+    __host__ __device__ PqSmem(int nq, int D, int Mk, int Mv) {
+        const int gk = (Mk + 3) / 4 * kStageGroupDwords, gv = (Mv + 3) / 4 * kStageGroupDwords;
+        lut = 0;
+        qy = lut + nq * Mk * kKsub;
+        hist = qy + nq * D;
+        stage_k = hist + kWarps * nq * kKsub * Mv;
+        stage_v = stage_k + kWarps * gk;
+        total = stage_v + kWarps * gv;
+    }
+};
+
+/// Copy one block's n_dw dwords (16-byte loads) into the padded stage.
+__device__ __forceinline__ void stage_block(const std::uint32_t* src, int n_dw, std::uint32_t* dst, int lane) {
+    for (int i4 = lane; i4 * 4 < n_dw; i4 += 32) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(src) + i4);
+        const int o = staged_dword(4 * i4);
+        dst[o] = v.x;
+        dst[o + 1] = v.y;
+        dst[o + 2] = v.z;
+        dst[o + 3] = v.w;
+    }
+}
+
+template <int NQ, int D>
+__global__ void __launch_bounds__(kThreads) pq_attention_kernel(PqAttentionParams p) {
+    __shared__ BlockState<NQ, D> st;
+    extern __shared__ float dyn[];
+    const int chunk = blockIdx.x, kv = blockIdx.y, b = blockIdx.z;
+    const int n_q = p.shape.n_q, n_kv = p.shape.n_kv, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const std::int64_t part_slot = (std::int64_t(b) * n_kv + kv) * (p.n_chunks + 1) + chunk;
+    const float* q = p.q + (std::int64_t(b) * n_kv + kv) * n_q * D;
+    block_state_init(st);
+
+    if (chunk == p.n_chunks) {  // the f16 sinks and window
+        __shared__ float qs[NQ][D];
+        load_scaled_queries(q, n_q, p.shape.scale, qs);
+        __syncthreads();
+        const std::int64_t base = (std::int64_t(b) * n_kv + kv) * p.max_f16 * D;
+        attend_f16_rows(qs, p.k16 + base, p.v16 + base, 0, p.n_f16[b], st);
+        block_merge_warps(st);
+        write_partial(st, n_q, p.part_ml, p.part_acc, part_slot);
+        return;
+    }
+
+    const int Mk = p.Mk, Mv = p.Mv, kdw = block_dwords(Mk), vdw = block_dwords(Mv);
+    const PqSmem lay(NQ, D, Mk, Mv);
+    float* lut = dyn + lay.lut;
+    float* qy = dyn + lay.qy;
+    float* hist = dyn + lay.hist + warp * NQ * kKsub * Mv;  // this warp's [NQ][16][Mv]
+    std::uint32_t* sk = reinterpret_cast<std::uint32_t*>(dyn + lay.stage_k) + warp * (kdw / kGroupDwords) * kStageGroupDwords;
+    std::uint32_t* sv = reinterpret_cast<std::uint32_t*>(dyn + lay.stage_v) + warp * (vdw / kGroupDwords) * kStageGroupDwords;
+    for (int i = lane; i < NQ * kKsub * Mv; i += 32) hist[i] = 0.0f;
+
+    const int n_coded = p.n_coded[b];
+    const int n_pages = (n_coded + p.page_tokens - 1) / p.page_tokens;
+    const int page_end = min((chunk + 1) * p.chunk_pages, n_pages);
+    float mw[NQ], lw[NQ];
+#pragma unroll
+    for (int h = 0; h < NQ; ++h) {
+        mw[h] = kNegInf;
+        lw[h] = 0.0f;
+    }
+    PqCodebookView vcb{};
+    int cur = -1;
+
+    // Histograms of this version -> block state (original space); resets the warps' states.
+    const auto flush = [&]() {
+        __syncwarp();
+#pragma unroll
+        for (int h = 0; h < NQ; ++h) {
+            const float l = warp_sum(lw[h]);
+            if (lane == 0) {
+                st.wm[warp][h] = mw[h];
+                st.wl[warp][h] = l;
+            }
+            mw[h] = kNegInf;
+            lw[h] = 0.0f;
+        }
+        for (int i = lane; i < NQ * D; i += 32) {
+            const int h = i / D, y = i % D;
+            st.wacc[warp][h][value_dim(vcb, y)] =
+                value_gain(vcb, y) * hist_times_centroids(hist + h * kKsub * Mv, Mv, vcb.cb, D / Mv, y);
+        }
+        __syncwarp();
+        for (int i = lane; i < NQ * kKsub * Mv; i += 32) hist[i] = 0.0f;
+        block_merge_warps(st);
+    };
+
+    for (int pg = chunk * p.chunk_pages; pg < page_end; ++pg) {
+        const std::int64_t pt = std::int64_t(b) * p.max_pages + pg;
+        const int ver = p.page_version[pt];
+        if (ver != cur) {  // block-uniform
+            if (cur >= 0) flush();
+            const std::int64_t cs = codebook_slot(p, b, ver, kv);
+            const PqCodebookView kcb = codebook_view(p, cs, false);
+            vcb = codebook_view(p, cs, true);
+            __syncthreads();  // the previous version's tables are no longer read
+            for (int i = threadIdx.x; i < NQ * D; i += blockDim.x)
+                qy[i] = i / D < n_q ? query_in_quantizer_space(q + (i / D) * D, kcb, p.shape.scale, i % D) : 0.0f;
+            __syncthreads();
+            for (int i = threadIdx.x; i < NQ * Mk * kKsub; i += blockDim.x) {
+                const int h = i / (Mk * kKsub), r = i % (Mk * kKsub);
+                lut[i] = lut_entry(qy + h * D, kcb.cb, D / Mk, r / kKsub, r % kKsub);
+            }
+            __syncthreads();
+            cur = ver;
+        }
+        const std::uint8_t* page = p.pool + p.page_offset[pt];
+        const auto* kblocks = reinterpret_cast<const std::uint32_t*>(page + p.k_stream_off[kv]);
+        const auto* vblocks = reinterpret_cast<const std::uint32_t*>(page + p.v_stream_off[kv]);
+        const int n_tok = min(p.page_tokens, n_coded - pg * p.page_tokens);
+        const int n_blocks = (n_tok + kBlockTokens - 1) / kBlockTokens;
+        for (int blk = warp; blk < n_blocks; blk += kWarps) {
+            stage_block(kblocks + std::int64_t(blk) * kdw, kdw, sk, lane);
+            stage_block(vblocks + std::int64_t(blk) * vdw, vdw, sv, lane);
+            __syncwarp();
+            const int valid = min(kBlockTokens, n_tok - blk * kBlockTokens);
+            float pr[NQ], alpha[NQ];
+            bool grow = false;
+#pragma unroll
+            for (int h = 0; h < NQ; ++h) {
+                const float s = lane < valid ? token_score(lut + h * Mk * kKsub, sk, kStageGroupDwords, lane, Mk) : kNegInf;
+                const float mn = fmaxf(mw[h], warp_max(s));
+                alpha[h] = rescale(mw[h], mn);
+                grow |= mw[h] != kNegInf && mn > mw[h];
+                mw[h] = mn;
+                pr[h] = lane < valid ? hd_exp(s - mn) : 0.0f;
+                lw[h] = lw[h] * alpha[h] + pr[h];
+            }
+            if (grow)  // warp-uniform: the max moved, earlier weights shrink
+                for (int mm = lane; mm < Mv; mm += 32)
+#pragma unroll
+                    for (int h = 0; h < NQ; ++h)
+                        for (int c = 0; c < kKsub; ++c) hist[(h * kKsub + c) * Mv + mm] *= alpha[h];
+            for (int t = 0; t < valid; ++t) {
+                float ph[NQ];
+#pragma unroll
+                for (int h = 0; h < NQ; ++h) ph[h] = __shfl_sync(0xffffffffu, pr[h], t);
+                for (int mm = lane; mm < Mv; mm += 32) {
+                    const int c = code4(sv, kStageGroupDwords, t, mm);
+#pragma unroll
+                    for (int h = 0; h < NQ; ++h) hist[(h * kKsub + c) * Mv + mm] += ph[h];
+                }
+            }
+            __syncwarp();
+        }
+    }
+    if (cur >= 0)
+        flush();
+    else
+        __syncthreads();  // a chunk without pages: the initialised state is written as is
+    write_partial(st, n_q, p.part_ml, p.part_acc, part_slot);
+}
+
+template <int NQ, int D>
+void launch_pq_kernel(const PqAttentionParams& p, cudaStream_t stream) {
+    const PqSmem lay(NQ, D, p.Mk, p.Mv);
+    const std::size_t bytes = std::size_t(lay.total) * 4;
+    auto* kernel = pq_attention_kernel<NQ, D>;
+    AQPIM_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    const dim3 grid(p.n_chunks + 1, p.shape.n_kv, p.shape.batch);
+    kernel<<<grid, kThreads, bytes, stream>>>(p);
+    AQPIM_CUDA_LAUNCHED();
+}
+
+struct PqLaunch {
+    const PqAttentionParams& p;
+    cudaStream_t stream;
+    template <int NQ, int D>
+    void operator()() const { launch_pq_kernel<NQ, D>(p, stream); }
+};
+
+}  // namespace
+
+std::size_t pq_attention_smem_bytes(const PqAttentionParams& p) {
+    return std::size_t(PqSmem(group_instance(p.shape.n_q), p.shape.D, p.Mk, p.Mv).total) * 4;
+}
+
+void launch_pq_attention(const PqAttentionParams& p, cudaStream_t stream) {
+    check_pq_attention_params(p);
+    dispatch_instance(p.shape, PqLaunch{p, stream});
+    launch_combine(p.shape, p.n_chunks + 1, p.part_ml, p.part_acc, p.out, stream);
+}
+
+}  // namespace aqpim::cuda

@@ -1,0 +1,24 @@
+#pragma once
+// Launchers of the CUDA PQ decode attention (pq_attention.cu), encode (pq_encode.cu) and the
+// decompress + cuBLAS fallback (pq_decompress.cu). Parameters: attention_params.h.
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "cuda/attention_params.h"
+
+namespace aqpim::cuda {
+
+/// Fused PQ attention of every (sequence, KV head) and the reduction across chunks into p.out.
+void launch_pq_attention(const PqAttentionParams& p, cudaStream_t stream);
+/// Dynamic shared memory one block of the PQ kernel takes.
+std::size_t pq_attention_smem_bytes(const PqAttentionParams& p);
+
+/// Encode one new key and value per (sequence, KV head) at coded index n_coded[b] - 1 into its page
+/// (the page's nibbles must be zero: pages are zeroed when handed out and a token is coded once).
+/// k_new, v_new [batch][n_kv][D] original space; pool is p.pool, writable.
+void launch_pq_encode(const PqAttentionParams& p, const float* k_new, const float* v_new, std::uint8_t* pool,
+                      cudaStream_t stream);
+
+}  // namespace aqpim::cuda

@@ -1,0 +1,142 @@
+#pragma once
+// Per-thread arithmetic of the CUDA PQ kernels (encode, attention, decompress), shared with the
+// CPU tests. Layouts are the CPU's (aqpim/pq_codes.h, docs/pq-kernels.md): tokens in blocks of 32;
+// a 4-bit block is ceil(M/4) groups of 16 dwords, dword i of group g packing, for subspace 4g+j,
+// token i in bits [8j, 8j+4) and token i+16 in bits [8j+4, 8j+8).
+//
+// Codebook versions are read in the quantizer's space without a rotation (the CUDA path checks
+// that when it uploads them, src/cuda/pq_upload.cpp): with P the permutation and s the scale
+// (gain, ones when scale folding is off),
+//   key/query:  y[i] = x[perm[i]] / s[perm[i]],   qy[i] = q[perm[i]] * s[perm[i]]
+//   values:     x[perm[i]] = s[perm[i]] * y[i]
+// so scores need LUT[h][m][c] = qy_h[m] · C[m][c] and values need only a scatter through perm.
+
+#include <cstdint>
+
+#include "cuda/hd.h"
+
+namespace aqpim::cuda {
+
+inline constexpr int kBlockTokens = 32;
+inline constexpr int kKsub = 16;             ///< the CUDA kernels read 4-bit codes only
+inline constexpr int kGroupDwords = 16;      ///< dwords of one 4-subspace group in a block
+inline constexpr int kStageGroupDwords = 17;  ///< the same group in shared memory, padded by one dword
+                                              ///< so the 8 groups a warp reads at once hit 8 banks
+
+/// One codebook version of one KV head, as the kernels read it.
+struct PqCodebookView {
+    const float* cb = nullptr;           ///< [M][16][dsub] centroids in quantizer space
+    const std::int32_t* perm = nullptr;  ///< [D] y[i] = x[perm[i]] / gain[perm[i]]
+    const float* gain = nullptr;         ///< [D] per-channel scale s (ones when off)
+};
+
+/// Dwords of one 4-bit block: ceil(M/4) groups of 16.
+AQPIM_HD int block_dwords(int M) { return (M + 3) / 4 * kGroupDwords; }
+/// Bytes of one 4-bit block.
+AQPIM_HD int block_bytes(int M) { return block_dwords(M) * 4; }
+
+/// Sub-code m of token t (0..31) of a block whose groups are `group_stride` dwords apart
+/// (kGroupDwords in memory, kStageGroupDwords when staged in shared memory).
+AQPIM_HD int code4(const std::uint32_t* block, int group_stride, int t, int m) {
+    const std::uint32_t dw = block[(m >> 2) * group_stride + (t & 15)];
+    return int((dw >> (8 * (m & 3) + ((t >> 4) << 2))) & 15u);
+}
+
+/// Where sub-code m of token t goes: dword index in the block (memory layout) and bit shift.
+AQPIM_HD int code4_dword(int t, int m) { return (m >> 2) * kGroupDwords + (t & 15); }
+AQPIM_HD int code4_shift(int t, int m) { return 8 * (m & 3) + ((t >> 4) << 2); }
+
+/// Index in the staged (padded) copy of a block's dword i.
+AQPIM_HD int staged_dword(int i) { return i + i / kGroupDwords; }
+
+// ---- queries and scores ------------------------------------------------------------------------
+
+/// Element i of the query in quantizer space, softmax scale folded in.
+AQPIM_HD float query_in_quantizer_space(const float* q, const PqCodebookView& k, float scale, int i) {
+    const int p = k.perm[i];
+    return q[p] * k.gain[p] * scale;
+}
+
+/// LUT[m][c] = qy[m*dsub : (m+1)*dsub] · C[m][c].
+AQPIM_HD float lut_entry(const float* qy, const float* cb, int dsub, int m, int c) {
+    const float* qm = qy + m * dsub;
+    const float* cm = cb + (m * kKsub + c) * dsub;
+    float s = 0.0f;
+    for (int d = 0; d < dsub; ++d) s += qm[d] * cm[d];
+    return s;
+}
+
+/// score(t) = Σ_m LUT[m][code(t, m)] for one head's tables lut [M][16].
+AQPIM_HD float token_score(const float* lut, const std::uint32_t* block, int group_stride, int t, int M) {
+    float even = 0.0f, odd = 0.0f;  // two chains, as the CPU scan
+    int m = 0;
+    for (; m + 1 < M; m += 2) {
+        even += lut[m * kKsub + code4(block, group_stride, t, m)];
+        odd += lut[(m + 1) * kKsub + code4(block, group_stride, t, m + 1)];
+    }
+    if (m < M) even += lut[m * kKsub + code4(block, group_stride, t, m)];
+    return even + odd;
+}
+
+// ---- online softmax --------------------------------------------------------------------------------
+
+/// Factor that moves sums taken relative to max m_old to max m_new >= m_old (0 when nothing was seen).
+AQPIM_HD float rescale(float m_old, float m_new) { return m_old == kNegInf ? 0.0f : hd_exp(m_old - m_new); }
+
+/// Merge partial (m2, l2) into (m, l); returns the factors for the first and second accumulators.
+struct MergeFactors {
+    float a, b;
+};
+AQPIM_HD MergeFactors merge_stats(float& m, float& l, float m2, float l2) {
+    const float mn = hd_max(m, m2);
+    if (mn == kNegInf) return {1.0f, 0.0f};
+    const MergeFactors f{rescale(m, mn), rescale(m2, mn)};
+    l = l * f.a + l2 * f.b;
+    m = mn;
+    return f;
+}
+
+// ---- values without decoding ---------------------------------------------------------------------------
+
+/// Dim i (quantizer space) of Σ_c hist[c][m] C[m][c] for one head's histogram hist [16][M]
+/// (bin-major, so the 32 lanes of a warp updating subspaces m..m+31 hit 32 banks).
+AQPIM_HD float hist_times_centroids(const float* hist, int M, const float* cb, int dsub, int i) {
+    const int m = i / dsub, d = i - m * dsub;
+    float s = 0.0f;
+    for (int c = 0; c < kKsub; ++c) s += hist[c * M + m] * cb[(m * kKsub + c) * dsub + d];
+    return s;
+}
+
+/// Original-space dim of quantizer-space dim i and its gain: x[perm[i]] = gain[perm[i]] * y[i].
+AQPIM_HD int value_dim(const PqCodebookView& v, int i) { return v.perm[i]; }
+AQPIM_HD float value_gain(const PqCodebookView& v, int i) { return v.gain[v.perm[i]]; }
+
+// ---- encode and decode -------------------------------------------------------------------------------
+
+/// Nearest of 16 centroids C[m][*] to the subvector m of y = forward(x) (ties: lowest index).
+AQPIM_HD int nearest_code(const float* x, const PqCodebookView& k, int dsub, int m) {
+    int best = 0;
+    float best_d = __builtin_huge_valf();
+    for (int c = 0; c < kKsub; ++c) {
+        const float* cm = k.cb + (m * kKsub + c) * dsub;
+        float dist = 0.0f;
+        for (int d = 0; d < dsub; ++d) {
+            const int p = k.perm[m * dsub + d];
+            const float e = x[p] / k.gain[p] - cm[d];
+            dist += e * e;
+        }
+        if (dist < best_d) {
+            best_d = dist;
+            best = c;
+        }
+    }
+    return best;
+}
+
+/// Original-space value of dim perm[i] of a decoded vector: gain[perm[i]] * C[m][code][d].
+AQPIM_HD float decoded_dim(const PqCodebookView& v, int dsub, int i, int code) {
+    const int m = i / dsub;
+    return value_gain(v, i) * v.cb[(m * kKsub + code) * dsub + (i - m * dsub)];
+}
+
+}  // namespace aqpim::cuda

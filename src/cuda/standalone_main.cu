@@ -1,0 +1,85 @@
+// aqpim_cuda_check: the CUDA kernels' GPU checks and benchmark without the rest of aqpim (no fmt,
+// CLI11, GTest or OpenBLAS), so a GPU machine builds it with nvcc and CMake alone
+// (src/cuda/CMakeLists.txt; scripts/gpu-check.sh).
+//
+//   aqpim_cuda_check [--check] [--bench] [--quick]      (neither: both)
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_bench.h"
+#include "cuda/device_check.h"
+
+namespace {
+
+using namespace aqpim::cuda;
+
+int run_checks() {
+    int failed = 0, n = 0;
+    const std::vector<std::vector<DeviceCheck> (*)()> groups{check_pq_attention, check_dense_attention, check_encode,
+                                                              check_decompress_fallback};
+    for (auto group : groups)
+        for (const DeviceCheck& c : group()) {
+            ++n;
+            failed += !c.passed();
+            std::printf("%s  err %.3e  tol %.1e  %s\n", c.passed() ? "PASS" : "FAIL", c.error, c.tolerance, c.name.c_str());
+        }
+    std::printf("checks: %d of %d passed\n", n - failed, n);
+    return failed;
+}
+
+void run_bench(bool quick) {
+    CudaBenchOptions opt;
+    if (quick) {
+        opt.contexts = {8192, 32768};
+        opt.batches = {1, 8};
+        opt.reps = 5;
+    }
+    const CudaBenchReport rep = run_cuda_bench(opt);
+    const CudaDeviceFigures& f = rep.device;
+    std::printf("\ndevice: %s, %d SMs, %.2f GHz, L2 %.0f MB; memory peak %.0f GB/s (reported), copy %.0f GB/s "
+                "(measured); shared-memory peak %.0f GB/s\n",
+                f.name.c_str(), f.sms, f.sm_clock_ghz, f.l2_mb, f.peak_gbps, f.copy_gbps, f.smem_peak_gbps);
+    std::printf("%-10s %-20s %5s %7s %9s %10s %8s %7s %7s %9s %7s %9s\n", "section", "kernel", "batch", "context",
+                "ms", "MB", "GB/s", "%peak", "%copy", "smemGB/s", "%smem", "vs_dense");
+    for (const CudaBenchRow& r : rep.rows)
+        std::printf("%-10s %-20s %5d %7d %9.4f %10.1f %8.1f %7.1f %7.1f %9.1f %7.1f %9.2f\n", r.section.c_str(),
+                    r.kernel.c_str(), r.batch, r.context, r.ms, r.mbytes, r.gbps, r.pct_peak, r.pct_copy, r.smem_gbps,
+                    r.pct_smem, r.vs_dense);
+    std::printf("(encode rows: vs_dense = added %% of the PQ attention time)\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    bool check = false, bench = false, quick = false;
+    for (int i = 1; i < argc; ++i) {
+        if (!std::strcmp(argv[i], "--check"))
+            check = true;
+        else if (!std::strcmp(argv[i], "--bench"))
+            bench = true;
+        else if (!std::strcmp(argv[i], "--quick"))
+            quick = true;
+        else {
+            std::fprintf(stderr, "usage: aqpim_cuda_check [--check] [--bench] [--quick]\n");
+            return 2;
+        }
+    }
+    if (!check && !bench) check = bench = true;
+    const std::string why = cuda_device_unavailable();
+    if (!why.empty()) {
+        std::printf("skipped: %s\n", why.c_str());
+        return 3;
+    }
+    try {
+        const int failed = check ? run_checks() : 0;
+        if (bench) run_bench(quick);
+        return failed ? 1 : 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,193 @@
+#pragma once
+// The CUDA attention kernels' decomposition run on the CPU with the same __host__ __device__
+// arithmetic (src/cuda/pq_tile.h): chunks of pages per thread block, 32-token code blocks dealt to
+// 4 warps in turn, per-warp online softmax and value histograms, flushes at codebook-version
+// changes, the merge of the warps, the f16-row tiles, and the final reduction across chunks.
+// What the GPU adds beyond this (shuffles, shared-memory staging, barriers) is covered by the
+// device tests (test_cuda_device.cpp), which need a GPU.
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "cuda/attention_params.h"
+#include "cuda/host_problem.h"
+
+namespace aqpim::cuda::emulation {
+
+inline constexpr int kWarps = 4;
+
+/// Online-softmax state of a thread block (BlockState of attention_common.cuh).
+struct Block {
+    int nq, D;
+    std::vector<float> m, l, acc;     ///< [nq], [nq], [nq][D]
+    std::vector<float> wm, wl, wacc;  ///< [4][nq], [4][nq], [4][nq][D]
+    Block(int nq_, int D_)
+        : nq(nq_), D(D_), m(nq, kNegInf), l(nq, 0.0f), acc(std::size_t(nq) * D, 0.0f), wm(kWarps * nq, kNegInf),
+          wl(kWarps * nq, 0.0f), wacc(std::size_t(kWarps) * nq * D, 0.0f) {}
+    void merge_warps() {  // block_merge_warps
+        for (int h = 0; h < nq; ++h) {
+            for (int d = 0; d < D; ++d) {
+                float mm = m[h], ll = l[h], a = acc[h * D + d];
+                for (int w = 0; w < kWarps; ++w) {
+                    const MergeFactors f = merge_stats(mm, ll, wm[w * nq + h], wl[w * nq + h]);
+                    a = a * f.a + wacc[(std::size_t(w) * nq + h) * D + d] * f.b;
+                }
+                acc[h * D + d] = a;
+            }
+            for (int w = 0; w < kWarps; ++w) merge_stats(m[h], l[h], wm[w * nq + h], wl[w * nq + h]);
+        }
+    }
+};
+
+/// attend_f16_rows: warp w takes tiles w, w + 4, ... of `tile` rows; per tile one max update.
+inline void f16_rows(const std::vector<float>& qs /* [nq][D] scaled */, const std::uint16_t* K, const std::uint16_t* V,
+                     std::int64_t r0, std::int64_t r1, int tile, Block& st) {
+    const int nq = st.nq, D = st.D;
+    for (int w = 0; w < kWarps; ++w) {
+        std::vector<float> m(nq, kNegInf), l(nq, 0.0f), acc(std::size_t(nq) * D, 0.0f), s(tile);
+        for (std::int64_t t0 = r0 + std::int64_t(w) * tile; t0 < r1; t0 += std::int64_t(kWarps) * tile)
+            for (int h = 0; h < nq; ++h) {
+                float mx = kNegInf;
+                for (int u = 0; u < tile; ++u) {
+                    s[u] = kNegInf;
+                    if (t0 + u >= r1) continue;
+                    float dot = 0.0f;
+                    for (int d = 0; d < D; ++d) dot += qs[h * D + d] * hd_half_to_float(K[(t0 + u) * D + d]);
+                    s[u] = dot;
+                    mx = std::max(mx, dot);
+                }
+                const float mn = std::max(m[h], mx), alpha = rescale(m[h], mn);
+                m[h] = mn;
+                l[h] *= alpha;
+                for (int d = 0; d < D; ++d) acc[h * D + d] *= alpha;
+                for (int u = 0; u < tile && t0 + u < r1; ++u) {
+                    const float p = hd_exp(s[u] - mn);
+                    l[h] += p;
+                    for (int d = 0; d < D; ++d) acc[h * D + d] += p * hd_half_to_float(V[(t0 + u) * D + d]);
+                }
+            }
+        std::copy(m.begin(), m.end(), st.wm.begin() + w * nq);
+        std::copy(l.begin(), l.end(), st.wl.begin() + w * nq);
+        std::copy(acc.begin(), acc.end(), st.wacc.begin() + std::size_t(w) * nq * D);
+    }
+}
+
+/// The PQ kernel's coded chunk `chunk` of (b, kv) into st (pq_attention.cu).
+inline void pq_chunk(const PqAttentionParams& p, int b, int kv, int chunk, int nq, Block& st) {
+    const int D = p.shape.D, Mk = p.Mk, Mv = p.Mv, kdw = block_dwords(Mk), vdw = block_dwords(Mv);
+    const float* q = p.q + (std::int64_t(b) * p.shape.n_kv + kv) * p.shape.n_q * D;
+    std::vector<float> qy(std::size_t(nq) * D), lut(std::size_t(nq) * Mk * kKsub);
+    std::vector<float> hist(std::size_t(kWarps) * nq * kKsub * Mv, 0.0f);
+    std::vector<float> mw(kWarps * nq, kNegInf), lw(std::size_t(kWarps) * 32 * nq, 0.0f);  // lw per lane
+    std::vector<std::uint32_t> sk(kdw + kdw / 16), sv(vdw + vdw / 16);
+    PqCodebookView vcb{};
+    int cur = -1;
+    const auto flush = [&]() {
+        for (int w = 0; w < kWarps; ++w) {
+            float* hw = hist.data() + std::size_t(w) * nq * kKsub * Mv;
+            for (int h = 0; h < nq; ++h) {
+                float l = 0.0f;
+                for (int lane = 0; lane < 32; ++lane) l += lw[(w * 32 + lane) * nq + h];
+                st.wm[w * nq + h] = mw[w * nq + h];
+                st.wl[w * nq + h] = l;
+                for (int y = 0; y < D; ++y)
+                    st.wacc[(std::size_t(w) * nq + h) * D + value_dim(vcb, y)] =
+                        value_gain(vcb, y) * hist_times_centroids(hw + h * kKsub * Mv, Mv, vcb.cb, D / Mv, y);
+            }
+            std::fill(hw, hw + nq * kKsub * Mv, 0.0f);
+        }
+        std::fill(mw.begin(), mw.end(), kNegInf);
+        std::fill(lw.begin(), lw.end(), 0.0f);
+        st.merge_warps();
+    };
+    const int n_coded = p.n_coded[b], n_pages = (n_coded + p.page_tokens - 1) / p.page_tokens;
+    for (int pg = chunk * p.chunk_pages; pg < std::min((chunk + 1) * p.chunk_pages, n_pages); ++pg) {
+        const std::int64_t pt = std::int64_t(b) * p.max_pages + pg;
+        if (p.page_version[pt] != cur) {
+            if (cur >= 0) flush();
+            const std::int64_t cs = codebook_slot(p, b, p.page_version[pt], kv);
+            const PqCodebookView kcb = codebook_view(p, cs, false);
+            vcb = codebook_view(p, cs, true);
+            for (int i = 0; i < nq * D; ++i)
+                qy[i] = i / D < p.shape.n_q ? query_in_quantizer_space(q + (i / D) * D, kcb, p.shape.scale, i % D) : 0.0f;
+            for (int i = 0; i < nq * Mk * kKsub; ++i) {
+                const int r = i % (Mk * kKsub);
+                lut[i] = lut_entry(qy.data() + (i / (Mk * kKsub)) * D, kcb.cb, D / Mk, r / kKsub, r % kKsub);
+            }
+            cur = p.page_version[pt];
+        }
+        const std::uint8_t* page = p.pool + p.page_offset[pt];
+        const auto* kb = reinterpret_cast<const std::uint32_t*>(page + p.k_stream_off[kv]);
+        const auto* vb = reinterpret_cast<const std::uint32_t*>(page + p.v_stream_off[kv]);
+        const int n_tok = std::min(p.page_tokens, n_coded - pg * p.page_tokens);
+        for (int blk = 0; blk * kBlockTokens < n_tok; ++blk) {
+            const int w = blk % kWarps, valid = std::min(kBlockTokens, n_tok - blk * kBlockTokens);
+            for (int i = 0; i < kdw; ++i) sk[staged_dword(i)] = kb[std::int64_t(blk) * kdw + i];
+            for (int i = 0; i < vdw; ++i) sv[staged_dword(i)] = vb[std::int64_t(blk) * vdw + i];
+            float* hw = hist.data() + std::size_t(w) * nq * kKsub * Mv;
+            std::vector<float> pr(32 * nq);
+            for (int h = 0; h < nq; ++h) {
+                float s[32], mx = kNegInf;
+                for (int lane = 0; lane < 32; ++lane) {
+                    s[lane] = lane < valid ? token_score(lut.data() + h * Mk * kKsub, sk.data(), kStageGroupDwords, lane, Mk)
+                                           : kNegInf;
+                    mx = std::max(mx, s[lane]);
+                }
+                float& m = mw[w * nq + h];
+                const float mn = std::max(m, mx), alpha = rescale(m, mn);
+                if (m != kNegInf && mn > m)
+                    for (int i = 0; i < kKsub * Mv; ++i) hw[h * kKsub * Mv + i] *= alpha;
+                m = mn;
+                for (int lane = 0; lane < 32; ++lane) {
+                    pr[lane * nq + h] = lane < valid ? hd_exp(s[lane] - mn) : 0.0f;
+                    float& l = lw[(w * 32 + lane) * nq + h];
+                    l = l * alpha + pr[lane * nq + h];
+                }
+            }
+            for (int t = 0; t < valid; ++t)
+                for (int mm = 0; mm < Mv; ++mm) {
+                    const int c = code4(sv.data(), kStageGroupDwords, t, mm);
+                    for (int h = 0; h < nq; ++h) hw[(h * kKsub + c) * Mv + mm] += pr[t * nq + h];
+                }
+        }
+    }
+    if (cur >= 0) flush();
+}
+
+/// out [batch][n_kv * n_q][D]: the PQ kernel (chunks + the f16 chunk) and the combine, emulated.
+inline std::vector<float> pq_attention(const HostPqProblem& h, int f16_tile_rows) {
+    const PqAttentionParams p = h.view();
+    const int D = p.shape.D, n_q = p.shape.n_q, nq = group_instance(n_q);
+    std::vector<float> out(std::size_t(p.shape.batch) * p.shape.n_kv * n_q * D);
+    for (int b = 0; b < p.shape.batch; ++b)
+        for (int kv = 0; kv < p.shape.n_kv; ++kv) {
+            std::vector<Block> parts;
+            for (int chunk = 0; chunk <= p.n_chunks; ++chunk) {
+                Block st(nq, D);
+                if (chunk == p.n_chunks) {
+                    std::vector<float> qs(std::size_t(nq) * D, 0.0f);
+                    const float* q = p.q + (std::int64_t(b) * p.shape.n_kv + kv) * n_q * D;
+                    for (int i = 0; i < n_q * D; ++i) qs[i] = q[i] * p.shape.scale;
+                    const std::int64_t base = (std::int64_t(b) * p.shape.n_kv + kv) * p.max_f16 * D;
+                    f16_rows(qs, p.k16 + base, p.v16 + base, 0, p.n_f16[b], f16_tile_rows, st);
+                    st.merge_warps();
+                } else {
+                    pq_chunk(p, b, kv, chunk, nq, st);
+                }
+                parts.push_back(std::move(st));
+            }
+            for (int hq = 0; hq < n_q; ++hq)  // combine_partials_kernel
+                for (int d = 0; d < D; ++d) {
+                    float m = kNegInf, l = 0.0f, a = 0.0f;
+                    for (const Block& st : parts) {
+                        const MergeFactors f = merge_stats(m, l, st.m[hq], st.l[hq]);
+                        a = a * f.a + st.acc[hq * D + d] * f.b;
+                    }
+                    out[((std::size_t(b) * p.shape.n_kv + kv) * n_q + hq) * D + d] = l > 0.0f ? a / l : 0.0f;
+                }
+        }
+    return out;
+}
+
+}  // namespace aqpim::cuda::emulation

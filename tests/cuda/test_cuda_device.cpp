@@ -1,0 +1,35 @@
+// The CUDA kernels on a GPU against the double-precision reference (src/cuda/device_check.h).
+// Without a GPU, or in a build without CUDA, every test reports skipped - never passed.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#if AQPIM_HAVE_CUDA
+#include "cuda/device_check.h"
+#endif
+
+namespace aqpim {
+namespace {
+
+#if AQPIM_HAVE_CUDA
+void expect_passed(std::vector<cuda::DeviceCheck> (*checks)()) {
+    const std::string why = cuda::cuda_device_unavailable();
+    if (!why.empty()) GTEST_SKIP() << "skipped: " << why;
+    for (const cuda::DeviceCheck& c : checks()) EXPECT_LE(c.error, c.tolerance) << c.name;
+}
+#define AQPIM_DEVICE_TEST(name, checks) \
+    TEST(CudaDevice, name) { expect_passed(checks); }
+#else
+#define AQPIM_DEVICE_TEST(name, checks) \
+    TEST(CudaDevice, name) { GTEST_SKIP() << "skipped: this build has no CUDA (no nvcc at configure time)"; }
+#endif
+
+AQPIM_DEVICE_TEST(PqAttentionMatchesReference, cuda::check_pq_attention)
+AQPIM_DEVICE_TEST(DenseF16MatchesReference, cuda::check_dense_attention)
+AQPIM_DEVICE_TEST(EncodeWritesTheHostCodes, cuda::check_encode)
+AQPIM_DEVICE_TEST(DecompressFallbackMatchesReference, cuda::check_decompress_fallback)
+
+}  // namespace
+}  // namespace aqpim

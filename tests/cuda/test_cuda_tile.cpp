@@ -1,0 +1,264 @@
+// The CUDA kernels' per-thread and per-tile arithmetic (src/cuda/pq_tile.h), run on the CPU against
+// the CPU engine: the 4-bit block layout, encode against ProductQuantizer::encode, lookup-table
+// scores, the online-softmax merge, and whole decode-attention problems (paged, several codebook
+// versions, f16 sinks/window) through the kernels' decomposition against attend_pq_spans.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <tuple>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "aqpim/error.h"
+#include "aqpim/attention.h"
+#include "aqpim/cuda_pq.h"
+#include "aqpim/pq_codes.h"
+#include "aqpim/pq_kernels.h"
+#include "cuda/host_problem.h"
+#include "cuda/pq_tile.h"
+#include "cuda/pq_upload.h"
+#include "cuda/kernel_emulation.h"
+#include "support/random.h"
+
+namespace aqpim {
+namespace {
+
+using namespace aqpim::cuda;
+
+ProductQuantizer trained_pq(int D, int M, bool scale, std::uint64_t seed) {
+    PQParams p;
+    p.D = D;
+    p.M = M;
+    p.nbits = 4;
+    p.order = SubspaceOrder::variance_balanced;
+    p.scale_folding = scale;
+    p.kmeans.max_iter = 6;
+    ProductQuantizer pq(p);
+    auto x = test::gaussian(std::size_t(512) * D, seed);
+    for (int i = 0; i < 512; ++i)  // uneven channel scales, so scale folding and the plan matter
+        for (int d = 0; d < D; ++d) x[std::size_t(i) * D + d] *= 0.25f + float(d % 7);
+    pq.train(x.data(), 512);
+    return pq;
+}
+
+TEST(CudaTile, Code4ReadsThePackedLayout) {
+    for (int M : {4, 12, 16, 32, 64}) {
+        const std::int64_t n = 77;
+        const auto codes = test::random_codes(std::size_t(n) * M, 16, M);
+        std::vector<std::uint8_t> blocks(code_blocks_for(n) * code_block_bytes(M, 4));
+        pack_code_blocks(codes.data(), n, M, 4, blocks.data());
+        ASSERT_EQ(std::size_t(block_bytes(M)), code_block_bytes(M, 4));
+        std::vector<std::uint32_t> written(blocks.size() / 4, 0u);
+        for (std::int64_t t = 0; t < n; ++t) {
+            const auto* block = reinterpret_cast<const std::uint32_t*>(blocks.data()) + (t / 32) * block_dwords(M);
+            std::vector<std::uint32_t> staged(block_dwords(M) + block_dwords(M) / 16);
+            for (int i = 0; i < block_dwords(M); ++i) staged[staged_dword(i)] = block[i];
+            for (int m = 0; m < M; ++m) {
+                const int want = codes[t * M + m];
+                EXPECT_EQ(code4(block, kGroupDwords, int(t % 32), m), want) << "M=" << M << " t=" << t << " m=" << m;
+                EXPECT_EQ(code4(staged.data(), kStageGroupDwords, int(t % 32), m), want);
+                written[(t / 32) * block_dwords(M) + code4_dword(int(t % 32), m)] |= std::uint32_t(want)
+                                                                                       << code4_shift(int(t % 32), m);
+            }
+        }
+        // OR-ing each nibble into a zeroed block (the encode kernel) gives the packed bytes.
+        EXPECT_EQ(0, std::memcmp(written.data(), blocks.data(), blocks.size())) << "M=" << M;
+    }
+}
+
+TEST(CudaTile, NearestCodeMatchesProductQuantizerEncode) {
+    for (auto [D, M, scale] : {std::tuple{128, 32, true}, std::tuple{128, 64, false}, std::tuple{64, 16, true}}) {
+        const ProductQuantizer pq = trained_pq(D, M, scale, 7);
+        const CudaCodebook cb = cuda_codebook(pq);
+        const PqCodebookView view{cb.centroids.data(), cb.perm.data(), cb.gain.data()};
+        const int n = 300;
+        const auto x = test::gaussian(std::size_t(n) * D, 9, 3.0f);
+        std::vector<std::uint8_t> codes(std::size_t(n) * M);
+        pq.encode(x.data(), n, codes.data());
+        int differ = 0;
+        for (int i = 0; i < n; ++i)
+            for (int m = 0; m < M; ++m) differ += nearest_code(x.data() + std::size_t(i) * D, view, D / M, m) != codes[i * M + m];
+        // Same nearest centroid up to float rounding of near-ties (x / s here, x * (1 / s) there).
+        EXPECT_LE(differ, n * M / 1000) << "D=" << D << " M=" << M;
+    }
+}
+
+TEST(CudaTile, LookupScoresMatchTheCpuScan) {
+    const int D = 128, M = 32, n_q = 3;
+    const ProductQuantizer pq = trained_pq(D, M, true, 3);
+    const CudaCodebook cb = cuda_codebook(pq);
+    const PqCodebookView view{cb.centroids.data(), cb.perm.data(), cb.gain.data()};
+    const auto q = test::gaussian(std::size_t(n_q) * D, 4);
+    const float scale = 0.125f;
+    const std::int64_t n = 96;
+    const auto codes = test::random_codes(std::size_t(n) * M, 16, 5);
+    std::vector<std::uint8_t> blocks(code_blocks_for(n) * code_block_bytes(M, 4));
+    pack_code_blocks(codes.data(), n, M, 4, blocks.data());
+    // CPU: transform_query, scale, build_lut, scan_f32 (reference level).
+    std::vector<float> qy(q.size()), lut(std::size_t(n_q) * M * 16), scores(std::size_t(n_q) * n);
+    pq.transform_query(q.data(), qy.data(), n_q);
+    for (float& v : qy) v *= scale;
+    const PqKernels& k = pq_kernels(SimdLevel::ref);
+    k.build_lut(qy.data(), n_q, M, 16, D / M, pq.centroids(), lut.data());
+    k.scan_f32(lut.data(), n_q, M, 4, blocks.data(), code_blocks_for(n), scores.data(), n);
+    for (int h = 0; h < n_q; ++h) {
+        std::vector<float> qyh(D), luth(M * 16);
+        for (int i = 0; i < D; ++i) qyh[i] = query_in_quantizer_space(q.data() + h * D, view, scale, i);
+        for (int m = 0; m < M; ++m)
+            for (int c = 0; c < 16; ++c) luth[m * 16 + c] = lut_entry(qyh.data(), view.cb, D / M, m, c);
+        for (std::int64_t t = 0; t < n; ++t) {
+            const auto* block = reinterpret_cast<const std::uint32_t*>(blocks.data()) + (t / 32) * block_dwords(M);
+            const float got = token_score(luth.data(), block, kGroupDwords, int(t % 32), M);
+            EXPECT_NEAR(got, scores[h * n + t], 1e-4f * (1.0f + std::abs(scores[h * n + t])));
+        }
+    }
+}
+
+TEST(CudaTile, MergeStatsMatchesAttentionPartialMerge) {
+    const int D = 4;
+    AttentionPartial a(1, D), b(1, D), empty(1, D);
+    a.max = {1.5f};
+    a.sum = {2.0f};
+    a.acc = {1, 2, 3, 4};
+    b.max = {3.0f};
+    b.sum = {0.5f};
+    b.acc = {-1, 0, 1, 2};
+    float m = a.max[0], l = a.sum[0];
+    std::vector<float> acc = a.acc;
+    const MergeFactors f = merge_stats(m, l, b.max[0], b.sum[0]);
+    for (int d = 0; d < D; ++d) acc[d] = acc[d] * f.a + b.acc[d] * f.b;
+    a.merge(b);
+    EXPECT_FLOAT_EQ(m, a.max[0]);
+    EXPECT_NEAR(l, a.sum[0], 1e-6f);
+    for (int d = 0; d < D; ++d) EXPECT_NEAR(acc[d], a.acc[d], 1e-6f);
+    // Merging nothing changes nothing; merging into nothing copies.
+    float m0 = kNegInf, l0 = 0.0f;
+    const MergeFactors g = merge_stats(m0, l0, kNegInf, 0.0f);
+    EXPECT_EQ(g.b, 0.0f);
+    EXPECT_EQ(m0, kNegInf);
+    const MergeFactors e = merge_stats(m0, l0, 2.0f, 3.0f);
+    EXPECT_EQ(e.a, 0.0f);
+    EXPECT_EQ(e.b, 1.0f);
+    EXPECT_EQ(l0, 3.0f);
+    EXPECT_EQ(rescale(kNegInf, 1.0f), 0.0f);
+}
+
+/// A problem the CPU engine can answer: trained quantizers per (sequence, version, KV head),
+/// codes from ProductQuantizer::encode, written into shuffled pages.
+struct EngineProblem {
+    HostPqProblem h;
+    std::vector<ProductQuantizer> pk, pv;  ///< [batch][versions][n_kv]
+};
+
+EngineProblem engine_problem(int batch, int n_kv, int n_q, int D, int Mk, int Mv, int page, int versions,
+                             std::vector<int> n_coded, int n_f16) {
+    EngineProblem e{make_random_pq_problem(pq_spec(batch, n_kv, n_q, D, Mk, Mv, page, versions, n_coded, {n_f16}, 2, 11)),
+                    {}, {}};
+    std::uint64_t seed = 100;
+    for (int b = 0; b < batch; ++b)
+        for (int v = 0; v < versions; ++v)
+            for (int kv = 0; kv < n_kv; ++kv) {
+                e.pk.push_back(trained_pq(D, Mk, true, seed++));
+                e.pv.push_back(trained_pq(D, Mv, false, seed++));
+                set_codebook(e.h, b, v, kv, false, cuda_codebook(e.pk.back()));
+                set_codebook(e.h, b, v, kv, true, cuda_codebook(e.pv.back()));
+            }
+    const PqAttentionParams p = e.h.dims;
+    for (int b = 0; b < batch; ++b)
+        for (int kv = 0; kv < n_kv; ++kv)
+            for (int t = 0; t < e.h.n_coded[b]; ++t) {
+                const int v = e.h.page_version[std::size_t(b) * p.max_pages + t / page];
+                const std::size_t slot = (std::size_t(b) * versions + v) * n_kv + kv;
+                const auto k = test::gaussian(D, seed++), x = test::gaussian(D, seed++);
+                std::vector<std::uint8_t> ck(Mk), cv(Mv);
+                e.pk[slot].encode(k.data(), 1, ck.data());
+                e.pv[slot].encode(x.data(), 1, cv.data());
+                store_codes(e.h, b, kv, false, t, ck.data());
+                store_codes(e.h, b, kv, true, t, cv.data());
+            }
+    return e;
+}
+
+/// attend_pq_spans per codebook version over the version's pages, then the f16 rows.
+std::vector<float> cpu_engine_attention(const EngineProblem& e) {
+    const PqAttentionParams p = e.h.view();
+    const int D = p.shape.D, n_q = p.shape.n_q;
+    std::vector<float> out(std::size_t(p.shape.batch) * p.shape.n_kv * n_q * D);
+    for (int b = 0; b < p.shape.batch; ++b)
+        for (int kv = 0; kv < p.shape.n_kv; ++kv) {
+            const float* q = p.q + (std::size_t(b) * p.shape.n_kv + kv) * n_q * D;
+            AttentionPartial part(n_q, D);
+            const int n_pages = (e.h.n_coded[b] + p.page_tokens - 1) / p.page_tokens;
+            for (int v = 0; v < p.n_versions; ++v) {
+                std::vector<PqCodeSpan> spans;
+                for (int pg = 0; pg < n_pages; ++pg) {
+                    const std::size_t pt = std::size_t(b) * p.max_pages + pg;
+                    if (p.page_version[pt] != v) continue;
+                    const std::uint8_t* page = p.pool + p.page_offset[pt];
+                    spans.push_back({page + p.k_stream_off[kv], page + p.v_stream_off[kv],
+                                     std::min(p.page_tokens, e.h.n_coded[b] - pg * p.page_tokens)});
+                }
+                const std::size_t slot = (std::size_t(b) * p.n_versions + v) * p.shape.n_kv + kv;
+                if (!spans.empty())
+                    attend_pq_spans(q, n_q, e.pk[slot], e.pv[slot], spans, p.shape.scale, {}, part);
+            }
+            const std::size_t base = (std::size_t(b) * p.shape.n_kv + kv) * p.max_f16 * D;
+            attend_dense_f16(q, n_q, D, p.k16 + base, p.v16 + base, e.h.n_f16[b], p.shape.scale, part);
+            part.finalize(out.data() + (std::size_t(b) * p.shape.n_kv + kv) * n_q * D);
+        }
+    return out;
+}
+
+TEST(CudaTile, ReferenceAndKernelDecompositionMatchTheCpuEngine) {
+    struct Case {
+        int batch, n_kv, n_q, D, Mk, Mv, page, versions;
+        std::vector<int> n_coded;
+        int n_f16;
+    };
+    const Case cases[] = {
+        {2, 2, 4, 128, 32, 32, 64, 2, {300, 451}, 20},  // partial last page and block, two versions
+        {1, 1, 3, 64, 16, 32, 32, 3, {200}, 5},          // odd GQA ratio, more versions than chunks
+        {1, 2, 8, 128, 64, 16, 128, 1, {129}, 0},        // M = 64 keys, no f16 rows
+        {1, 1, 1, 64, 8, 8, 32, 1, {0}, 40},             // f16 rows only
+    };
+    for (const Case& c : cases) {
+        const EngineProblem e = engine_problem(c.batch, c.n_kv, c.n_q, c.D, c.Mk, c.Mv, c.page, c.versions, c.n_coded, c.n_f16);
+        const std::vector<float> cpu = cpu_engine_attention(e);
+        const std::vector<double> ref = reference_attention(e.h);
+        const std::vector<float> emu = emulation::pq_attention(e.h, c.D == 128 ? 8 : 16);
+        EXPECT_LT(max_relative_error(cpu.data(), ref.data(), ref.size()), 2e-5) << "D=" << c.D << " n_q=" << c.n_q;
+        EXPECT_LT(max_relative_error(emu.data(), ref.data(), ref.size()), 2e-5) << "D=" << c.D << " n_q=" << c.n_q;
+    }
+}
+
+TEST(CudaTile, KernelDecompositionOnRandomProblems) {
+    // Random codebooks, gains and permutations (no training): many chunks, versions changing
+    // inside chunks, sequences of different lengths.
+    const HostPqProblem h = make_random_pq_problem(pq_spec(3, 2, 5, 128, 32, 64, 64, 4, {1000, 37, 640}, {64, 4, 17}, 3, 1));
+    const std::vector<double> ref = reference_attention(h);
+    const std::vector<float> emu = emulation::pq_attention(h, 8);
+    EXPECT_LT(max_relative_error(emu.data(), ref.data(), ref.size()), 2e-5);
+}
+
+TEST(CudaTile, RejectsWhatTheKernelsCannotRead) {
+    PQParams p;
+    p.D = 128;
+    p.M = 32;
+    p.nbits = 8;
+    ProductQuantizer pq8(p);
+    const auto x = test::gaussian(std::size_t(300) * 128, 1);
+    pq8.train(x.data(), 300);
+    EXPECT_THROW(cuda_codebook(pq8), Error);
+    p.nbits = 4;
+    p.rotation = Rotation::hadamard;
+    ProductQuantizer rot(p);
+    rot.train(x.data(), 300);
+    EXPECT_THROW(cuda_codebook(rot), Error);
+    EXPECT_THROW(make_random_pq_problem(pq_spec(1, 1, 9, 128, 32, 32, 32, 1, {32}, {0}, 1, 1)), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace aqpim
