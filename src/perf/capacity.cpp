@@ -1,9 +1,10 @@
 // What fits in a device's memory, where KV overtakes weights, cumulative KV traffic
 // (include/aqpim/roofline.h).
 
-#include <functional>
-
 #include "aqpim/roofline.h"
+
+#include <algorithm>
+#include <functional>
 
 namespace aqpim {
 namespace {
@@ -23,28 +24,32 @@ std::int64_t largest(std::int64_t hi, const std::function<bool(std::int64_t)>& o
 }
 
 double shards(const PerfRun& run) { return double(run.tp) * run.pp; }
+/// Shards of the KV cache: KV heads split over at most n_kv_head devices (replicated beyond).
+double kv_shards(const PerfModel& m, const PerfRun& run) { return std::min<double>(run.tp, m.n_kv_head) * run.pp; }
 
 }  // namespace
 
 double weight_bytes_per_device(const PerfModel& model, const PerfRun& run) {
     const double bits = run.weight_bits > 0 ? run.weight_bits : model.weight_bits;
-    return double(model.n_params_total()) * bits / 8.0 / shards(run);
+    // k/v projections are replicated like the KV heads when tp > n_kv_head.
+    const double kv_params = 2.0 * model.n_layer * model.n_embd * double(model.n_kv_head) * model.head_dim;
+    return (double(model.n_params_total()) / shards(run) + kv_params * (1 / kv_shards(model, run) - 1 / shards(run))) * bits / 8.0;
 }
 
 std::int64_t max_context(const PerfModel& model, const PerfRun& run, const KvSizer& kv, const Device& device) {
     const double free = device.mem_capacity - weight_bytes_per_device(model, run);
-    return largest(kMaxContext, [&](std::int64_t n) { return run.batch * kv.sequence_bytes(n) / shards(run) <= free; });
+    return largest(kMaxContext, [&](std::int64_t n) { return run.batch * kv.sequence_bytes(n) / kv_shards(model, run) <= free; });
 }
 
 std::int64_t max_batch(const PerfModel& model, const PerfRun& run, const KvSizer& kv, const Device& device) {
     const double free = device.mem_capacity - weight_bytes_per_device(model, run);
-    const double per_seq = kv.sequence_bytes(run.context) / shards(run);
+    const double per_seq = kv.sequence_bytes(run.context) / kv_shards(model, run);
     return free <= 0 ? 0 : std::int64_t(free / per_seq);
 }
 
 std::int64_t weight_kv_crossover(const PerfModel& model, const PerfRun& run, const KvSizer& kv) {
     const double w = weight_bytes_per_device(model, run);
-    const std::int64_t below = largest(kMaxContext, [&](std::int64_t n) { return run.batch * kv.sequence_bytes(n) / shards(run) < w; });
+    const std::int64_t below = largest(kMaxContext, [&](std::int64_t n) { return run.batch * kv.sequence_bytes(n) / kv_shards(model, run) < w; });
     return below + 1;
 }
 

@@ -5,6 +5,7 @@
 // interconnect carries two all-reduces of [tokens][E] per layer); layers are summed over the
 // pipeline stages because one token crosses every stage in turn.
 
+#include <algorithm>
 #include <cmath>
 
 #include "aqpim/error.h"
@@ -65,10 +66,11 @@ struct CostBuilder {
 
     /// A matrix [out x in] applied to n_tok tokens, repeated `copies` times per layer (experts),
     /// of which `weights_read` copies' weights are read; over every layer and split by tp.
-    void matrix(const char* name, double in, double outd, double layers, double copies = 1, double weights_read = 1) {
+    /// `split`: devices the matrix is split over (0 = tp; k/v projections: kv_split, replicated beyond).
+    void matrix(const char* name, double in, double outd, double layers, double copies = 1, double weights_read = 1, double split = 0) {
         Cost c;
         c.name = name;
-        const double tp = run.tp;
+        const double tp = split > 0 ? split : run.tp;
         c.flops = 2.0 * n_tok * in * outd * copies * layers / tp;
         c.weight_bytes = in * outd * wbytes * weights_read * layers / tp;
         c.act_bytes = n_tok * (in + outd) * abytes * copies * layers / tp;
@@ -78,6 +80,10 @@ struct CostBuilder {
     }
     void add(Cost c) { out.parts.push_back(std::move(c)); }
 };
+
+/// Devices the KV heads are split over: tp, or n_kv_head when tp exceeds it (each device then
+/// holds a replica of one KV head, as vLLM and TensorRT-LLM do).
+double kv_split(const PerfModel& m, const PerfRun& run) { return std::min<double>(run.tp, m.n_kv_head); }
 
 /// Expected distinct experts n tokens touch when each picks k of n_expert uniformly.
 double experts_touched(const PerfModel& m, double n_tok) {
@@ -91,8 +97,8 @@ void add_matrices(CostBuilder& b, double lm_tokens) {
     const PerfModel& m = b.m;
     const double L = m.n_layer, E = m.n_embd, Q = double(m.n_head) * m.head_dim, KVd = double(m.n_kv_head) * m.head_dim;
     b.matrix("q_proj", E, Q, L);
-    b.matrix("k_proj", E, KVd, L);
-    b.matrix("v_proj", E, KVd, L);
+    b.matrix("k_proj", E, KVd, L, 1, 1, kv_split(m, b.run));
+    b.matrix("v_proj", E, KVd, L, 1, 1, kv_split(m, b.run));
     b.matrix("o_proj", Q, E, L);
     if (m.n_expert > 1) b.matrix("router", E, m.n_expert, L);
     const double k = m.n_expert_used, touched = experts_touched(m, b.n_tok);
@@ -137,20 +143,20 @@ void add_matrices(CostBuilder& b, double lm_tokens) {
 /// `kv_written` bytes of cache (whole model, before the tp split).
 void add_attention(CostBuilder& b, double pairs, double kv_read, double kv_written, bool int8) {
     const PerfModel& m = b.m;
-    const double T = b.run.tp, heads = double(m.n_head) * m.n_layer;
+    const double T = b.run.tp, Tkv = kv_split(m, b.run), heads = double(m.n_head) * m.n_layer;
     Cost s, sm, ctx, w;
     s.name = "attn_scores";
     s.flops = 2.0 * pairs * heads * m.head_dim / T;
-    s.kv_bytes = kv_read / 2 / T;  // keys
+    s.kv_bytes = kv_read / 2 / Tkv;  // keys (a device holds its KV heads; replicated when tp > n_kv_head)
     s.on_int8 = int8;
     sm.name = "softmax";
     sm.flops = 5.0 * pairs * heads / T;  // max, subtract, exp, sum, scale (fused: no memory traffic)
     ctx.name = "attn_context";
     ctx.flops = 2.0 * pairs * heads * m.head_dim / T;
-    ctx.kv_bytes = kv_read / 2 / T;  // values
+    ctx.kv_bytes = kv_read / 2 / Tkv;  // values
     ctx.on_int8 = int8;
     w.name = "kv_write";
-    w.kv_bytes = kv_written / T;
+    w.kv_bytes = kv_written / Tkv;
     s.launches = m.n_layer;  // one fused attention kernel per layer (scores, softmax, context)
     w.launches = m.n_layer;
     for (Cost* c : {&s, &sm, &ctx, &w}) b.add(*c);

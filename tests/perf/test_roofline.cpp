@@ -187,5 +187,40 @@ TEST(RooflineRun, RefusesNonsense) {
     EXPECT_THROW(r.validate(), Error);
 }
 
+TEST(RooflineParallel, KvHeadsReplicateBeyondTheirCount) {
+    // Llama-3-70B has 8 KV heads: at tp 16 each device holds (a replica of) one KV head, so the KV
+    // bytes and k/v projection weights per device stop shrinking at tp 8 while q/o/FFN halve.
+    const PerfModel m = find_perf_model("llama3-70b");
+    ASSERT_EQ(m.n_kv_head, 8);
+    const KvSizer kv(m.kv_shape(), "f16");
+    PerfRun r8, r16;
+    r8.tp = 8, r16.tp = 16;
+    r8.context = r16.context = 4096;
+    const auto part = [](const PhaseCost& c, const std::string& name) {
+        for (const Cost& x : c.parts)
+            if (x.name == name) return x;
+        return Cost{};
+    };
+    const PhaseCost c8 = decode_cost(m, r8, kv), c16 = decode_cost(m, r16, kv);
+    for (const char* name : {"attn_scores", "attn_context", "kv_write"})
+        EXPECT_DOUBLE_EQ(part(c16, name).kv_bytes, part(c8, name).kv_bytes) << name;
+    EXPECT_DOUBLE_EQ(part(c16, "k_proj").weight_bytes, part(c8, "k_proj").weight_bytes);
+    EXPECT_DOUBLE_EQ(part(c16, "q_proj").weight_bytes * 2, part(c8, "q_proj").weight_bytes);
+    EXPECT_DOUBLE_EQ(part(c16, "attn_scores").flops * 2, part(c8, "attn_scores").flops);  // query heads still split
+    // Per-device KV for one sequence: the whole cache / 8 at both degrees; the weights hold the replicas.
+    const double kv_params = 2.0 * m.n_layer * m.n_embd * double(m.n_kv_head) * m.head_dim;
+    const double bits = m.weight_bits;
+    EXPECT_NEAR(weight_bytes_per_device(m, r16),
+                (double(m.n_params_total()) / 16 + kv_params * (1.0 / 8 - 1.0 / 16)) * bits / 8, 1);
+    const Device h = find_device("h100-sxm");
+    r8.batch = r16.batch = 1;
+    EXPECT_LE(max_context(m, r16, kv, h), 2 * max_context(m, r8, kv, h));
+    EXPECT_GT(max_context(m, r16, kv, h), max_context(m, r8, kv, h));  // more room for KV, not twice the room
+    // At or below the KV head count nothing changes: tp 4 splits KV four ways.
+    PerfRun r4 = r8;
+    r4.tp = 4;
+    EXPECT_DOUBLE_EQ(part(decode_cost(m, r4, kv), "kv_write").kv_bytes, 2 * part(c8, "kv_write").kv_bytes);
+}
+
 }  // namespace
 }  // namespace aqpim
