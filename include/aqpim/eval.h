@@ -83,6 +83,11 @@ struct SchemeQuality {
     double bits_per_element = 0;   ///< KvMemory::bits_per_element of the cache after a chunk (n_ctx tokens)
     std::uint64_t kv_bytes = 0;    ///< every byte the cache held after a chunk (largest over chunks)
     std::vector<std::pair<std::string, std::uint64_t>> kv_parts;  ///< those bytes by part
+    /// Most bytes one sequence holds on its way to n_ctx tokens (KvCache::sequence_bytes over
+    /// 1..n_ctx): a PQ cache with refresh holds a version's training rows uncoded until it trains, so
+    /// positions inside the chunk may be served by more bytes than the cache holds at n_ctx.
+    std::uint64_t peak_kv_bytes = 0;
+    double peak_bits_per_element = 0;  ///< peak_kv_bytes per element of n_ctx tokens
     double seconds = 0;            ///< in forward calls (prefill + scored half), all chunks
     double tokens_per_s = 0;       ///< n_ctx * n_chunks / seconds
 };

@@ -83,16 +83,17 @@ Json with_meta(const Meta& meta) {
 
 std::string quality_table(const QualityReport& r) {
     std::vector<std::vector<std::string>> rows = {
-        {"scheme", "bits/elem", "KV MiB", "PPL", "dPPL %", "mean KL", "max KL", "top-1 %", "tokens/s"}};
+        {"scheme", "bits/elem", "peak", "KV MiB", "PPL", "dPPL %", "mean KL", "max KL", "top-1 %", "tokens/s"}};
     for (const SchemeQuality& q : r.schemes)
-        rows.push_back({name_of(q.spec, q.reference), fmt::format("{:.3f}", q.bits_per_element), mib(q.kv_bytes),
+        rows.push_back({name_of(q.spec, q.reference), fmt::format("{:.3f}", q.bits_per_element),
+                        fmt::format("{:.3f}", q.peak_bits_per_element), mib(q.kv_bytes),
                         fmt::format("{:.4f} ± {:.4f}", q.ppl, q.ppl_error), fmt::format("{:+.3f}", q.delta_ppl_pct),
                         fmt::format("{:.4e} ± {:.1e}", q.mean_kl, q.kl_error), fmt::format("{:.3e}", q.max_kl),
                         fmt::format("{:.2f} ± {:.2f}", 100 * q.top1, 100 * q.top1_error),
                         fmt::format("{:.1f}", q.tokens_per_s)});
     return fmt::format("{} chunks of {} tokens, {} scored per scheme; KL(p_f16 || p_scheme) in nats; KV bytes of one "
-                       "sequence at {} tokens\n",
-                       r.n_chunks, r.n_ctx, r.n_scored, r.n_ctx) +
+                       "sequence at {} tokens (peak: the most it holds on the way there, per element at {})\n",
+                       r.n_chunks, r.n_ctx, r.n_scored, r.n_ctx, r.n_ctx) +
            aligned(rows);
 }
 
@@ -120,7 +121,9 @@ std::string quality_json(const QualityReport& r, const Meta& meta) {
                            {"top1", q.top1},
                            {"top1_error", q.top1_error},
                            {"bits_per_element", q.bits_per_element},
+                           {"peak_bits_per_element", q.peak_bits_per_element},
                            {"kv_bytes", q.kv_bytes},
+                           {"peak_kv_bytes", q.peak_kv_bytes},
                            {"kv_parts", parts},
                            {"seconds", q.seconds},
                            {"tokens_per_s", q.tokens_per_s}});
@@ -136,9 +139,11 @@ std::string quality_csv(const QualityReport& r) {
                         std::to_string(r.n_chunks), std::to_string(r.n_scored), csv_number(q.ppl),
                         csv_number(q.ppl_error), csv_number(q.delta_ppl_pct), csv_number(q.mean_kl),
                         csv_number(q.kl_error), csv_number(q.max_kl), csv_number(q.top1),
-                        csv_number(q.bits_per_element), std::to_string(q.kv_bytes), csv_number(q.tokens_per_s)});
+                        csv_number(q.bits_per_element), csv_number(q.peak_bits_per_element), std::to_string(q.kv_bytes),
+                        std::to_string(q.peak_kv_bytes), csv_number(q.tokens_per_s)});
     return csv({"spec", "scheme", "reference", "n_ctx", "n_chunks", "n_scored", "ppl", "ppl_error", "delta_ppl_pct",
-                "mean_kl", "kl_error", "max_kl", "top1", "bits_per_element", "kv_bytes", "tokens_per_s"},
+                "mean_kl", "kl_error", "max_kl", "top1", "bits_per_element", "peak_bits_per_element", "kv_bytes",
+                "peak_kv_bytes", "tokens_per_s"},
                rows);
 }
 

@@ -78,6 +78,17 @@ double run_chunk(Transformer& model, KvCache& cache, std::span<const std::int32_
 
 namespace {
 
+/// Most bytes a sequence holds on its way to n tokens; the bytes at n for schemes that cannot tell.
+std::uint64_t peak_sequence_bytes(const KvCache& cache, std::int64_t n) {
+    std::uint64_t peak = 0;
+    try {
+        for (std::int64_t t = 1; t <= n; ++t) peak = std::max(peak, cache.sequence_bytes(t));
+    } catch (const Error&) {
+        return 0;
+    }
+    return peak;
+}
+
 /// Running sums of one scheme over the chunks.
 struct SchemeSums {
     NllStats nll;
@@ -132,6 +143,12 @@ QualityReport evaluate_quality(Transformer& model, const std::vector<std::int32_
                 q.kv_parts = mem.parts;
                 q.bits_per_element = mem.bits_per_element(shape);
             }
+            if (ic == 0) {
+                q.peak_kv_bytes = peak_sequence_bytes(*cache, n_ctx);
+                q.peak_bits_per_element = double(q.peak_kv_bytes) * 8 / (double(n_ctx) * double(shape.elements_per_token()));
+            }
+            q.peak_kv_bytes = std::max(q.peak_kv_bytes, mem.bytes);
+            q.peak_bits_per_element = std::max(q.peak_bits_per_element, q.bits_per_element);
             if (s == std::size_t(ref)) {
                 ref_logits.swap(logits);
                 for (int r = 0; r < n_score; ++r) {

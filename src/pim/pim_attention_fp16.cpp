@@ -69,18 +69,7 @@ PimResult simulate_fp16_attention(const DramSpec& spec, PimPlacement placement, 
         rq.not_before = not_before;
         rq.cols_per_bank = f.cols_per_bank;
         rq.gap = f.gap;
-        std::int64_t done = 0;
-        rq.after_row = [&](std::int64_t rows_done) {
-            const std::int64_t due = mvsb_total * rows_done / f.rows_per_stream;
-            if (due > done) {
-                ch.set_phase("data movement");
-                issue_datapath(ch, PimCmd::MVSB, due - done);
-                ch.set_phase(phase);
-            }
-            done = due;
-        };
-        ch.set_phase(phase);
-        stream_columns(ch, placement, rq);
+        stream_with_moves(ch, placement, rq, f.rows_per_stream, mvsb_total, phase);
     };
     auto score = [&](std::int64_t h) {
         ch.set_phase("data movement");

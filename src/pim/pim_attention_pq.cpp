@@ -109,22 +109,7 @@ PimResult simulate_pq_attention(const DramSpec& spec, PimPlacement placement, co
         rq.cols_per_bank = cols;
         rq.gap = gap;
         const std::int64_t n_rows = stream_rows(spec, cols);
-        std::int64_t done = 0;
-        rq.after_row = [&](std::int64_t rows_done) {
-            const std::int64_t due = n_rows ? mvsb_total * rows_done / n_rows : 0;
-            if (due > done) {
-                ch.set_phase("data movement");
-                issue_datapath(ch, PimCmd::MVSB, due - done);
-                ch.set_phase(phase);
-            }
-            done = due;
-        };
-        ch.set_phase(phase);
-        stream_columns(ch, placement, rq);
-        if (done < mvsb_total) {
-            ch.set_phase("data movement");
-            issue_datapath(ch, PimCmd::MVSB, mvsb_total - done);
-        }
+        stream_with_moves(ch, placement, rq, n_rows, mvsb_total, phase);
         row += n_rows;
     };
     std::vector<std::int64_t> v_row(static_cast<std::size_t>(H));

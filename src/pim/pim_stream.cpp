@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "aqpim/error.h"
+#include "pim_datapath.h"
 
 namespace aqpim::pim_detail {
 
@@ -148,6 +149,26 @@ std::int64_t stream_columns(PimChannel& ch, PimPlacement placement, const Stream
         case PimPlacement::buffer_die: return stream_buffer(ch, rq);
     }
     return 0;
+}
+
+void stream_with_moves(PimChannel& ch, PimPlacement placement, StreamRequest req, std::int64_t n_rows,
+                       std::int64_t moves, const char* phase) {
+    std::int64_t done = 0;
+    req.after_row = [&](std::int64_t rows_done) {
+        const std::int64_t due = n_rows > 0 ? moves * rows_done / n_rows : 0;
+        if (due > done) {
+            ch.set_phase("data movement");
+            issue_datapath(ch, PimCmd::MVSB, due - done);
+            ch.set_phase(phase);
+        }
+        done = std::max(done, due);
+    };
+    ch.set_phase(phase);
+    stream_columns(ch, placement, req);
+    if (done < moves) {
+        ch.set_phase("data movement");
+        issue_datapath(ch, PimCmd::MVSB, moves - done);
+    }
 }
 
 }  // namespace aqpim::pim_detail

@@ -33,4 +33,10 @@ std::int64_t stream_rows(const DramSpec& spec, std::int64_t cols_per_bank);
 /// Issue the stream on `ch`; returns the cycle of its last access command.
 std::int64_t stream_columns(PimChannel& ch, PimPlacement placement, const StreamRequest& req);
 
+/// stream_columns under `phase` with `moves` MVSB commands ("data movement") interleaved in
+/// proportion to the rows done out of n_rows (partial results leave as they complete, AttAcc-style);
+/// moves still due when the stream ends are issued after it. req.after_row is set here.
+void stream_with_moves(PimChannel& ch, PimPlacement placement, StreamRequest req, std::int64_t n_rows,
+                       std::int64_t moves, const char* phase);
+
 }  // namespace aqpim::pim_detail

@@ -322,6 +322,11 @@ TEST_F(EvalTiny, BitsPerElementAndBytesComeFromMemory) {
         std::uint64_t sum = 0;
         for (const auto& [part, bytes] : q.kv_parts) sum += bytes;
         EXPECT_EQ(sum, q.kv_bytes);
+        // Peak: the most a sequence holds on its way to 64 tokens, never less than at 64.
+        std::uint64_t peak = 0;
+        for (int n = 1; n <= 64; ++n) peak = std::max(peak, cache->sequence_bytes(n));
+        EXPECT_EQ(q.peak_kv_bytes, std::max(peak, q.kv_bytes));
+        EXPECT_GE(q.peak_bits_per_element, q.bits_per_element);
     }
     // The dense ones by hand: 64 tokens x 2 layers x 1 KV head x 64 dims x (K, V) x 2 or 4 bytes.
     for (const SchemeQuality& q : r.schemes) {
@@ -334,6 +339,30 @@ TEST_F(EvalTiny, BitsPerElementAndBytesComeFromMemory) {
             EXPECT_DOUBLE_EQ(q.bits_per_element, 32.0);
         }
     }
+}
+
+TEST_F(EvalTiny, PeakCountsRowsWaitingForARefreshVersion) {
+    // With refresh, a version's training rows stay uncoded until it trains: on the way to 64 tokens
+    // the cache holds more than at 64. Without refresh the peak is the figure at 64.
+    const std::vector<std::int32_t> tokens = random_tokens(2 * 64, 64, 4);
+    QualityOptions o;
+    o.n_ctx = 64;
+    const QualityReport r = evaluate_quality(
+        model, tokens, 1,
+        parse_kv_schemes("pq:m=8,calib=30,sinks=2,window=4,refresh=32,page=32,cb=f16;pq:m=8,calib=30,sinks=2,window=4,refresh=0,cb=f16"),
+        o);
+    const auto find = [&](const std::string& spec) -> const SchemeQuality& {
+        for (const SchemeQuality& q : r.schemes)
+            if (q.spec == spec) return q;
+        ADD_FAILURE() << spec;
+        return r.schemes[0];
+    };
+    const SchemeQuality& refresh = find("pq:m=8,calib=30,sinks=2,window=4,refresh=32,page=32,cb=f16");
+    const SchemeQuality& once = find("pq:m=8,calib=30,sinks=2,window=4,refresh=0,cb=f16");
+    EXPECT_GT(refresh.peak_kv_bytes, refresh.kv_bytes);
+    EXPECT_GT(refresh.peak_bits_per_element, refresh.bits_per_element);
+    EXPECT_EQ(once.peak_kv_bytes, once.kv_bytes);
+    EXPECT_EQ(find("f16").peak_kv_bytes, find("f16").kv_bytes);
 }
 
 TEST(EvalQuality, F16PerplexityIsPerplexitysOnStories260K) {
@@ -375,8 +404,8 @@ TEST_F(EvalTiny, JsonCsvAndTableCarryEveryField) {
     EXPECT_EQ(j["kv_shape"]["head_dim"], 64);
     ASSERT_EQ(j["schemes"].size(), 2u);
     for (const char* key : {"spec", "scheme", "reference", "ppl", "ppl_error", "mean_nll", "delta_ppl_pct", "mean_kl",
-                            "kl_error", "max_kl", "top1", "top1_error", "bits_per_element", "kv_bytes", "kv_parts",
-                            "seconds", "tokens_per_s"})
+                            "kl_error", "max_kl", "top1", "top1_error", "bits_per_element", "peak_bits_per_element",
+                            "kv_bytes", "peak_kv_bytes", "kv_parts", "seconds", "tokens_per_s"})
         EXPECT_TRUE(j["schemes"][1].contains(key)) << key;
     EXPECT_EQ(j["schemes"][0]["spec"], "f16");
     EXPECT_EQ(j["schemes"][0]["reference"], true);
