@@ -47,7 +47,7 @@ def main(argv):
         # Where a zero goes on the log axis: a decade under the smallest positive value.
         floor = min(positive) / 10 if positive else 1e-6
         for s, v in zip(schemes, values):
-            x = s["bits_per_element"]
+            x = s.get("peak_bits_per_element") or s["bits_per_element"]  # peak: the bytes the context needs
             zero = v <= 0
             y = floor if zero else v
             hollow = zero or negative(s)
@@ -56,7 +56,7 @@ def main(argv):
             name = s["spec"] + (" (ref)" if s["reference"] else "") + (" = 0" if zero else "")
             ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
         ax.set_yscale("log")
-        ax.set_xlabel("bits / element (all overheads counted)")
+        ax.set_xlabel("bits / element, peak on the way to the context (all overheads counted)")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
     title = report.get("model_name") or report.get("model", "")
