@@ -57,6 +57,11 @@ enum class PqValuePath {
 struct PqAttentionOptions {
     PqScorePath scores = PqScorePath::f32;
     PqValuePath values = PqValuePath::automatic;
+    /// Codebooks to use instead of the quantizers' own ([M][ksub][dsub] f32 each; null = the
+    /// quantizer's): the KV cache keeps f16 codebooks and widens them per call into these, while the
+    /// quantizers supply only their transforms.
+    const float* k_centroids = nullptr;
+    const float* v_centroids = nullptr;
 };
 
 /// The value path `automatic` resolves to for this nbits at the active SIMD level.

@@ -98,7 +98,10 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
     pq_k.transform_query(q, ws.q.data(), n_q);
     for (std::int64_t i = 0; i < std::int64_t(n_q) * D; ++i) ws.q[i] *= scale;
     if (ws.lut.size() < std::size_t(n_q) * Mk * ksub_k) ws.lut.resize(std::size_t(n_q) * Mk * ksub_k);
-    k.build_lut(ws.q.data(), n_q, Mk, ksub_k, pq_k.dsub(), pq_k.centroids(), ws.lut.data());
+    const float* k_cb = options.k_centroids ? options.k_centroids : pq_k.centroids();
+    const float* v_cb = options.v_centroids ? options.v_centroids : pq_v.centroids();
+    AQPIM_CHECK(k_cb && v_cb, "attend_pq: a quantizer has no codebooks and none were given");
+    k.build_lut(ws.q.data(), n_q, Mk, ksub_k, pq_k.dsub(), k_cb, ws.lut.data());
     if (int8) {
         if (ws.qlut.size() < std::size_t(n_q) * Mk * 16) ws.qlut.resize(std::size_t(n_q) * Mk * 16);
         ss.qparams.resize(n_q);
@@ -113,7 +116,7 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
     } else {
         const std::size_t n_cols = std::size_t(Mv) * pq_v.dsub() * 16;
         if (ws.columns.size() < n_cols) ws.columns.resize(n_cols);
-        codebook_columns(pq_v.centroids(), Mv, pq_v.dsub(), ws.columns.data());
+        codebook_columns(v_cb, Mv, pq_v.dsub(), ws.columns.data());
     }
     if (ws.acc.size() < std::size_t(n_q) * D) ws.acc.resize(std::size_t(n_q) * D);
     std::fill_n(ws.acc.data(), std::size_t(n_q) * D, 0.0f);
@@ -199,7 +202,7 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
         }
     }
     if (value_path == PqValuePath::histogram)
-        hist_times_codebook(ws.hist.data(), n_q, Mv, ksub_v, pq_v.dsub(), pq_v.centroids(), ws.acc.data());
+        hist_times_codebook(ws.hist.data(), n_q, Mv, ksub_v, pq_v.dsub(), v_cb, ws.acc.data());
     pq_v.inverse(ws.acc.data(), local.acc.data(), n_q);
     part.merge(local);
 }

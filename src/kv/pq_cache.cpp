@@ -243,8 +243,10 @@ private:
     void train_version(Sequence& s, LayerState& l, int il, int j);
     void encode(Sequence& s, LayerState& l, std::int64_t c0, std::int64_t c1);
     /// q.encode(x, n, codes) with the cache's scratch (encode() allocates a 256-row buffer per call,
-    /// which a decode step would pay for every stream): the same transform and nearest-centroid kernel.
-    void encode_rows(const ProductQuantizer& q, const float* x, std::int64_t n, std::uint8_t* codes);
+    /// which a decode step would pay for every stream): q's transform and the nearest-centroid kernel
+    /// over `centroids` / `norms` (q's own, or its f16 codebooks widened with cb=f16).
+    void encode_rows(const ProductQuantizer& q, const float* centroids, const float* norms, const float* x,
+                     std::int64_t n, std::uint8_t* codes);
     void ensure_pages(std::vector<std::int32_t>& pages, PagePool& pool, std::int64_t n_pages);
 
     std::uint8_t* code_region(const Sequence& s, const LayerState& l, std::int64_t i, int ih, bool value) const {
@@ -276,7 +278,7 @@ private:
     std::vector<float> y_;                 ///< [rows][D] rows in quantizer space
     std::vector<std::int32_t> idx_;        ///< [rows] nearest centroids of one subspace
     std::vector<std::vector<float>> aug_;  ///< [n_kv] RoPE-augmented key training rows
-    ProductQuantizer wide_;                ///< a quantizer with its f16 codebooks widened (cb=f16)
+    std::vector<float> wide_centroids_, wide_norms_;  ///< cb=f16: one quantizer's codebooks widened, their norms
     std::optional<RowCodec> window_codec_; ///< wq=: codec of the tail rows (none: f16)
     // key calibration augmentation (aug=)
     int aug_copies_ = 0;
@@ -463,13 +465,27 @@ void PqKvCache::encode(Sequence& s, LayerState& l, std::int64_t c0, std::int64_t
         xk_.resize(std::size_t(cnt) * D);
         for (int ih = 0; ih < n_kv; ++ih)
             for (const bool value : {false, true}) {
-                const ProductQuantizer& q = ver.quantizer(value, ih, wide_);
+                const ProductQuantizer& q = (value ? ver.v : ver.k)[std::size_t(ih)];  // its transform
+                const float* centroids = ver.widened_centroids(value, ih, wide_centroids_);
+                const float* norms = q.centroid_norms();
+                if (centroids) {  // cb=f16: the widened codebooks and their squared norms
+                    const int K = q.ksub(), ds = q.dsub();
+                    wide_norms_.resize(std::size_t(q.M()) * K);
+                    for (std::size_t c = 0; c < wide_norms_.size(); ++c) {
+                        float sq = 0;
+                        for (int j = 0; j < ds; ++j) sq += centroids[c * ds + j] * centroids[c * ds + j];
+                        wide_norms_[c] = sq;
+                    }
+                    norms = wide_norms_.data();
+                } else {
+                    centroids = q.centroids();
+                }
                 const TailRows& rows = value ? l.tail_v[ih] : l.tail_k[ih];
                 AQPIM_ASSERT(rows.first() <= S + a && rows.end() >= S + b);
                 rows.read(S + a, cnt, xk_.data());
                 const int M = q.M();
                 codes_.resize(std::size_t(cnt) * M);
-                encode_rows(q, xk_.data(), cnt, codes_.data());
+                encode_rows(q, centroids, norms, xk_.data(), cnt, codes_.data());
                 for (std::int64_t i = a; i < b; ++i)
                     store_token_code(code_region(s, l, i, ih, value), i % P, M, nbits, codes_.data() + (i - a) * M);
             }
@@ -477,7 +493,8 @@ void PqKvCache::encode(Sequence& s, LayerState& l, std::int64_t c0, std::int64_t
     }
 }
 
-void PqKvCache::encode_rows(const ProductQuantizer& q, const float* x, std::int64_t n, std::uint8_t* codes) {
+void PqKvCache::encode_rows(const ProductQuantizer& q, const float* centroids, const float* norms, const float* x,
+                            std::int64_t n, std::uint8_t* codes) {
     const int D = q.D(), M = q.M(), K = q.ksub(), ds = q.dsub();
     const float* y = x;
     if (!q.is_identity_transform()) {
@@ -487,8 +504,8 @@ void PqKvCache::encode_rows(const ProductQuantizer& q, const float* x, std::int6
     }
     idx_.resize(std::size_t(n));
     for (int m = 0; m < M; ++m) {
-        nearest_centroid(y + m * ds, n, D, ds, q.centroids() + std::int64_t(m) * K * ds,
-                         q.centroid_norms() + std::int64_t(m) * K, K, idx_.data(), nullptr);
+        nearest_centroid(y + m * ds, n, D, ds, centroids + std::int64_t(m) * K * ds, norms + std::int64_t(m) * K, K,
+                         idx_.data(), nullptr);
         for (std::int64_t i = 0; i < n; ++i) codes[i * M + m] = std::uint8_t(idx_[std::size_t(i)]);
     }
 }
@@ -504,17 +521,22 @@ void PqKvCache::attend_codes(const Sequence& s, const LayerState& l, int ih, con
         const std::int64_t a = L_.sched.version_start(j);
         const std::int64_t b = j + 1 < L_.sched.versions ? std::min(c, L_.sched.version_start(j + 1)) : c;
         const PqLayerVersion& ver = l.versions[std::size_t(j)];
-        thread_local ProductQuantizer wide_k, wide_v;  // f16 codebooks widened (cb=f16)
-        const ProductQuantizer &qk = ver.quantizer(false, ih, wide_k), &qv = ver.quantizer(true, ih, wide_v);
         if (p_.attn == PqAttendMode::codes) {
             ws.spans.clear();
             for (std::int64_t i = a; i < b; i = (i / P + 1) * P) {
                 const std::int64_t e = std::min(b, (i / P + 1) * P);
                 ws.spans.push_back({code_region(s, l, i, ih, false), code_region(s, l, i, ih, true), e - i});
             }
-            attend_pq_spans(q, group, qk, qv, ws.spans, scale, attn_opts_, part);
+            // cb=f16: the transforms from the stored quantizers, the codebooks widened per call.
+            thread_local std::vector<float> wide_k, wide_v;
+            PqAttentionOptions o = attn_opts_;
+            o.k_centroids = ver.widened_centroids(false, ih, wide_k);
+            o.v_centroids = ver.widened_centroids(true, ih, wide_v);
+            attend_pq_spans(q, group, ver.k[ih], ver.v[ih], ws.spans, scale, o, part);
             continue;
         }
+        thread_local ProductQuantizer wide_k, wide_v;  // f16 codebooks widened (cb=f16)
+        const ProductQuantizer &qk = ver.quantizer(false, ih, wide_k), &qv = ver.quantizer(true, ih, wide_v);
         // Decode-then-dense: the reference.
         const std::int64_t cnt = b - a;
         for (const bool value : {false, true}) {

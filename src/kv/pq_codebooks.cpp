@@ -34,6 +34,14 @@ void PqLayerVersion::store_f16() {
     }
 }
 
+const float* PqLayerVersion::widened_centroids(bool value, int ih, std::vector<float>& out) const {
+    if (!f16()) return nullptr;
+    const AlignedBuffer<f16_t>& c16 = (value ? v16 : k16)[std::size_t(ih)];
+    out.resize(c16.size());
+    fp16_to_f32(c16.data(), out.data(), c16.size());
+    return out.data();
+}
+
 const ProductQuantizer& PqLayerVersion::quantizer(bool value, int ih, ProductQuantizer& scratch) const {
     const ProductQuantizer& q = (value ? v : k)[std::size_t(ih)];
     if (!f16()) return q;

@@ -27,6 +27,9 @@ struct PqLayerVersion {
     /// Quantizer ih of keys or values ready to encode, decode and build tables: the stored one, or
     /// with f16 codebooks `scratch` set to it with the centroids widened to f32.
     const ProductQuantizer& quantizer(bool value, int ih, ProductQuantizer& scratch) const;
+    /// With f16 codebooks: head ih's key or value centroids widened to f32 into `out` (what attention
+    /// passes as PqAttentionOptions::k/v_centroids; cheaper than quantizer()). Null without.
+    const float* widened_centroids(bool value, int ih, std::vector<float>& out) const;
 };
 
 /// Training rows of one stream: [n][head_dim] per KV head.
