@@ -14,6 +14,7 @@
 #include "aqpim/kv_scheme.h"
 #include "aqpim/pim_attention.h"
 #include "aqpim/pim_baseline.h"
+#include "aqpim/preset.h"
 #include "aqpim/pim_trace.h"
 #include "aqpim/pim_validate.h"
 #include "commands.h"
@@ -150,8 +151,8 @@ void run_pimsim(const PimsimArgs& args) {
         pq.versions = traced->versions;
     }
 
-    std::optional<PimHostDevice> dev;
-    if (!a.gpu.empty()) dev = PimHostDevice::load(a.gpu);  // bad names fail before the simulation
+    std::optional<Device> dev;
+    if (!a.gpu.empty()) dev = device_from_preset(find_preset("device", a.gpu));  // bad names fail before the simulation
 
     PimChannel::Options opt;
     opt.refresh = !a.no_refresh;

@@ -89,7 +89,7 @@ TEST(PimBaseline, DevicePresetAndOffload) {
                                        {"energy_per_bit", num(1e-11, "J/bit")}}},
                         {"power", {{"tdp", num(700, "W")}}}};
     std::ofstream(path) << j.dump();
-    const PimHostDevice d = PimHostDevice::load(path.string());
+    const Device d = device_from_preset(find_preset("device", path.string()));
     EXPECT_DOUBLE_EQ(d.mem_bandwidth, 4e12);
     // Fits: HBM time only. Spills 10 GB: link time 10e9/64e9 + latency dominates.
     const auto fit = gpu_attention_cost(d, 8e9, 0, 60e9);
@@ -103,7 +103,7 @@ TEST(PimBaseline, DevicePresetAndOffload) {
     EXPECT_EQ(fit_count(5, 10, 30), 0);
     j["efficiency"]["bandwidth"]["value"] = 1.5;
     std::ofstream(path) << j.dump();
-    EXPECT_THROW(PimHostDevice::load(path.string()), Error);
+    EXPECT_THROW(device_from_preset(find_preset("device", path.string())), Error);
     std::filesystem::remove_all(dir);
 }
 
