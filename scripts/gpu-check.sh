@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # One prepared run of the CUDA kernels on a lent H100/H200-class GPU machine (docs/cuda.md):
 # builds aqpim_cuda_check with nvcc and CMake alone (that machine has none of this project's Debian
-# libraries), runs the GPU checks, compute-sanitizer memcheck (and racecheck if time is left) on
-# them, and the benchmark, and writes a short report. Bounded to finish within 8 minutes.
+# libraries), runs the GPU checks, the benchmark, an Nsight Compute profile of one dense and one
+# PQ launch (batch 8, 32K), compute-sanitizer memcheck (and racecheck if time is left) on the
+# checks, and writes a short report. Bounded to finish within 8 minutes.
 #
 #   scripts/gpu-check.sh [--quick]      from the repository root; results in $OUT (or gpu-check-out/)
 #
-# --quick: the benchmark's small sweep (contexts 8K,32K; batches 1,8).
+# --quick: the benchmark's target points only (contexts 32K,128K; batch 8).
+# GPU_CHECK_BUDGET_S: seconds the whole script may take (default 470).
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -17,7 +19,8 @@ bench_args=(--bench)
 [[ ${1:-} == --quick ]] && bench_args+=(--quick)
 export PATH="/usr/local/cuda/bin:$PATH"
 t0=$(date +%s)
-left() { echo $((470 - ($(date +%s) - t0))); }  # seconds left of a 7m50s budget
+budget=${GPU_CHECK_BUDGET_S:-470}
+left() { echo $((budget - ($(date +%s) - t0))); }  # seconds left of the budget
 status=0
 
 step() {  # step NAME LIMIT_S LOG CMD...: run with a time limit, record the outcome
@@ -53,17 +56,24 @@ if ! step build 240 "$out/build.log" bash -c \
     "cmake -S src/cuda -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
        -DCMAKE_CUDA_FLAGS='-Xptxas=-v' && cmake --build build-gpu -j $(nproc)"; then
     tail -40 "$out/build.log"
+    { command -v nvcc cmake ninja; cmake --version | head -1; ls /usr/local/cuda/lib* 2>&1 | grep -i cublas; } >>"$out/build.log" 2>&1
     exit 1
 fi
 grep -E "Function properties|registers|spill" "$out/build.log" >"$out/ptxas.txt" || true
 
 step checks 120 "$out/checks.log" build-gpu/aqpim_cuda_check --check
-step memcheck "$(( $(left) - 200 > 60 ? 150 : 60 ))" "$out/memcheck.log" \
+step bench "$(( $(left) > 200 ? $(left) - 140 : 60 ))" "$out/bench.log" build-gpu/aqpim_cuda_check "${bench_args[@]}"
+if command -v ncu >/dev/null && (($(left) > 100)); then
+    step profile 60 "$out/profile.log" ncu --clock-control none -k 'regex:pq_attention_kernel|dense_attention_kernel' \
+        --set full build-gpu/aqpim_cuda_check --profile
+else
+    echo "| profile | skipped: $(command -v ncu >/dev/null && echo "$(left)s left" || echo "no ncu") |  |" >>"$report"
+fi
+step memcheck "$(( $(left) > 70 ? $(left) - 10 : 60 ))" "$out/memcheck.log" \
     compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/aqpim_cuda_check --check
-step bench "$(( $(left) - 30 ))" "$out/bench.log" build-gpu/aqpim_cuda_check "${bench_args[@]}"
-if (($(left) > 90)); then
-    step racecheck "$(( $(left) - 20 ))" "$out/racecheck.log" \
-        compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/aqpim_cuda_check --check
+if (($(left) > 60)); then
+    step racecheck "$(( $(left) - 10 ))" "$out/racecheck.log" \
+        compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/aqpim_cuda_check --check --no-fallback
 else
     echo "| racecheck | skipped: $(left)s left |  |" >>"$report"
 fi
@@ -77,6 +87,10 @@ fi
     echo "## compute-sanitizer"
     echo '```'
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Race" "$out/memcheck.log" "$out/racecheck.log" 2>/dev/null | head -20
+    echo '```'
+    echo "## profile (ncu, batch 8, 32K): speed of light, shared memory, pipes"
+    echo '```'
+    grep -E "pq_attention_kernel|dense_attention_kernel|Memory Throughput|DRAM Throughput|Duration|Compute \(SM\) Throughput|Shared|Bank|L1/TEX Hit|Issue Slots Busy|Executed Ipc Active|Achieved Occupancy|Registers Per|One or More Eligible|Stall|Pipe" "$out/profile.log" 2>/dev/null | head -80
     echo '```'
     echo "## benchmark"
     echo '```'

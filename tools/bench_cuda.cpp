@@ -31,8 +31,8 @@ struct CudaBenchArgs {
 #if AQPIM_HAVE_CUDA
 void run(const CudaBenchArgs& a) {
     cuda::CudaBenchOptions opt;
-    opt.contexts = a.quick ? std::vector<int>{8192, 32768} : a.contexts;
-    opt.batches = a.quick ? std::vector<int>{1, 8} : a.batches;
+    opt.contexts = a.quick ? std::vector<int>{32768, 131072} : a.contexts;
+    opt.batches = a.quick ? std::vector<int>{8} : a.batches;
     opt.n_kv = a.n_kv;
     opt.n_q = a.group;
     opt.D = a.head_dim;
@@ -92,7 +92,7 @@ void add_bench_cuda_command(CLI::App& bench) {
         ->capture_default_str();
     cmd->add_option("--reps", a->reps, "timed repetitions (median)")->check(CLI::Range(1, 1000))->capture_default_str();
     cmd->add_flag("--no-fallback", a->no_fallback, "skip decompress + cuBLAS");
-    cmd->add_flag("--quick", a->quick, "contexts 8K,32K, batches 1,8, 5 repetitions");
+    cmd->add_flag("--quick", a->quick, "the target points only: contexts 32K,128K, batch 8, 5 repetitions");
     cmd->add_flag("--json", a->json, "print JSON instead of a table");
     cmd->add_option("-o,--out", a->out, "also write the JSON to this file");
     cmd->callback([a] {

@@ -90,14 +90,31 @@ __device__ void load_scaled_queries(const float* q /* [n_q][D] */, int n_q, floa
     for (int i = threadIdx.x; i < NQ * D; i += blockDim.x) qs[i / D][i % D] = i / D < n_q ? q[i] * scale : 0.0f;
 }
 
+// ---- f16 rows through a cp.async pipeline ------------------------------------------------------
+
+inline constexpr int kF16Loads = 4;  ///< 16-byte loads per lane per tile, for K and for V
+/// Bytes one warp's pipeline stage holds: K and V, kF16Loads 16-byte loads per lane.
+inline constexpr int kF16StageBytes = 2 * kF16Loads * 32 * 16;
+
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending)); }
+
 /// Dense f16 rows [r0, r1) of K, V (row stride D) attended by this block: warp w takes tiles
-/// w, w + kWarps, ... of kLoads * (32 / kLanes) rows; a row is read by kLanes = D / 8 lanes with one
-/// 16-byte load each (K and V), kLoads rows per lane in flight. Ends with the warps' states in
-/// s.wm/wl/wacc (merge them with block_merge_warps).
-template <int NQ, int D>
+/// w, w + kWarps, ... of kF16Loads * (32 / kLanes) rows; a row is read by kLanes = D / 8 lanes with
+/// one 16-byte load each (K and V). The loads go through a cp.async ring of kStages tiles per warp
+/// in `stage` (this warp's kStages * kF16StageBytes), kStages - 1 tiles in flight while one is
+/// computed; each lane reads back only what it copied, so no barrier is needed. Ends with the
+/// warps' states in s.wm/wl/wacc (merge them with block_merge_warps).
+template <int NQ, int D, int kStages>
 __device__ void attend_f16_rows(const float (&qs)[NQ][D], const std::uint16_t* K, const std::uint16_t* V,
-                                std::int64_t r0, std::int64_t r1, BlockState<NQ, D>& s) {
-    constexpr int kLanes = D / 8, kRowsPerLoad = 32 / kLanes, kLoads = 4, kTileRows = kRowsPerLoad * kLoads;
+                                std::int64_t r0, std::int64_t r1, BlockState<NQ, D>& s, uint4* stage) {
+    static_assert(kStages >= 2, "the ring needs a tile in flight while one is computed");
+    constexpr int kLanes = D / 8, kRowsPerLoad = 32 / kLanes, kLoads = kF16Loads, kTileRows = kRowsPerLoad * kLoads;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane / kLanes, col = lane % kLanes;
     float q[NQ][8], acc[NQ][8], m[NQ], l[NQ];
 #pragma unroll
@@ -110,15 +127,39 @@ __device__ void attend_f16_rows(const float (&qs)[NQ][D], const std::uint16_t* K
             acc[h][j] = 0.0f;
         }
     }
-    for (std::int64_t t0 = r0 + std::int64_t(warp) * kTileRows; t0 < r1; t0 += std::int64_t(kWarps) * kTileRows) {
+    const std::int64_t step = std::int64_t(kWarps) * kTileRows;
+    std::int64_t next = r0 + std::int64_t(warp) * kTileRows;  // first row of the next tile to copy
+    int fill = 0;                                              // its slot
+    const auto issue = [&]() {  // copy the next tile (if any) into its slot; always one commit group
+        if (next < r1) {
+            uint4* slot = stage + fill * (2 * kLoads * 32);
+#pragma unroll
+            for (int u = 0; u < kLoads; ++u) {
+                const std::int64_t row = next + u * kRowsPerLoad + sub;
+                const bool ok = row < r1;
+                const std::int64_t at = (ok ? row : r0) * D;
+                cp_async_16(slot + u * 32 + lane, reinterpret_cast<const uint4*>(K + at) + col, ok);
+                cp_async_16(slot + (kLoads + u) * 32 + lane, reinterpret_cast<const uint4*>(V + at) + col, ok);
+            }
+        }
+        cp_async_commit();
+        next += step;
+        fill = fill + 1 == kStages ? 0 : fill + 1;
+    };
+#pragma unroll
+    for (int i = 0; i < kStages - 1; ++i) issue();
+    int read = 0;
+    for (std::int64_t t0 = r0 + std::int64_t(warp) * kTileRows; t0 < r1; t0 += step) {
+        cp_async_wait<kStages - 2>();  // this tile's group is complete
+        const uint4* slot = stage + read * (2 * kLoads * 32);
         uint4 kr[kLoads], vr[kLoads];
 #pragma unroll
         for (int u = 0; u < kLoads; ++u) {
-            const std::int64_t row = t0 + u * kRowsPerLoad + sub;
-            const bool ok = row < r1;
-            kr[u] = ok ? __ldg(reinterpret_cast<const uint4*>(K + row * D) + col) : make_uint4(0, 0, 0, 0);
-            vr[u] = ok ? __ldg(reinterpret_cast<const uint4*>(V + row * D) + col) : make_uint4(0, 0, 0, 0);
+            kr[u] = slot[u * 32 + lane];
+            vr[u] = slot[(kLoads + u) * 32 + lane];
         }
+        read = read + 1 == kStages ? 0 : read + 1;
+        issue();  // into the slot read in the previous iteration
         float sc[kLoads][NQ];
 #pragma unroll
         for (int u = 0; u < kLoads; ++u) {
@@ -162,6 +203,7 @@ __device__ void attend_f16_rows(const float (&qs)[NQ][D], const std::uint16_t* K
             }
         }
     }
+    cp_async_wait<0>();  // only empty groups are left; nothing may land after the stage is reused
     // Sum the row groups of the warp (lanes col, col + kLanes, ...); m is warp-uniform.
 #pragma unroll
     for (int h = 0; h < NQ; ++h) {

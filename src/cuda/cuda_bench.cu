@@ -117,7 +117,71 @@ CudaBenchRow row(const char* section, const char* kernel, int batch, int ctx, do
     return r;
 }
 
+/// Waves of thread blocks a launch is split into: enough that the last, partial wave is a small
+/// share of the time, few enough that the chunks stay long.
+constexpr int kWaves = 4;
+
+/// Blocks per (sequence, KV head) such that all of them fill at most kWaves full waves of the
+/// device (slots = blocks resident per SM x SMs), so no wave is left mostly empty.
+int chunks_per_stream(int streams, int slots) { return std::max(1, kWaves * slots / streams); }
+
+AttentionShape bench_shape(const CudaBenchOptions& opt, int batch) {
+    return AttentionShape{batch, opt.n_kv, opt.n_q, opt.D, 1.0f / std::sqrt(float(opt.D))};
+}
+
+/// Dense f16 over all ctx tokens.
+DeviceDenseProblem dense_problem(const CudaBenchOptions& opt, int batch, int ctx, int sms) {
+    const AttentionShape shape = bench_shape(opt, batch);
+    const int chunks = chunks_per_stream(batch * opt.n_kv, dense_attention_blocks_per_sm(shape) * sms);
+    const int chunk_tokens = std::max(64, (ctx / chunks + 63) / 64 * 64);
+    return DeviceDenseProblem(shape, ctx, chunk_tokens, opt.seed);
+}
+
+/// PQ: sinks + window in f16, the rest coded over `versions` codebook versions.
+HostPqProblem pq_problem(const CudaBenchOptions& opt, int batch, int ctx, int sms) {
+    PqProblemSpec spec;
+    spec.shape = bench_shape(opt, batch);
+    spec.Mk = spec.Mv = opt.M;
+    spec.page_tokens = opt.page;
+    spec.n_versions = opt.versions;
+    const int coded = std::max(0, ctx - opt.sinks - opt.window);
+    spec.n_coded = {coded};
+    spec.n_f16 = {ctx - coded};
+    const int pages = (coded + opt.page - 1) / opt.page;
+    PqAttentionParams probe;
+    probe.shape = spec.shape;
+    probe.Mk = spec.Mk;
+    probe.Mv = spec.Mv;
+    // One more block per stream attends the f16 rows.
+    const int chunks = std::max(1, chunks_per_stream(batch * opt.n_kv, pq_attention_blocks_per_sm(probe) * sms) - 1);
+    spec.chunk_pages = std::max(1, (pages + chunks - 1) / chunks);
+    spec.fill_data = false;
+    spec.seed = opt.seed;
+    return make_random_pq_problem(spec);
+}
+
+int device_sms() {
+    int sms = 0;
+    AQPIM_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    return sms;
+}
+
 }  // namespace
+
+void run_cuda_profile_launches(const CudaBenchOptions& opt, int batch, int ctx) {
+    const std::string why = cuda_device_unavailable();
+    if (!why.empty()) throw std::runtime_error(why);
+    const int sms = device_sms();
+    {
+        const DeviceDenseProblem d = dense_problem(opt, batch, ctx, sms);
+        launch_dense_attention(d.params(), nullptr);
+        AQPIM_CUDA(cudaDeviceSynchronize());
+    }
+    const HostPqProblem h = pq_problem(opt, batch, ctx, sms);
+    const DevicePqProblem d(h, opt.seed);
+    launch_pq_attention(d.params(), nullptr);
+    AQPIM_CUDA(cudaDeviceSynchronize());
+}
 
 CudaBenchReport run_cuda_bench(const CudaBenchOptions& opt) {
     const std::string why = cuda_device_unavailable();
@@ -131,33 +195,17 @@ CudaBenchReport run_cuda_bench(const CudaBenchOptions& opt) {
     const int nq_template = group_instance(opt.n_q);
     for (int batch : opt.batches)
         for (int ctx : opt.contexts) {
-            const AttentionShape shape{batch, opt.n_kv, opt.n_q, opt.D, 1.0f / std::sqrt(float(opt.D))};
-            const int target_chunks = std::max(1, (4 * f.sms + batch * opt.n_kv - 1) / (batch * opt.n_kv));
-            // Dense f16 over all ctx tokens.
-            const int chunk_tokens = std::max(256, (ctx / target_chunks + 255) / 256 * 256);
             double dense_ms = 0;
             {
-                const DeviceDenseProblem d(shape, ctx, chunk_tokens, opt.seed);
+                const DeviceDenseProblem d = dense_problem(opt, batch, ctx, f.sms);
                 const Graph g(stream, [&] { launch_dense_attention(d.params(), stream); });
                 dense_ms = timer.median_ms([&] { g.launch(); }, opt.reps);
                 CudaBenchRow r = row("attention", "dense_f16", batch, ctx, dense_ms, double(d.min_bytes()), f);
                 r.vs_dense = 1.0;
                 rep.rows.push_back(r);
             }
-            // PQ: sinks + window in f16, the rest coded over `versions` codebook versions.
-            PqProblemSpec spec;
-            spec.shape = shape;
-            spec.Mk = spec.Mv = opt.M;
-            spec.page_tokens = opt.page;
-            spec.n_versions = opt.versions;
-            const int coded = std::max(0, ctx - opt.sinks - opt.window);
-            spec.n_coded = {coded};
-            spec.n_f16 = {ctx - coded};
-            const int pages = (coded + opt.page - 1) / opt.page;
-            spec.chunk_pages = std::max(1, (pages + target_chunks - 1) / target_chunks);
-            spec.fill_data = false;
-            spec.seed = opt.seed;
-            const HostPqProblem h = make_random_pq_problem(spec);
+            const HostPqProblem h = pq_problem(opt, batch, ctx, f.sms);
+            const int coded = h.n_coded[0];
             const DevicePqProblem d(h, opt.seed);
             const Graph attn(stream, [&] { launch_pq_attention(d.params(), stream); });
             const double pq_ms = timer.median_ms([&] { attn.launch(); }, opt.reps);
@@ -187,13 +235,15 @@ CudaBenchReport run_cuda_bench(const CudaBenchOptions& opt) {
             eb.vs_dense = 100.0 * (both_ms - pq_ms) / pq_ms;
             rep.rows.push_back(eb);
 
+#ifndef AQPIM_CUDA_NO_CUBLAS
             if (opt.fallback) {
-                DecompressFallback fb(shape, ctx);
+                DecompressFallback fb(bench_shape(opt, batch), ctx);
                 const double fb_ms = timer.median_ms([&] { fb.run(d.params(), stream); }, opt.reps);
                 CudaBenchRow x = row("attention", "decompress_cublas", batch, ctx, fb_ms, double(fb.bytes_moved(d.params(), ctx)), f);
                 x.vs_dense = dense_ms / fb_ms;
                 rep.rows.push_back(x);
             }
+#endif
         }
     AQPIM_CUDA(cudaStreamDestroy(stream));
     return rep;

@@ -52,4 +52,8 @@ struct CudaBenchReport {
 /// Runs the sweeps on device 0. Throws std::runtime_error when there is no usable GPU.
 CudaBenchReport run_cuda_bench(const CudaBenchOptions& opt);
 
+/// One plain launch (no graph, no timing) of the dense f16 kernel, then of the PQ kernel, on the
+/// benchmark's problem of this batch and context: what a profiler (ncu) is pointed at.
+void run_cuda_profile_launches(const CudaBenchOptions& opt, int batch, int ctx);
+
 }  // namespace aqpim::cuda

@@ -1,4 +1,5 @@
 // Decompress + cuBLAS baseline (see decompress_fallback.h).
+#ifndef AQPIM_CUDA_NO_CUBLAS
 
 #include "cuda/decompress_fallback.h"
 
@@ -150,3 +151,5 @@ std::uint64_t DecompressFallback::bytes_moved(const PqAttentionParams& p, std::i
 }
 
 }  // namespace aqpim::cuda
+
+#endif  // AQPIM_CUDA_NO_CUBLAS

@@ -2,6 +2,8 @@
 // The seed's fallback, kept as a baseline: decompress every coded token to f16 rows in a scratch
 // buffer (original space, the f16 sinks and window appended), then attention through cuBLAS:
 // scores = K q (strided-batched GEMM, f16 in, f32 out), softmax, out = V^T p (GEMM).
+// A standalone build that finds no cuBLAS defines AQPIM_CUDA_NO_CUBLAS (src/cuda/CMakeLists.txt):
+// the fallback is then not compiled, and the check and the benchmark leave it out and say so.
 
 #include <cuda_runtime_api.h>
 

@@ -4,6 +4,8 @@
 
 #include <random>
 
+#include <cstdio>
+
 #include "cuda/cuda_check.h"
 #include "cuda/decompress_fallback.h"
 #include "cuda/dense_attention.h"
@@ -130,6 +132,9 @@ std::vector<DeviceCheck> check_encode() {
 
 std::vector<DeviceCheck> check_decompress_fallback() {
     std::vector<DeviceCheck> out;
+#ifdef AQPIM_CUDA_NO_CUBLAS
+    std::printf("skipped: decompress_cublas (built without cuBLAS)\n");
+#else
     for (const PqProblemSpec& spec : {pq_spec(2, 2, 4, 128, 32, 32, 64, 2, {300, 451}, {20, 68}, 2, 31),
                                       pq_spec(1, 4, 8, 64, 16, 32, 256, 1, {3000}, {4}, 4, 32)}) {
         const HostPqProblem h = make_random_pq_problem(spec);
@@ -144,6 +149,7 @@ std::vector<DeviceCheck> check_decompress_fallback() {
         const std::vector<float> got = d.download_out();
         out.push_back({"decompress_cublas " + describe(spec), max_relative_error(got.data(), ref.data(), ref.size()), kF16Tol});
     }
+#endif
     return out;
 }
 

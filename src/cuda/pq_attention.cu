@@ -6,12 +6,14 @@
 // (max, sum, accumulator); launch_combine merges them (split-K reduction).
 //
 // Inside a coded block: when the page's codebook version changes, the group's queries are moved
-// into that version's quantizer space and its lookup tables LUT[h][m][16] built in shared memory.
-// Each warp takes 32-token code blocks in turn: the block's K and V codes are copied with 16-byte
-// loads into a padded shared-memory stage; lane t scores token t from the tables; an online softmax
-// per warp; then the weights go into the warp's value histogram hist[h][16][Mv] (lane = subspace,
-// no atomics, no decoded vectors). A version change or the end flushes the histograms through the
-// value codebook (original space, via perm and gain) into the block's state.
+// into that version's quantizer space and its lookup tables built in shared memory, the group's
+// heads interleaved per entry (LUT[m][c][h]) so one vector load serves every head. Each warp takes
+// 32-token code blocks in turn: the block's K and V codes are copied with 16-byte loads into a
+// padded shared-memory stage; lane t scores token t from the tables (one code extraction for all
+// heads); an online softmax per warp; the weights go through a per-warp buffer to the warp's value
+// histogram hist[c][m][h] (lane = subspace, one vector read-modify-write for all heads, no atomics,
+// no decoded vectors). A version change or the end flushes the histograms through the value
+// codebook (original space, via perm and gain) into the block's state.
 
 #include "cuda/attention_common.cuh"
 #include "cuda/cuda_check.h"
@@ -21,18 +23,24 @@ namespace aqpim::cuda {
 
 namespace {
 
-/// Dynamic shared memory of one block, in floats / dwords.
+constexpr int kF16Stages = 2;  ///< cp.async ring of the sinks-and-window block
+
+/// Dynamic shared memory of one block, in floats / dwords; every region 16-byte aligned.
 struct PqSmem {
-    int lut, qy, hist, stage_k, stage_v;  // offsets
+    int lut, qy, hist, pbuf, stage_k, stage_v;  // offsets
     int total;
+    __host__ __device__ static int up4(int n) { return (n + 3) / 4 * 4; }
     __host__ __device__ PqSmem(int nq, int D, int Mk, int Mv) {
         const int gk = (Mk + 3) / 4 * kStageGroupDwords, gv = (Mv + 3) / 4 * kStageGroupDwords;
         lut = 0;
-        qy = lut + nq * Mk * kKsub;
-        hist = qy + nq * D;
-        stage_k = hist + kWarps * nq * kKsub * Mv;
-        stage_v = stage_k + kWarps * gk;
-        total = stage_v + kWarps * gv;
+        qy = lut + up4(nq * Mk * kKsub);
+        hist = qy + up4(nq * D);
+        pbuf = hist + kWarps * up4(nq * kKsub * Mv);
+        stage_k = pbuf + kWarps * up4(nq * kBlockTokens);
+        stage_v = stage_k + kWarps * up4(gk);
+        const int coded = stage_v + kWarps * up4(gv);
+        const int f16_ring = kWarps * kF16Stages * kF16StageBytes / 4;  // the sinks-and-window block
+        total = coded > f16_ring ? coded : f16_ring;
     }
 };
 
@@ -48,10 +56,66 @@ __device__ __forceinline__ void stage_block(const std::uint32_t* src, int n_dw, 
     }
 }
 
+/// NQ consecutive floats of shared memory (16-byte aligned when NQ >= 4) as one or two vector loads.
+template <int NQ>
+__device__ __forceinline__ void load_heads(const float* src, float (&v)[NQ]) {
+    if constexpr (NQ % 4 == 0) {
+#pragma unroll
+        for (int k = 0; k < NQ / 4; ++k) {
+            const float4 x = reinterpret_cast<const float4*>(src)[k];
+            v[4 * k] = x.x;
+            v[4 * k + 1] = x.y;
+            v[4 * k + 2] = x.z;
+            v[4 * k + 3] = x.w;
+        }
+    } else if constexpr (NQ == 2) {
+        const float2 x = *reinterpret_cast<const float2*>(src);
+        v[0] = x.x;
+        v[1] = x.y;
+    } else {
+        v[0] = *src;
+    }
+}
+template <int NQ>
+__device__ __forceinline__ void store_heads(float* dst, const float (&v)[NQ]) {
+    if constexpr (NQ % 4 == 0) {
+#pragma unroll
+        for (int k = 0; k < NQ / 4; ++k)
+            reinterpret_cast<float4*>(dst)[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
+    } else if constexpr (NQ == 2) {
+        *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
+    } else {
+        *dst = v[0];
+    }
+}
+
+/// Scores of token `lane` of a staged key block for the NQ heads: Σ_m LUT[m][code(t, m)][h], one
+/// dword of codes read per 4 subspaces, one vector load per subspace for all heads.
+template <int NQ>
+__device__ __forceinline__ void token_scores(const float* lut, const std::uint32_t* sk, int lane, int Mk, float (&s)[NQ]) {
+#pragma unroll
+    for (int h = 0; h < NQ; ++h) s[h] = 0.0f;
+    const int shift = (lane >> 4) << 2;
+    for (int g = 0; g * 4 < Mk; ++g) {
+        const std::uint32_t dw = sk[g * kStageGroupDwords + (lane & 15)] >> shift;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int m = 4 * g + j;
+            if (m < Mk) {
+                float e[NQ];
+                load_heads<NQ>(lut + (m * kKsub + int((dw >> (8 * j)) & 15u)) * NQ, e);
+#pragma unroll
+                for (int h = 0; h < NQ; ++h) s[h] += e[h];
+            }
+        }
+    }
+}
+
 template <int NQ, int D>
 __global__ void __launch_bounds__(kThreads) pq_attention_kernel(PqAttentionParams p) {
     __shared__ BlockState<NQ, D> st;
-    extern __shared__ float dyn[];
+    extern __shared__ float4 dyn4[];
+    float* dyn = reinterpret_cast<float*>(dyn4);
     const int chunk = blockIdx.x, kv = blockIdx.y, b = blockIdx.z;
     const int n_q = p.shape.n_q, n_kv = p.shape.n_kv, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const std::int64_t part_slot = (std::int64_t(b) * n_kv + kv) * (p.n_chunks + 1) + chunk;
@@ -63,7 +127,8 @@ __global__ void __launch_bounds__(kThreads) pq_attention_kernel(PqAttentionParam
         load_scaled_queries(q, n_q, p.shape.scale, qs);
         __syncthreads();
         const std::int64_t base = (std::int64_t(b) * n_kv + kv) * p.max_f16 * D;
-        attend_f16_rows(qs, p.k16 + base, p.v16 + base, 0, p.n_f16[b], st);
+        attend_f16_rows<NQ, D, kF16Stages>(qs, p.k16 + base, p.v16 + base, 0, p.n_f16[b], st,
+                                           reinterpret_cast<uint4*>(dyn4) + warp * (kF16Stages * kF16StageBytes / 16));
         block_merge_warps(st);
         write_partial(st, n_q, p.part_ml, p.part_acc, part_slot);
         return;
@@ -71,11 +136,12 @@ __global__ void __launch_bounds__(kThreads) pq_attention_kernel(PqAttentionParam
 
     const int Mk = p.Mk, Mv = p.Mv, kdw = block_dwords(Mk), vdw = block_dwords(Mv);
     const PqSmem lay(NQ, D, Mk, Mv);
-    float* lut = dyn + lay.lut;
+    float* lut = dyn + lay.lut;  // [Mk][16][NQ]
     float* qy = dyn + lay.qy;
-    float* hist = dyn + lay.hist + warp * NQ * kKsub * Mv;  // this warp's [NQ][16][Mv]
-    std::uint32_t* sk = reinterpret_cast<std::uint32_t*>(dyn + lay.stage_k) + warp * (kdw / kGroupDwords) * kStageGroupDwords;
-    std::uint32_t* sv = reinterpret_cast<std::uint32_t*>(dyn + lay.stage_v) + warp * (vdw / kGroupDwords) * kStageGroupDwords;
+    float* hist = dyn + lay.hist + warp * PqSmem::up4(NQ * kKsub * Mv);  // this warp's [16][Mv][NQ]
+    float* pbuf = dyn + lay.pbuf + warp * PqSmem::up4(NQ * kBlockTokens);  // this warp's [32][NQ]
+    std::uint32_t* sk = reinterpret_cast<std::uint32_t*>(dyn + lay.stage_k) + warp * PqSmem::up4((Mk + 3) / 4 * kStageGroupDwords);
+    std::uint32_t* sv = reinterpret_cast<std::uint32_t*>(dyn + lay.stage_v) + warp * PqSmem::up4((Mv + 3) / 4 * kStageGroupDwords);
     for (int i = lane; i < NQ * kKsub * Mv; i += 32) hist[i] = 0.0f;
 
     const int n_coded = p.n_coded[b];
@@ -106,7 +172,7 @@ __global__ void __launch_bounds__(kThreads) pq_attention_kernel(PqAttentionParam
         for (int i = lane; i < NQ * D; i += 32) {
             const int h = i / D, y = i % D;
             st.wacc[warp][h][value_dim(vcb, y)] =
-                value_gain(vcb, y) * hist_times_centroids(hist + h * kKsub * Mv, Mv, vcb.cb, D / Mv, y);
+                value_gain(vcb, y) * hist_times_centroids(hist + h, Mv, NQ, vcb.cb, D / Mv, y);
         }
         __syncwarp();
         for (int i = lane; i < NQ * kKsub * Mv; i += 32) hist[i] = 0.0f;
@@ -126,7 +192,7 @@ __global__ void __launch_bounds__(kThreads) pq_attention_kernel(PqAttentionParam
                 qy[i] = i / D < n_q ? query_in_quantizer_space(q + (i / D) * D, kcb, p.shape.scale, i % D) : 0.0f;
             __syncthreads();
             for (int i = threadIdx.x; i < NQ * Mk * kKsub; i += blockDim.x) {
-                const int h = i / (Mk * kKsub), r = i % (Mk * kKsub);
+                const int h = i % NQ, r = i / NQ;  // r = m * 16 + c
                 lut[i] = lut_entry(qy + h * D, kcb.cb, D / Mk, r / kKsub, r % kKsub);
             }
             __syncthreads();
@@ -142,11 +208,12 @@ __global__ void __launch_bounds__(kThreads) pq_attention_kernel(PqAttentionParam
             stage_block(vblocks + std::int64_t(blk) * vdw, vdw, sv, lane);
             __syncwarp();
             const int valid = min(kBlockTokens, n_tok - blk * kBlockTokens);
-            float pr[NQ], alpha[NQ];
+            float sc[NQ], pr[NQ], alpha[NQ];
+            token_scores<NQ>(lut, sk, lane, Mk, sc);
             bool grow = false;
 #pragma unroll
             for (int h = 0; h < NQ; ++h) {
-                const float s = lane < valid ? token_score(lut + h * Mk * kKsub, sk, kStageGroupDwords, lane, Mk) : kNegInf;
+                const float s = lane < valid ? sc[h] : kNegInf;
                 const float mn = fmaxf(mw[h], warp_max(s));
                 alpha[h] = rescale(mw[h], mn);
                 grow |= mw[h] != kNegInf && mn > mw[h];
@@ -154,19 +221,28 @@ __global__ void __launch_bounds__(kThreads) pq_attention_kernel(PqAttentionParam
                 pr[h] = lane < valid ? hd_exp(s - mn) : 0.0f;
                 lw[h] = lw[h] * alpha[h] + pr[h];
             }
+            store_heads<NQ>(pbuf + lane * NQ, pr);
             if (grow)  // warp-uniform: the max moved, earlier weights shrink
                 for (int mm = lane; mm < Mv; mm += 32)
+                    for (int c = 0; c < kKsub; ++c) {
+                        float hv[NQ];
+                        float* at = hist + (c * Mv + mm) * NQ;
+                        load_heads<NQ>(at, hv);
 #pragma unroll
-                    for (int h = 0; h < NQ; ++h)
-                        for (int c = 0; c < kKsub; ++c) hist[(h * kKsub + c) * Mv + mm] *= alpha[h];
+                        for (int h = 0; h < NQ; ++h) hv[h] *= alpha[h];
+                        store_heads<NQ>(at, hv);
+                    }
+            __syncwarp();
             for (int t = 0; t < valid; ++t) {
                 float ph[NQ];
-#pragma unroll
-                for (int h = 0; h < NQ; ++h) ph[h] = __shfl_sync(0xffffffffu, pr[h], t);
+                load_heads<NQ>(pbuf + t * NQ, ph);  // a broadcast
                 for (int mm = lane; mm < Mv; mm += 32) {
-                    const int c = code4(sv, kStageGroupDwords, t, mm);
+                    float* at = hist + (code4(sv, kStageGroupDwords, t, mm) * Mv + mm) * NQ;
+                    float hv[NQ];
+                    load_heads<NQ>(at, hv);
 #pragma unroll
-                    for (int h = 0; h < NQ; ++h) hist[(h * kKsub + c) * Mv + mm] += ph[h];
+                    for (int h = 0; h < NQ; ++h) hv[h] += ph[h];
+                    store_heads<NQ>(at, hv);
                 }
             }
             __syncwarp();
@@ -197,10 +273,29 @@ struct PqLaunch {
     void operator()() const { launch_pq_kernel<NQ, D>(p, stream); }
 };
 
+struct PqOccupancy {
+    const PqAttentionParams& p;
+    int& blocks;
+    template <int NQ, int D>
+    void operator()() const {
+        const std::size_t bytes = std::size_t(PqSmem(NQ, D, p.Mk, p.Mv).total) * 4;
+        AQPIM_CUDA(cudaFuncSetAttribute(pq_attention_kernel<NQ, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(bytes)));
+        AQPIM_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, pq_attention_kernel<NQ, D>, kThreads, bytes));
+    }
+};
+
 }  // namespace
 
 std::size_t pq_attention_smem_bytes(const PqAttentionParams& p) {
     return std::size_t(PqSmem(group_instance(p.shape.n_q), p.shape.D, p.Mk, p.Mv).total) * 4;
+}
+
+int pq_attention_blocks_per_sm(const PqAttentionParams& p) {
+    check_attention_shape(p.shape);
+    int blocks = 0;
+    dispatch_instance(p.shape, PqOccupancy{p, blocks});
+    return blocks;
 }
 
 void launch_pq_attention(const PqAttentionParams& p, cudaStream_t stream) {

@@ -14,6 +14,8 @@ namespace aqpim::cuda {
 void launch_pq_attention(const PqAttentionParams& p, cudaStream_t stream);
 /// Dynamic shared memory one block of the PQ kernel takes.
 std::size_t pq_attention_smem_bytes(const PqAttentionParams& p);
+/// Thread blocks of the PQ kernel one multiprocessor holds at once (shape, Mk, Mv of p).
+int pq_attention_blocks_per_sm(const PqAttentionParams& p);
 
 /// Encode one new key and value per (sequence, KV head) at coded index n_coded[b] - 1 into its page
 /// (the page's nibbles must be zero: pages are zeroed when handed out and a token is coded once).

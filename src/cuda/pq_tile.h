@@ -98,12 +98,13 @@ AQPIM_HD MergeFactors merge_stats(float& m, float& l, float m2, float l2) {
 
 // ---- values without decoding ---------------------------------------------------------------------------
 
-/// Dim i (quantizer space) of Σ_c hist[c][m] C[m][c] for one head's histogram hist [16][M]
-/// (bin-major, so the 32 lanes of a warp updating subspaces m..m+31 hit 32 banks).
-AQPIM_HD float hist_times_centroids(const float* hist, int M, const float* cb, int dsub, int i) {
+/// Dim i (quantizer space) of Σ_c hist[c][m] C[m][c] for one head's histogram, bin (c, m) at
+/// hist[(c * M + m) * stride] (bin-major, so the 32 lanes of a warp updating subspaces m..m+31 hit
+/// distinct banks; stride = the heads interleaved per bin).
+AQPIM_HD float hist_times_centroids(const float* hist, int M, int stride, const float* cb, int dsub, int i) {
     const int m = i / dsub, d = i - m * dsub;
     float s = 0.0f;
-    for (int c = 0; c < kKsub; ++c) s += hist[c * M + m] * cb[(m * kKsub + c) * dsub + d];
+    for (int c = 0; c < kKsub; ++c) s += hist[(c * M + m) * stride] * cb[(m * kKsub + c) * dsub + d];
     return s;
 }
 

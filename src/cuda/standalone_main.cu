@@ -3,6 +3,9 @@
 // (src/cuda/CMakeLists.txt; scripts/gpu-check.sh).
 //
 //   aqpim_cuda_check [--check] [--bench] [--quick]      (neither: both)
+//   aqpim_cuda_check --profile                           one dense and one PQ launch, batch 8, 32K, for ncu
+//   --no-fallback: leave out the decompress + cuBLAS baseline (racecheck: cuBLAS's own kernels
+//   report hazards of their own)
 
 #include <cstdio>
 #include <cstring>
@@ -17,10 +20,10 @@ namespace {
 
 using namespace aqpim::cuda;
 
-int run_checks() {
+int run_checks(bool fallback) {
     int failed = 0, n = 0;
-    const std::vector<std::vector<DeviceCheck> (*)()> groups{check_pq_attention, check_dense_attention, check_encode,
-                                                              check_decompress_fallback};
+    std::vector<std::vector<DeviceCheck> (*)()> groups{check_pq_attention, check_dense_attention, check_encode};
+    if (fallback) groups.push_back(check_decompress_fallback);
     for (auto group : groups)
         for (const DeviceCheck& c : group()) {
             ++n;
@@ -31,11 +34,12 @@ int run_checks() {
     return failed;
 }
 
-void run_bench(bool quick) {
+void run_bench(bool quick, bool fallback) {
     CudaBenchOptions opt;
-    if (quick) {
-        opt.contexts = {8192, 32768};
-        opt.batches = {1, 8};
+    opt.fallback = fallback;
+    if (quick) {  // the issue's target points
+        opt.contexts = {32768, 131072};
+        opt.batches = {8};
         opt.reps = 5;
     }
     const CudaBenchReport rep = run_cuda_bench(opt);
@@ -55,7 +59,7 @@ void run_bench(bool quick) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    bool check = false, bench = false, quick = false;
+    bool check = false, bench = false, quick = false, profile = false, fallback = true;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--check"))
             check = true;
@@ -63,20 +67,25 @@ int main(int argc, char** argv) {
             bench = true;
         else if (!std::strcmp(argv[i], "--quick"))
             quick = true;
+        else if (!std::strcmp(argv[i], "--profile"))
+            profile = true;
+        else if (!std::strcmp(argv[i], "--no-fallback"))
+            fallback = false;
         else {
-            std::fprintf(stderr, "usage: aqpim_cuda_check [--check] [--bench] [--quick]\n");
+            std::fprintf(stderr, "usage: aqpim_cuda_check [--check] [--bench] [--quick] [--no-fallback] | --profile\n");
             return 2;
         }
     }
-    if (!check && !bench) check = bench = true;
+    if (!check && !bench && !profile) check = bench = true;
     const std::string why = cuda_device_unavailable();
     if (!why.empty()) {
         std::printf("skipped: %s\n", why.c_str());
         return 3;
     }
     try {
-        const int failed = check ? run_checks() : 0;
-        if (bench) run_bench(quick);
+        if (profile) run_cuda_profile_launches(CudaBenchOptions{}, 8, 32768);
+        const int failed = check ? run_checks(fallback) : 0;
+        if (bench) run_bench(quick, fallback);
         return failed ? 1 : 0;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "error: %s\n", e.what());

@@ -93,7 +93,7 @@ inline void pq_chunk(const PqAttentionParams& p, int b, int kv, int chunk, int n
                 st.wl[w * nq + h] = l;
                 for (int y = 0; y < D; ++y)
                     st.wacc[(std::size_t(w) * nq + h) * D + value_dim(vcb, y)] =
-                        value_gain(vcb, y) * hist_times_centroids(hw + h * kKsub * Mv, Mv, vcb.cb, D / Mv, y);
+                        value_gain(vcb, y) * hist_times_centroids(hw + h * kKsub * Mv, Mv, 1, vcb.cb, D / Mv, y);
             }
             std::fill(hw, hw + nq * kKsub * Mv, 0.0f);
         }
