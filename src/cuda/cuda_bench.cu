@@ -95,11 +95,12 @@ CudaDeviceFigures device_figures(cudaStream_t stream) {
     return f;
 }
 
-/// Shared-memory bytes the PQ kernel moves per coded token of one KV head (docs/cuda.md):
-/// table lookups, histogram read-modify-writes, staging writes and the code reads of both passes.
+/// Shared-memory bytes the PQ kernel moves per coded token of one KV head (docs/cuda.md): table
+/// lookups, histogram read-modify-writes, the weights buffer (written, read), staging writes and
+/// the code reads of both passes.
 double pq_smem_bytes_per_token(int nq_template, int Mk, int Mv) {
-    return 4.0 * nq_template * Mk + 8.0 * nq_template * Mv + (block_bytes(Mk) + block_bytes(Mv)) / 32.0 +
-           4.0 * ((Mk + 3) / 4) + 4.0 * Mv;
+    return 4.0 * nq_template * Mk + 8.0 * nq_template * Mv + 8.0 * nq_template +
+           (block_bytes(Mk) + block_bytes(Mv)) / 32.0 + 4.0 * ((Mk + 3) / 4) + 4.0 * Mv;
 }
 
 CudaBenchRow row(const char* section, const char* kernel, int batch, int ctx, double ms, double bytes,

@@ -11,7 +11,7 @@ namespace aqpim::cuda {
 
 namespace {
 
-constexpr int kDenseStages = 4;
+constexpr int kDenseStages = 3;
 constexpr std::size_t kDenseSmemBytes = std::size_t(kWarps) * kDenseStages * kF16StageBytes;
 
 template <int NQ, int D>

@@ -25,23 +25,33 @@ namespace {
 
 constexpr int kF16Stages = 2;  ///< cp.async ring of the sinks-and-window block
 
-/// Dynamic shared memory of one block, in floats / dwords; every region 16-byte aligned.
+/// Dynamic shared memory of one block, in floats / dwords; every region 16-byte aligned. Per warp,
+/// the key stage and the weights buffer share one scratch region (the weights are written once the
+/// scores are taken); the group's queries in quantizer space (only read while the tables are
+/// built, when no warp stages codes) overlay the warps' scratch and value stages.
 struct PqSmem {
-    int lut, qy, hist, pbuf, stage_k, stage_v;  // offsets
+    int lut, hist, scratch, stage_v, qy;  // offsets
+    int scratch_size, hist_size, stage_v_size;
     int total;
     __host__ __device__ static int up4(int n) { return (n + 3) / 4 * 4; }
     __host__ __device__ PqSmem(int nq, int D, int Mk, int Mv) {
-        const int gk = (Mk + 3) / 4 * kStageGroupDwords, gv = (Mv + 3) / 4 * kStageGroupDwords;
+        const int gk = up4((Mk + 3) / 4 * kStageGroupDwords), gv = up4((Mv + 3) / 4 * kStageGroupDwords);
+        const int pb = up4(nq * kBlockTokens);
+        scratch_size = gk > pb ? gk : pb;
+        hist_size = up4(nq * kKsub * Mv);
+        stage_v_size = gv;
         lut = 0;
-        qy = lut + up4(nq * Mk * kKsub);
-        hist = qy + up4(nq * D);
-        pbuf = hist + kWarps * up4(nq * kKsub * Mv);
-        stage_k = pbuf + kWarps * up4(nq * kBlockTokens);
-        stage_v = stage_k + kWarps * up4(gk);
-        const int coded = stage_v + kWarps * up4(gv);
-        const int f16_ring = kWarps * kF16Stages * kF16StageBytes / 4;  // the sinks-and-window block
-        total = coded > f16_ring ? coded : f16_ring;
+        hist = lut + up4(nq * Mk * kKsub);
+        scratch = hist + kWarps * hist_size;
+        stage_v = scratch + kWarps * scratch_size;
+        qy = scratch;  // nq * D <= kWarps * nq * 32 (D <= 128): fits in the scratch regions
+        const int coded = stage_v + kWarps * stage_v_size;
+        // The sinks-and-window block: its cp.async ring, then its scaled queries.
+        const int f16 = kWarps * kF16Stages * kF16StageBytes / 4 + nq * D;
+        total = coded > f16 ? coded : f16;
     }
+    /// Where the sinks-and-window block keeps its scaled queries.
+    __host__ __device__ static int f16_queries() { return kWarps * kF16Stages * kF16StageBytes / 4; }
 };
 
 /// Copy one block's n_dw dwords (16-byte loads) into the padded stage.
@@ -112,7 +122,7 @@ __device__ __forceinline__ void token_scores(const float* lut, const std::uint32
 }
 
 template <int NQ, int D>
-__global__ void __launch_bounds__(kThreads) pq_attention_kernel(PqAttentionParams p) {
+__global__ void __launch_bounds__(kThreads, NQ >= 8 ? 2 : 4) pq_attention_kernel(PqAttentionParams p) {
     __shared__ BlockState<NQ, D> st;
     extern __shared__ float4 dyn4[];
     float* dyn = reinterpret_cast<float*>(dyn4);
@@ -123,7 +133,7 @@ __global__ void __launch_bounds__(kThreads) pq_attention_kernel(PqAttentionParam
     block_state_init(st);
 
     if (chunk == p.n_chunks) {  // the f16 sinks and window
-        __shared__ float qs[NQ][D];
+        float (&qs)[NQ][D] = *reinterpret_cast<float(*)[NQ][D]>(dyn + PqSmem::f16_queries());
         load_scaled_queries(q, n_q, p.shape.scale, qs);
         __syncthreads();
         const std::int64_t base = (std::int64_t(b) * n_kv + kv) * p.max_f16 * D;
@@ -137,11 +147,11 @@ __global__ void __launch_bounds__(kThreads) pq_attention_kernel(PqAttentionParam
     const int Mk = p.Mk, Mv = p.Mv, kdw = block_dwords(Mk), vdw = block_dwords(Mv);
     const PqSmem lay(NQ, D, Mk, Mv);
     float* lut = dyn + lay.lut;  // [Mk][16][NQ]
-    float* qy = dyn + lay.qy;
-    float* hist = dyn + lay.hist + warp * PqSmem::up4(NQ * kKsub * Mv);  // this warp's [16][Mv][NQ]
-    float* pbuf = dyn + lay.pbuf + warp * PqSmem::up4(NQ * kBlockTokens);  // this warp's [32][NQ]
-    std::uint32_t* sk = reinterpret_cast<std::uint32_t*>(dyn + lay.stage_k) + warp * PqSmem::up4((Mk + 3) / 4 * kStageGroupDwords);
-    std::uint32_t* sv = reinterpret_cast<std::uint32_t*>(dyn + lay.stage_v) + warp * PqSmem::up4((Mv + 3) / 4 * kStageGroupDwords);
+    float* qy = dyn + lay.qy;    // [NQ][D], while the tables are built
+    float* hist = dyn + lay.hist + warp * lay.hist_size;  // this warp's [16][Mv][NQ]
+    float* pbuf = dyn + lay.scratch + warp * lay.scratch_size;  // this warp's [32][NQ], after the scores
+    std::uint32_t* sk = reinterpret_cast<std::uint32_t*>(pbuf);  // this warp's key stage, before them
+    std::uint32_t* sv = reinterpret_cast<std::uint32_t*>(dyn + lay.stage_v) + warp * lay.stage_v_size;
     for (int i = lane; i < NQ * kKsub * Mv; i += 32) hist[i] = 0.0f;
 
     const int n_coded = p.n_coded[b];
@@ -221,6 +231,7 @@ __global__ void __launch_bounds__(kThreads) pq_attention_kernel(PqAttentionParam
                 pr[h] = lane < valid ? hd_exp(s - mn) : 0.0f;
                 lw[h] = lw[h] * alpha[h] + pr[h];
             }
+            __syncwarp();  // every lane has read the key stage, which the weights overwrite
             store_heads<NQ>(pbuf + lane * NQ, pr);
             if (grow)  // warp-uniform: the max moved, earlier weights shrink
                 for (int mm = lane; mm < Mv; mm += 32)
