@@ -244,9 +244,35 @@ __global__ void __launch_bounds__(kThreads, NQ >= 8 ? 2 : 4) pq_attention_kernel
                         store_heads<NQ>(at, hv);
                     }
             __syncwarp();
-            for (int t = 0; t < valid; ++t) {
+            // Tokens in pairs: both bins are read before either is written, so a lane's chain of
+            // dependent shared-memory round trips is one per pair. When the two codes are equal the
+            // bins are one: both reads see the same value, both sums take both weights, and the two
+            // stores write the same number.
+            int t = 0;
+            for (; t + 1 < valid; t += 2) {
+                float pa[NQ], pb[NQ];
+                load_heads<NQ>(pbuf + t * NQ, pa);  // broadcasts
+                load_heads<NQ>(pbuf + (t + 1) * NQ, pb);
+                for (int mm = lane; mm < Mv; mm += 32) {
+                    const int ca = code4(sv, kStageGroupDwords, t, mm), cb = code4(sv, kStageGroupDwords, t + 1, mm);
+                    float* at_a = hist + (ca * Mv + mm) * NQ;
+                    float* at_b = hist + (cb * Mv + mm) * NQ;
+                    const bool same = ca == cb;
+                    float ha[NQ], hb[NQ];
+                    load_heads<NQ>(at_a, ha);
+                    load_heads<NQ>(at_b, hb);
+#pragma unroll
+                    for (int h = 0; h < NQ; ++h) {
+                        ha[h] += pa[h] + (same ? pb[h] : 0.0f);
+                        hb[h] += pb[h] + (same ? pa[h] : 0.0f);
+                    }
+                    store_heads<NQ>(at_a, ha);
+                    store_heads<NQ>(at_b, hb);
+                }
+            }
+            if (t < valid) {
                 float ph[NQ];
-                load_heads<NQ>(pbuf + t * NQ, ph);  // a broadcast
+                load_heads<NQ>(pbuf + t * NQ, ph);
                 for (int mm = lane; mm < Mv; mm += 32) {
                     float* at = hist + (code4(sv, kStageGroupDwords, t, mm) * Mv + mm) * NQ;
                     float hv[NQ];
