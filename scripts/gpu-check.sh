@@ -64,7 +64,7 @@ grep -E "Function properties|registers|spill" "$out/build.log" >"$out/ptxas.txt"
 step checks 120 "$out/checks.log" build-gpu/aqpim_cuda_check --check
 step bench "$(( $(left) > 200 ? $(left) - 140 : 60 ))" "$out/bench.log" build-gpu/aqpim_cuda_check "${bench_args[@]}"
 if command -v ncu >/dev/null && (($(left) > 100)); then
-    step profile 60 "$out/profile.log" ncu --clock-control none -k 'regex:pq_attention_kernel|dense_attention_kernel' \
+    step profile 60 "$out/profile.log" ncu --clock-control none -k 'regex:pq_attention_kernel|pq_attention_mma_kernel|dense_attention_kernel' \
         --set full build-gpu/aqpim_cuda_check --profile
 else
     echo "| profile | skipped: $(command -v ncu >/dev/null && echo "$(left)s left" || echo "no ncu") |  |" >>"$report"
@@ -77,6 +77,12 @@ if (($(left) > 60)); then
 else
     echo "| racecheck | skipped: $(left)s left |  |" >>"$report"
 fi
+if (($(left) > 40)); then
+    step synccheck "$(( $(left) - 10 ))" "$out/synccheck.log" \
+        compute-sanitizer --tool synccheck --error-exitcode 9 build-gpu/aqpim_cuda_check --check --no-fallback
+else
+    echo "| synccheck | skipped: $(left)s left |  |" >>"$report"
+fi
 
 {
     echo
@@ -86,11 +92,12 @@ fi
     echo '```'
     echo "## compute-sanitizer"
     echo '```'
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Race" "$out/memcheck.log" "$out/racecheck.log" 2>/dev/null | head -20
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Race|Barrier" "$out/memcheck.log" "$out/racecheck.log" \
+        "$out/synccheck.log" 2>/dev/null | head -20
     echo '```'
     echo "## profile (ncu, batch 8, 32K): speed of light, shared memory, pipes"
     echo '```'
-    grep -E "pq_attention_kernel|dense_attention_kernel|Memory Throughput|DRAM Throughput|Duration|Compute \(SM\) Throughput|Shared|Bank|L1/TEX Hit|Issue Slots Busy|Executed Ipc Active|Achieved Occupancy|Registers Per|One or More Eligible|Stall|Pipe" "$out/profile.log" 2>/dev/null | head -80
+    grep -E "pq_attention_kernel|pq_attention_mma_kernel|dense_attention_kernel|Memory Throughput|DRAM Throughput|Duration|Compute \(SM\) Throughput|Shared|Bank|L1/TEX Hit|Issue Slots Busy|Executed Ipc Active|Achieved Occupancy|Registers Per|One or More Eligible|Stall|Pipe" "$out/profile.log" 2>/dev/null | head -120
     echo '```'
     echo "## benchmark"
     echo '```'

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 
 #include "cuda/attention_common.cuh"
@@ -95,12 +96,18 @@ CudaDeviceFigures device_figures(cudaStream_t stream) {
     return f;
 }
 
-/// Shared-memory bytes the PQ kernel moves per coded token of one KV head (docs/cuda.md): table
-/// lookups, histogram read-modify-writes, the weights buffer (written, read), staging writes and
-/// the code reads of both passes.
-double pq_smem_bytes_per_token(int nq_template, int Mk, int Mv) {
-    return 4.0 * nq_template * Mk + 8.0 * nq_template * Mv + 8.0 * nq_template +
-           (block_bytes(Mk) + block_bytes(Mv)) / 32.0 + 4.0 * ((Mk + 3) / 4) + 4.0 * Mv;
+/// Shared-memory bytes a PQ kernel moves per coded token of one KV head (docs/cuda.md), counted
+/// from the code. Histogram path: table lookups, histogram read-modify-writes, the weights buffer
+/// (written, read), staging writes and the code reads of both passes. MMA path: table lookups,
+/// scores (written, read by the 4 warps for the tile's max), f16 weights (written, read as B
+/// fragments by the 4 warps), staging writes, key code reads and the value code dwords.
+double pq_smem_bytes_per_token(PqValuePath path, int nq_template, int Mk, int Mv) {
+    const double lut = 4.0 * nq_template * Mk, staging = (block_bytes(Mk) + block_bytes(Mv)) / 32.0;
+    const double key_codes = 4.0 * ((Mk + 3) / 4);
+    if (path == PqValuePath::mma)
+        return lut + 4.0 * nq_template * (1 + kWarps) + 2.0 * nq_template * (1 + kWarps) + staging + key_codes +
+               2.0 * ((Mv + 3) / 4);
+    return lut + 8.0 * nq_template * Mv + 8.0 * nq_template + staging + key_codes + 4.0 * Mv;
 }
 
 CudaBenchRow row(const char* section, const char* kernel, int batch, int ctx, double ms, double bytes,
@@ -138,8 +145,9 @@ DeviceDenseProblem dense_problem(const CudaBenchOptions& opt, int batch, int ctx
     return DeviceDenseProblem(shape, ctx, chunk_tokens, opt.seed);
 }
 
-/// PQ: sinks + window in f16, the rest coded over `versions` codebook versions.
-HostPqProblem pq_problem(const CudaBenchOptions& opt, int batch, int ctx, int sms) {
+/// PQ: sinks + window in f16, the rest coded over `versions` codebook versions; split over the
+/// context by the occupancy of the kernel of `path`.
+HostPqProblem pq_problem(const CudaBenchOptions& opt, int batch, int ctx, int sms, PqValuePath path) {
     PqProblemSpec spec;
     spec.shape = bench_shape(opt, batch);
     spec.Mk = spec.Mv = opt.M;
@@ -154,7 +162,7 @@ HostPqProblem pq_problem(const CudaBenchOptions& opt, int batch, int ctx, int sm
     probe.Mk = spec.Mk;
     probe.Mv = spec.Mv;
     // One more block per stream attends the f16 rows.
-    const int chunks = std::max(1, chunks_per_stream(batch * opt.n_kv, pq_attention_blocks_per_sm(probe) * sms) - 1);
+    const int chunks = std::max(1, chunks_per_stream(batch * opt.n_kv, pq_attention_blocks_per_sm(probe, path) * sms) - 1);
     spec.chunk_pages = std::max(1, (pages + chunks - 1) / chunks);
     spec.fill_data = false;
     spec.seed = opt.seed;
@@ -178,10 +186,12 @@ void run_cuda_profile_launches(const CudaBenchOptions& opt, int batch, int ctx) 
         launch_dense_attention(d.params(), nullptr);
         AQPIM_CUDA(cudaDeviceSynchronize());
     }
-    const HostPqProblem h = pq_problem(opt, batch, ctx, sms);
-    const DevicePqProblem d(h, opt.seed);
-    launch_pq_attention(d.params(), nullptr);
-    AQPIM_CUDA(cudaDeviceSynchronize());
+    for (const PqValuePath path : {PqValuePath::histogram, PqValuePath::mma}) {
+        const HostPqProblem h = pq_problem(opt, batch, ctx, sms, path);
+        const DevicePqProblem d(h, opt.seed);
+        launch_pq_attention(d.params(), nullptr, path);
+        AQPIM_CUDA(cudaDeviceSynchronize());
+    }
 }
 
 CudaBenchReport run_cuda_bench(const CudaBenchOptions& opt) {
@@ -205,17 +215,27 @@ CudaBenchReport run_cuda_bench(const CudaBenchOptions& opt) {
                 r.vs_dense = 1.0;
                 rep.rows.push_back(r);
             }
-            const HostPqProblem h = pq_problem(opt, batch, ctx, f.sms);
-            const int coded = h.n_coded[0];
-            const DevicePqProblem d(h, opt.seed);
-            const Graph attn(stream, [&] { launch_pq_attention(d.params(), stream); });
-            const double pq_ms = timer.median_ms([&] { attn.launch(); }, opt.reps);
-            CudaBenchRow r = row("attention", "pq", batch, ctx, pq_ms, double(d.min_bytes()), f);
-            const double smem = pq_smem_bytes_per_token(nq_template, opt.M, opt.M) * coded * opt.n_kv * batch;
-            r.smem_gbps = smem / (pq_ms * 1e6);
-            r.pct_smem = 100.0 * r.smem_gbps / f.smem_peak_gbps;
-            r.vs_dense = dense_ms / pq_ms;
-            rep.rows.push_back(r);
+            double pq_ms = 0;
+            std::unique_ptr<DevicePqProblem> hist_problem;  // the encode below writes into its pool
+            for (const PqValuePath path : {PqValuePath::histogram, PqValuePath::mma}) {
+                const HostPqProblem hp = pq_problem(opt, batch, ctx, f.sms, path);
+                auto dp = std::make_unique<DevicePqProblem>(hp, opt.seed);
+                const Graph attn(stream, [&] { launch_pq_attention(dp->params(), stream, path); });
+                const double ms = timer.median_ms([&] { attn.launch(); }, opt.reps);
+                CudaBenchRow r = row("attention", path == PqValuePath::mma ? "pq_mma" : "pq", batch, ctx, ms,
+                                     double(dp->min_bytes()), f);
+                const double smem =
+                    pq_smem_bytes_per_token(path, nq_template, opt.M, opt.M) * hp.n_coded[0] * opt.n_kv * batch;
+                r.smem_gbps = smem / (ms * 1e6);
+                r.pct_smem = 100.0 * r.smem_gbps / f.smem_peak_gbps;
+                r.vs_dense = dense_ms / ms;
+                rep.rows.push_back(r);
+                if (path == PqValuePath::histogram) {
+                    pq_ms = ms;
+                    hist_problem = std::move(dp);
+                }
+            }
+            const DevicePqProblem& d = *hist_problem;
 
             // Encode of the step's new token (every KV head, K and V), alone and in one graph with attention.
             const std::vector<float> new_kv(std::size_t(batch) * opt.n_kv * opt.D * 2, 0.5f);

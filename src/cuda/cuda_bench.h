@@ -32,7 +32,7 @@ struct CudaDeviceFigures {
 
 struct CudaBenchRow {
     std::string section;  ///< "attention" or "encode"
-    std::string kernel;   ///< pq, dense_f16, decompress_cublas; encode, pq+encode (graph)
+    std::string kernel;   ///< pq, pq_mma, dense_f16, decompress_cublas; encode, pq+encode (graph)
     int batch = 0, context = 0;
     double ms = 0;          ///< median kernel time (CUDA events; graph replay for pq and dense)
     double mbytes = 0;      ///< bytes that must move (each input read once), MB
@@ -52,8 +52,8 @@ struct CudaBenchReport {
 /// Runs the sweeps on device 0. Throws std::runtime_error when there is no usable GPU.
 CudaBenchReport run_cuda_bench(const CudaBenchOptions& opt);
 
-/// One plain launch (no graph, no timing) of the dense f16 kernel, then of the PQ kernel, on the
-/// benchmark's problem of this batch and context: what a profiler (ncu) is pointed at.
+/// One plain launch (no graph, no timing) of the dense f16 kernel, then of each PQ value path, on
+/// the benchmark's problem of this batch and context: what a profiler (ncu) is pointed at.
 void run_cuda_profile_launches(const CudaBenchOptions& opt, int batch, int ctx);
 
 }  // namespace aqpim::cuda

@@ -19,6 +19,7 @@ namespace {
 
 constexpr double kF32Tol = 1e-4;   // f32 arithmetic, __expf
 constexpr double kF16Tol = 1e-2;   // the fallback rounds rows and weights to f16
+constexpr double kMmaTol = 1.0 / 2048;  // the mma path rounds the weights to f16 (tests/cuda/test_cuda_mma.cpp)
 
 std::string describe(const PqProblemSpec& s) {
     std::string n;
@@ -54,16 +55,19 @@ std::string cuda_device_unavailable() {
 
 std::vector<DeviceCheck> check_pq_attention() {
     std::vector<DeviceCheck> out;
-    for (const PqProblemSpec& spec : pq_specs()) {
-        const HostPqProblem h = make_random_pq_problem(spec);
-        const std::vector<double> ref = reference_attention(h);
-        const DevicePqProblem d(h);
-        d.poison_out(nullptr);
-        launch_pq_attention(d.params(), nullptr);
-        AQPIM_CUDA(cudaDeviceSynchronize());
-        const std::vector<float> got = d.download_out();
-        out.push_back({"pq_attention " + describe(spec), max_relative_error(got.data(), ref.data(), ref.size()), kF32Tol});
-    }
+    for (const PqValuePath path : {PqValuePath::histogram, PqValuePath::mma})
+        for (const PqProblemSpec& spec : pq_specs()) {
+            const HostPqProblem h = make_random_pq_problem(spec);
+            const std::vector<double> ref = reference_attention(h);
+            const DevicePqProblem d(h);
+            d.poison_out(nullptr);
+            launch_pq_attention(d.params(), nullptr, path);
+            AQPIM_CUDA(cudaDeviceSynchronize());
+            const std::vector<float> got = d.download_out();
+            out.push_back({std::string("pq_attention ") + to_string(path) + " " + describe(spec),
+                           max_relative_error(got.data(), ref.data(), ref.size()),
+                           path == PqValuePath::mma ? kMmaTol : kF32Tol});
+        }
     return out;
 }
 

@@ -18,7 +18,8 @@ struct DeviceCheck {
     bool passed() const { return error <= tolerance; }
 };
 
-/// Fused PQ attention (paged, several versions, f16 sinks/window) over D, GQA ratio, M, batch.
+/// Fused PQ attention (paged, several versions, f16 sinks/window) over D, GQA ratio, M, batch;
+/// both value paths (histogram, mma).
 std::vector<DeviceCheck> check_pq_attention();
 /// Dense f16 flash-decoding kernel.
 std::vector<DeviceCheck> check_dense_attention();

@@ -15,15 +15,13 @@
 // no decoded vectors). A version change or the end flushes the histograms through the value
 // codebook (original space, via perm and gain) into the block's state.
 
-#include "cuda/attention_common.cuh"
-#include "cuda/cuda_check.h"
 #include "cuda/pq_attention.h"
+#include "cuda/pq_attention_mma.h"
+#include "cuda/pq_block.cuh"
 
 namespace aqpim::cuda {
 
 namespace {
-
-constexpr int kF16Stages = 2;  ///< cp.async ring of the sinks-and-window block
 
 /// Dynamic shared memory of one block, in floats / dwords; every region 16-byte aligned. Per warp,
 /// the key stage and the weights buffer share one scratch region (the weights are written once the
@@ -33,7 +31,6 @@ struct PqSmem {
     int lut, hist, scratch, stage_v, qy;  // offsets
     int scratch_size, hist_size, stage_v_size;
     int total;
-    __host__ __device__ static int up4(int n) { return (n + 3) / 4 * 4; }
     __host__ __device__ PqSmem(int nq, int D, int Mk, int Mv) {
         const int gk = up4((Mk + 3) / 4 * kStageGroupDwords), gv = up4((Mv + 3) / 4 * kStageGroupDwords);
         const int pb = up4(nq * kBlockTokens);
@@ -46,103 +43,22 @@ struct PqSmem {
         stage_v = scratch + kWarps * scratch_size;
         qy = scratch;  // nq * D <= kWarps * nq * 32 (D <= 128): fits in the scratch regions
         const int coded = stage_v + kWarps * stage_v_size;
-        // The sinks-and-window block: its cp.async ring, then its scaled queries.
-        const int f16 = kWarps * kF16Stages * kF16StageBytes / 4 + nq * D;
+        const int f16 = f16_chunk_floats(nq, D);
         total = coded > f16 ? coded : f16;
     }
-    /// Where the sinks-and-window block keeps its scaled queries.
-    __host__ __device__ static int f16_queries() { return kWarps * kF16Stages * kF16StageBytes / 4; }
 };
-
-/// Copy one block's n_dw dwords (16-byte loads) into the padded stage.
-__device__ __forceinline__ void stage_block(const std::uint32_t* src, int n_dw, std::uint32_t* dst, int lane) {
-    for (int i4 = lane; i4 * 4 < n_dw; i4 += 32) {
-        const uint4 v = __ldg(reinterpret_cast<const uint4*>(src) + i4);
-        const int o = staged_dword(4 * i4);
-        dst[o] = v.x;
-        dst[o + 1] = v.y;
-        dst[o + 2] = v.z;
-        dst[o + 3] = v.w;
-    }
-}
-
-/// NQ consecutive floats of shared memory (16-byte aligned when NQ >= 4) as one or two vector loads.
-template <int NQ>
-__device__ __forceinline__ void load_heads(const float* src, float (&v)[NQ]) {
-    if constexpr (NQ % 4 == 0) {
-#pragma unroll
-        for (int k = 0; k < NQ / 4; ++k) {
-            const float4 x = reinterpret_cast<const float4*>(src)[k];
-            v[4 * k] = x.x;
-            v[4 * k + 1] = x.y;
-            v[4 * k + 2] = x.z;
-            v[4 * k + 3] = x.w;
-        }
-    } else if constexpr (NQ == 2) {
-        const float2 x = *reinterpret_cast<const float2*>(src);
-        v[0] = x.x;
-        v[1] = x.y;
-    } else {
-        v[0] = *src;
-    }
-}
-template <int NQ>
-__device__ __forceinline__ void store_heads(float* dst, const float (&v)[NQ]) {
-    if constexpr (NQ % 4 == 0) {
-#pragma unroll
-        for (int k = 0; k < NQ / 4; ++k)
-            reinterpret_cast<float4*>(dst)[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
-    } else if constexpr (NQ == 2) {
-        *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
-    } else {
-        *dst = v[0];
-    }
-}
-
-/// Scores of token `lane` of a staged key block for the NQ heads: Σ_m LUT[m][code(t, m)][h], one
-/// dword of codes read per 4 subspaces, one vector load per subspace for all heads.
-template <int NQ>
-__device__ __forceinline__ void token_scores(const float* lut, const std::uint32_t* sk, int lane, int Mk, float (&s)[NQ]) {
-#pragma unroll
-    for (int h = 0; h < NQ; ++h) s[h] = 0.0f;
-    const int shift = (lane >> 4) << 2;
-    for (int g = 0; g * 4 < Mk; ++g) {
-        const std::uint32_t dw = sk[g * kStageGroupDwords + (lane & 15)] >> shift;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int m = 4 * g + j;
-            if (m < Mk) {
-                float e[NQ];
-                load_heads<NQ>(lut + (m * kKsub + int((dw >> (8 * j)) & 15u)) * NQ, e);
-#pragma unroll
-                for (int h = 0; h < NQ; ++h) s[h] += e[h];
-            }
-        }
-    }
-}
 
 template <int NQ, int D>
 __global__ void __launch_bounds__(kThreads, NQ >= 8 ? 2 : 4) pq_attention_kernel(PqAttentionParams p) {
     __shared__ BlockState<NQ, D> st;
     extern __shared__ float4 dyn4[];
     float* dyn = reinterpret_cast<float*>(dyn4);
-    const int chunk = blockIdx.x, kv = blockIdx.y, b = blockIdx.z;
-    const int n_q = p.shape.n_q, n_kv = p.shape.n_kv, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const std::int64_t part_slot = (std::int64_t(b) * n_kv + kv) * (p.n_chunks + 1) + chunk;
-    const float* q = p.q + (std::int64_t(b) * n_kv + kv) * n_q * D;
+    const PqBlockIds id(p);
+    const int chunk = id.chunk, kv = id.kv, b = id.b, n_q = p.shape.n_q;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float* q = id.q;
     block_state_init(st);
-
-    if (chunk == p.n_chunks) {  // the f16 sinks and window
-        float (&qs)[NQ][D] = *reinterpret_cast<float(*)[NQ][D]>(dyn + PqSmem::f16_queries());
-        load_scaled_queries(q, n_q, p.shape.scale, qs);
-        __syncthreads();
-        const std::int64_t base = (std::int64_t(b) * n_kv + kv) * p.max_f16 * D;
-        attend_f16_rows<NQ, D, kF16Stages>(qs, p.k16 + base, p.v16 + base, 0, p.n_f16[b], st,
-                                           reinterpret_cast<uint4*>(dyn4) + warp * (kF16Stages * kF16StageBytes / 16));
-        block_merge_warps(st);
-        write_partial(st, n_q, p.part_ml, p.part_acc, part_slot);
-        return;
-    }
+    if (id.f16_block(p)) return attend_f16_chunk<NQ, D>(p, q, b, kv, id.part_slot, st, dyn4);
 
     const int Mk = p.Mk, Mv = p.Mv, kdw = block_dwords(Mk), vdw = block_dwords(Mv);
     const PqSmem lay(NQ, D, Mk, Mv);
@@ -197,15 +113,7 @@ __global__ void __launch_bounds__(kThreads, NQ >= 8 ? 2 : 4) pq_attention_kernel
             const std::int64_t cs = codebook_slot(p, b, ver, kv);
             const PqCodebookView kcb = codebook_view(p, cs, false);
             vcb = codebook_view(p, cs, true);
-            __syncthreads();  // the previous version's tables are no longer read
-            for (int i = threadIdx.x; i < NQ * D; i += blockDim.x)
-                qy[i] = i / D < n_q ? query_in_quantizer_space(q + (i / D) * D, kcb, p.shape.scale, i % D) : 0.0f;
-            __syncthreads();
-            for (int i = threadIdx.x; i < NQ * Mk * kKsub; i += blockDim.x) {
-                const int h = i % NQ, r = i / NQ;  // r = m * 16 + c
-                lut[i] = lut_entry(qy + h * D, kcb.cb, D / Mk, r / kKsub, r % kKsub);
-            }
-            __syncthreads();
+            build_group_tables<NQ, D>(q, n_q, p.shape.scale, kcb, Mk, qy, lut);
             cur = ver;
         }
         const std::uint8_t* page = p.pool + p.page_offset[pt];
@@ -219,7 +127,7 @@ __global__ void __launch_bounds__(kThreads, NQ >= 8 ? 2 : 4) pq_attention_kernel
             __syncwarp();
             const int valid = min(kBlockTokens, n_tok - blk * kBlockTokens);
             float sc[NQ], pr[NQ], alpha[NQ];
-            token_scores<NQ>(lut, sk, lane, Mk, sc);
+            token_scores<NQ>(lut, sk, kStageGroupDwords, lane, Mk, sc);
             bool grow = false;
 #pragma unroll
             for (int h = 0; h < NQ; ++h) {
@@ -285,59 +193,40 @@ __global__ void __launch_bounds__(kThreads, NQ >= 8 ? 2 : 4) pq_attention_kernel
             __syncwarp();
         }
     }
-    if (cur >= 0)
-        flush();
-    else
-        __syncthreads();  // a chunk without pages: the initialised state is written as is
-    write_partial(st, n_q, p.part_ml, p.part_acc, part_slot);
+    finish_coded_block(cur >= 0, flush, st, p, id.part_slot);
 }
 
-template <int NQ, int D>
-void launch_pq_kernel(const PqAttentionParams& p, cudaStream_t stream) {
-    const PqSmem lay(NQ, D, p.Mk, p.Mv);
-    const std::size_t bytes = std::size_t(lay.total) * 4;
-    auto* kernel = pq_attention_kernel<NQ, D>;
-    AQPIM_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    const dim3 grid(p.n_chunks + 1, p.shape.n_kv, p.shape.batch);
-    kernel<<<grid, kThreads, bytes, stream>>>(p);
-    AQPIM_CUDA_LAUNCHED();
-}
-
-struct PqLaunch {
-    const PqAttentionParams& p;
-    cudaStream_t stream;
+struct HistogramFamily {
     template <int NQ, int D>
-    void operator()() const { launch_pq_kernel<NQ, D>(p, stream); }
-};
-
-struct PqOccupancy {
-    const PqAttentionParams& p;
-    int& blocks;
-    template <int NQ, int D>
-    void operator()() const {
-        const std::size_t bytes = std::size_t(PqSmem(NQ, D, p.Mk, p.Mv).total) * 4;
-        AQPIM_CUDA(cudaFuncSetAttribute(pq_attention_kernel<NQ, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(bytes)));
-        AQPIM_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, pq_attention_kernel<NQ, D>, kThreads, bytes));
+    static auto* kernel(const PqAttentionParams&) { return pq_attention_kernel<NQ, D>; }
+    static std::size_t smem_bytes(int nq, int D, const PqAttentionParams& p) {
+        return std::size_t(PqSmem(nq, D, p.Mk, p.Mv).total) * 4;
     }
 };
 
 }  // namespace
 
-std::size_t pq_attention_smem_bytes(const PqAttentionParams& p) {
-    return std::size_t(PqSmem(group_instance(p.shape.n_q), p.shape.D, p.Mk, p.Mv).total) * 4;
+const char* to_string(PqValuePath path) { return path == PqValuePath::mma ? "mma" : "histogram"; }
+
+std::size_t pq_attention_smem_bytes(const PqAttentionParams& p, PqValuePath path) {
+    if (path == PqValuePath::mma) return pq_mma_smem_bytes(p);
+    return HistogramFamily::smem_bytes(group_instance(p.shape.n_q), p.shape.D, p);
 }
 
-int pq_attention_blocks_per_sm(const PqAttentionParams& p) {
+int pq_attention_blocks_per_sm(const PqAttentionParams& p, PqValuePath path) {
     check_attention_shape(p.shape);
+    if (path == PqValuePath::mma) return pq_mma_blocks_per_sm(p);
     int blocks = 0;
-    dispatch_instance(p.shape, PqOccupancy{p, blocks});
+    dispatch_instance(p.shape, PqFamilyOccupancy<HistogramFamily>{p, blocks});
     return blocks;
 }
 
-void launch_pq_attention(const PqAttentionParams& p, cudaStream_t stream) {
+void launch_pq_attention(const PqAttentionParams& p, cudaStream_t stream, PqValuePath path) {
     check_pq_attention_params(p);
-    dispatch_instance(p.shape, PqLaunch{p, stream});
+    if (path == PqValuePath::mma)
+        launch_pq_mma_kernel(p, stream);
+    else
+        dispatch_instance(p.shape, PqFamilyLaunch<HistogramFamily>{p, stream});
     launch_combine(p.shape, p.n_chunks + 1, p.part_ml, p.part_acc, p.out, stream);
 }
 

@@ -10,12 +10,18 @@
 
 namespace aqpim::cuda {
 
+/// How the fused PQ kernel adds up the values (docs/cuda.md): `histogram` keeps each warp's value
+/// histograms in shared memory (f32 weights); `mma` keeps them in tensor-core accumulators (f32)
+/// fed with f16 weights and one-hot codes built in registers.
+enum class PqValuePath { histogram, mma };
+const char* to_string(PqValuePath path);
+
 /// Fused PQ attention of every (sequence, KV head) and the reduction across chunks into p.out.
-void launch_pq_attention(const PqAttentionParams& p, cudaStream_t stream);
+void launch_pq_attention(const PqAttentionParams& p, cudaStream_t stream, PqValuePath path = PqValuePath::histogram);
 /// Dynamic shared memory one block of the PQ kernel takes.
-std::size_t pq_attention_smem_bytes(const PqAttentionParams& p);
+std::size_t pq_attention_smem_bytes(const PqAttentionParams& p, PqValuePath path = PqValuePath::histogram);
 /// Thread blocks of the PQ kernel one multiprocessor holds at once (shape, Mk, Mv of p).
-int pq_attention_blocks_per_sm(const PqAttentionParams& p);
+int pq_attention_blocks_per_sm(const PqAttentionParams& p, PqValuePath path = PqValuePath::histogram);
 
 /// Encode one new key and value per (sequence, KV head) at coded index n_coded[b] - 1 into its page
 /// (the page's nibbles must be zero: pages are zeroed when handed out and a token is coded once).

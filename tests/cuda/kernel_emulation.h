@@ -73,11 +73,47 @@ inline void f16_rows(const std::vector<float>& qs /* [nq][D] scaled */, const st
     }
 }
 
+/// A codebook version's tables for the group (build_group_tables), one head after the other:
+/// lut [nq][Mk][16] (zeros past n_q); returns the version's value codebook.
+inline PqCodebookView version_tables(const PqAttentionParams& p, int b, int kv, int version, int nq,
+                                     std::vector<float>& lut) {
+    const int D = p.shape.D, Mk = p.Mk;
+    const float* q = p.q + (std::int64_t(b) * p.shape.n_kv + kv) * p.shape.n_q * D;
+    const std::int64_t cs = codebook_slot(p, b, version, kv);
+    const PqCodebookView kcb = codebook_view(p, cs, false);
+    std::vector<float> qy(std::size_t(nq) * D);
+    for (int i = 0; i < nq * D; ++i)
+        qy[i] = i / D < p.shape.n_q ? query_in_quantizer_space(q + (i / D) * D, kcb, p.shape.scale, i % D) : 0.0f;
+    lut.assign(std::size_t(nq) * Mk * kKsub, 0.0f);
+    for (int i = 0; i < nq * Mk * kKsub; ++i) {
+        const int r = i % (Mk * kKsub);
+        lut[i] = lut_entry(qy.data() + (i / (Mk * kKsub)) * D, kcb.cb, D / Mk, r / kKsub, r % kKsub);
+    }
+    return codebook_view(p, cs, true);
+}
+
+/// The pages of chunk `chunk` of (b, kv) in order: on_version(v) when the codebook version changes
+/// (before the page), then on_page(key blocks, value blocks, coded tokens of the page). Returns
+/// whether the chunk had a page.
+template <class OnVersion, class OnPage>
+bool for_each_chunk_page(const PqAttentionParams& p, int b, int kv, int chunk, OnVersion on_version, OnPage on_page) {
+    const int n_coded = p.n_coded[b], n_pages = (n_coded + p.page_tokens - 1) / p.page_tokens;
+    int cur = -1;
+    for (int pg = chunk * p.chunk_pages; pg < std::min((chunk + 1) * p.chunk_pages, n_pages); ++pg) {
+        const std::int64_t pt = std::int64_t(b) * p.max_pages + pg;
+        if (p.page_version[pt] != cur) on_version(cur = p.page_version[pt]);
+        const std::uint8_t* page = p.pool + p.page_offset[pt];
+        on_page(reinterpret_cast<const std::uint32_t*>(page + p.k_stream_off[kv]),
+                reinterpret_cast<const std::uint32_t*>(page + p.v_stream_off[kv]),
+                std::min(p.page_tokens, n_coded - pg * p.page_tokens));
+    }
+    return cur >= 0;
+}
+
 /// The PQ kernel's coded chunk `chunk` of (b, kv) into st (pq_attention.cu).
 inline void pq_chunk(const PqAttentionParams& p, int b, int kv, int chunk, int nq, Block& st) {
     const int D = p.shape.D, Mk = p.Mk, Mv = p.Mv, kdw = block_dwords(Mk), vdw = block_dwords(Mv);
-    const float* q = p.q + (std::int64_t(b) * p.shape.n_kv + kv) * p.shape.n_q * D;
-    std::vector<float> qy(std::size_t(nq) * D), lut(std::size_t(nq) * Mk * kKsub);
+    std::vector<float> lut;
     std::vector<float> hist(std::size_t(kWarps) * nq * kKsub * Mv, 0.0f);
     std::vector<float> mw(kWarps * nq, kNegInf), lw(std::size_t(kWarps) * 32 * nq, 0.0f);  // lw per lane
     std::vector<std::uint32_t> sk(kdw + kdw / 16), sv(vdw + vdw / 16);
@@ -101,26 +137,11 @@ inline void pq_chunk(const PqAttentionParams& p, int b, int kv, int chunk, int n
         std::fill(lw.begin(), lw.end(), 0.0f);
         st.merge_warps();
     };
-    const int n_coded = p.n_coded[b], n_pages = (n_coded + p.page_tokens - 1) / p.page_tokens;
-    for (int pg = chunk * p.chunk_pages; pg < std::min((chunk + 1) * p.chunk_pages, n_pages); ++pg) {
-        const std::int64_t pt = std::int64_t(b) * p.max_pages + pg;
-        if (p.page_version[pt] != cur) {
-            if (cur >= 0) flush();
-            const std::int64_t cs = codebook_slot(p, b, p.page_version[pt], kv);
-            const PqCodebookView kcb = codebook_view(p, cs, false);
-            vcb = codebook_view(p, cs, true);
-            for (int i = 0; i < nq * D; ++i)
-                qy[i] = i / D < p.shape.n_q ? query_in_quantizer_space(q + (i / D) * D, kcb, p.shape.scale, i % D) : 0.0f;
-            for (int i = 0; i < nq * Mk * kKsub; ++i) {
-                const int r = i % (Mk * kKsub);
-                lut[i] = lut_entry(qy.data() + (i / (Mk * kKsub)) * D, kcb.cb, D / Mk, r / kKsub, r % kKsub);
-            }
-            cur = p.page_version[pt];
-        }
-        const std::uint8_t* page = p.pool + p.page_offset[pt];
-        const auto* kb = reinterpret_cast<const std::uint32_t*>(page + p.k_stream_off[kv]);
-        const auto* vb = reinterpret_cast<const std::uint32_t*>(page + p.v_stream_off[kv]);
-        const int n_tok = std::min(p.page_tokens, n_coded - pg * p.page_tokens);
+    const bool any = for_each_chunk_page(p, b, kv, chunk, [&](int version) {
+        if (cur >= 0) flush();
+        cur = version;
+        vcb = version_tables(p, b, kv, cur, nq, lut);
+    }, [&](const std::uint32_t* kb, const std::uint32_t* vb, int n_tok) {
         for (int blk = 0; blk * kBlockTokens < n_tok; ++blk) {
             const int w = blk % kWarps, valid = std::min(kBlockTokens, n_tok - blk * kBlockTokens);
             for (int i = 0; i < kdw; ++i) sk[staged_dword(i)] = kb[std::int64_t(blk) * kdw + i];
@@ -151,12 +172,15 @@ inline void pq_chunk(const PqAttentionParams& p, int b, int kv, int chunk, int n
                     for (int h = 0; h < nq; ++h) hw[(h * kKsub + c) * Mv + mm] += pr[t * nq + h];
                 }
         }
-    }
-    if (cur >= 0) flush();
+    });
+    if (any) flush();
 }
 
-/// out [batch][n_kv * n_q][D]: the PQ kernel (chunks + the f16 chunk) and the combine, emulated.
-inline std::vector<float> pq_attention(const HostPqProblem& h, int f16_tile_rows) {
+/// The emulation of one coded chunk of a PQ kernel: (params, b, kv, chunk, group instance, state).
+using ChunkEmulation = void (*)(const PqAttentionParams&, int, int, int, int, Block&);
+
+/// out [batch][n_kv * n_q][D]: a PQ kernel (chunks + the f16 chunk) and the combine, emulated.
+inline std::vector<float> pq_attention(const HostPqProblem& h, int f16_tile_rows, ChunkEmulation coded = pq_chunk) {
     const PqAttentionParams p = h.view();
     const int D = p.shape.D, n_q = p.shape.n_q, nq = group_instance(n_q);
     std::vector<float> out(std::size_t(p.shape.batch) * p.shape.n_kv * n_q * D);
@@ -173,7 +197,7 @@ inline std::vector<float> pq_attention(const HostPqProblem& h, int f16_tile_rows
                     f16_rows(qs, p.k16 + base, p.v16 + base, 0, p.n_f16[b], f16_tile_rows, st);
                     st.merge_warps();
                 } else {
-                    pq_chunk(p, b, kv, chunk, nq, st);
+                    coded(p, b, kv, chunk, nq, st);
                 }
                 parts.push_back(std::move(st));
             }
