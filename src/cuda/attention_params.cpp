@@ -28,6 +28,11 @@ void check_pq_attention_params(const PqAttentionParams& p) {
                            p.v_gain && p.part_ml && p.part_acc && p.out,
                        "a buffer of the PQ attention launch is missing");
     AQPIM_CUDA_REQUIRE(p.max_f16 == 0 || (p.k16 && p.v16), "f16 rows declared but k16/v16 missing");
+    // A rotated value codebook is taken back to the original space through a [D] buffer that
+    // overlays the flushed histograms [16][Mv]: D / Mv <= 16.
+    AQPIM_CUDA_REQUIRE(!p.v_rot || p.shape.D / p.Mv <= 16,
+                       "rotated value codebooks need D / Mv <= 16, got D=" + std::to_string(p.shape.D) +
+                           " Mv=" + std::to_string(p.Mv));
 }
 
 }  // namespace aqpim::cuda

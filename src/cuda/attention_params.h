@@ -51,13 +51,16 @@ struct PqAttentionParams {
     const int* n_f16 = nullptr;                  ///< [batch]
     const std::uint16_t* k16 = nullptr;          ///< [batch][n_kv][max_f16][D] f16 bits
     const std::uint16_t* v16 = nullptr;
-    // Codebooks [batch][n_versions][n_kv]: centroids [Mk|Mv][16][dsub], perm [D], gain [D].
+    // Codebooks [batch][n_versions][n_kv]: centroids [Mk|Mv][16][dsub], perm [D], gain [D], and a
+    // rotation [D][D] per slot, or null for none (docs/cuda.md, "Rotated quantizers").
     const float* k_cb = nullptr;
     const std::int32_t* k_perm = nullptr;
     const float* k_gain = nullptr;
+    const float* k_rot = nullptr;
     const float* v_cb = nullptr;
     const std::int32_t* v_perm = nullptr;
     const float* v_gain = nullptr;
+    const float* v_rot = nullptr;
 
     float* part_ml = nullptr;   ///< [batch][n_kv][n_chunks + 1][n_q][2] (max, sum) per chunk
     float* part_acc = nullptr;  ///< [batch][n_kv][n_chunks + 1][n_q][D] unnormalised, original space
@@ -91,8 +94,11 @@ AQPIM_HD std::int64_t codebook_slot(const PqAttentionParams& p, int b, int versi
 /// The key (values = false) or value codebook of a slot.
 AQPIM_HD PqCodebookView codebook_view(const PqAttentionParams& p, std::int64_t slot, bool values) {
     const int D = p.shape.D;
-    return values ? PqCodebookView{p.v_cb + slot * kKsub * D, p.v_perm + slot * D, p.v_gain + slot * D}
-                  : PqCodebookView{p.k_cb + slot * kKsub * D, p.k_perm + slot * D, p.k_gain + slot * D};
+    const float* rot = values ? p.v_rot : p.k_rot;
+    return values ? PqCodebookView{p.v_cb + slot * kKsub * D, p.v_perm + slot * D, p.v_gain + slot * D,
+                                   rot ? rot + slot * D * D : nullptr, D}
+                  : PqCodebookView{p.k_cb + slot * kKsub * D, p.k_perm + slot * D, p.k_gain + slot * D,
+                                   rot ? rot + slot * D * D : nullptr, D};
 }
 
 }  // namespace aqpim::cuda

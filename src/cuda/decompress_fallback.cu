@@ -116,6 +116,7 @@ void DecompressFallback::run(const PqAttentionParams& p, cudaStream_t stream) {
     const AttentionShape& s = shape_;
     AQPIM_CUDA_REQUIRE(p.shape.batch == s.batch && p.shape.n_kv == s.n_kv && p.shape.n_q == s.n_q && p.shape.D == s.D,
                        "the launch's shape differs from the fallback's scratch");
+    AQPIM_CUDA_REQUIRE(!p.k_rot && !p.v_rot, "the decompress + cuBLAS fallback reads codebooks without a rotation");
     const int D = s.D, n_streams = s.batch * s.n_kv;
     decompress_kernel<<<dim3(unsigned((rows_cap_ + kBlockTokens - 1) / kBlockTokens), s.n_kv, s.batch), 128, 0,
                         stream>>>(p, rows_cap_, k16_, v16_);

@@ -27,7 +27,13 @@ std::string describe(const PqProblemSpec& s) {
     return "B=" + std::to_string(s.shape.batch) + " kv=" + std::to_string(s.shape.n_kv) + " g=" +
            std::to_string(s.shape.n_q) + " D=" + std::to_string(s.shape.D) + " Mk=" + std::to_string(s.Mk) +
            " Mv=" + std::to_string(s.Mv) + " page=" + std::to_string(s.page_tokens) + " ver=" +
-           std::to_string(s.n_versions) + " coded=" + n;
+           std::to_string(s.n_versions) + (s.rotated ? " rotated" : "") + " coded=" + n;
+}
+
+/// A spec whose codebooks carry random dense rotations.
+PqProblemSpec rotated(PqProblemSpec s) {
+    s.rotated = true;
+    return s;
 }
 
 std::vector<PqProblemSpec> pq_specs() {
@@ -38,6 +44,7 @@ std::vector<PqProblemSpec> pq_specs() {
         pq_spec(1, 4, 8, 128, 64, 64, 256, 4, {5000}, {68}, 4, 4),
         pq_spec(4, 8, 4, 128, 32, 32, 256, 8, {32768, 1, 4097, 0}, {68}, 8, 5),
         pq_spec(2, 1, 7, 128, 16, 32, 128, 1, {129, 0}, {0, 5}, 1, 6),
+        rotated(pq_spec(2, 2, 4, 128, 32, 32, 64, 3, {700, 95}, {20}, 2, 7)),
     };
 }
 
@@ -95,7 +102,8 @@ std::vector<DeviceCheck> check_dense_attention() {
 std::vector<DeviceCheck> check_encode() {
     std::vector<DeviceCheck> out;
     for (const PqProblemSpec& spec : {pq_spec(3, 4, 4, 128, 32, 64, 64, 2, {65, 1, 200}, {0}, 1, 21),
-                                      pq_spec(2, 2, 1, 64, 16, 32, 32, 1, {32, 17}, {0}, 1, 22)}) {
+                                      pq_spec(2, 2, 1, 64, 16, 32, 32, 1, {32, 17}, {0}, 1, 22),
+                                      rotated(pq_spec(2, 2, 4, 128, 32, 32, 64, 2, {70, 9}, {0}, 1, 23))}) {
         HostPqProblem h = make_random_pq_problem(spec);
         const PqAttentionParams& p = h.dims;
         const int D = p.shape.D, n_kv = p.shape.n_kv, batch = p.shape.batch;

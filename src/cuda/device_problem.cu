@@ -118,6 +118,8 @@ DevicePqProblem::DevicePqProblem(const HostPqProblem& h, std::uint64_t fill_seed
     v_cb_ = upload(h.v_cb);
     v_perm_ = upload(h.v_perm);
     v_gain_ = upload(h.v_gain);
+    k_rot_ = upload(h.k_rot);
+    v_rot_ = upload(h.v_rot);
     const std::size_t n_parts = std::size_t(s.batch) * s.n_kv * (d.n_chunks + 1) * s.n_q;
     part_ml_ = DeviceBytes(n_parts * 2 * 4);
     part_acc_ = DeviceBytes(n_parts * s.D * 4);
@@ -141,6 +143,8 @@ DevicePqProblem::DevicePqProblem(const HostPqProblem& h, std::uint64_t fill_seed
     p.v_cb = v_cb_.as<float>();
     p.v_perm = v_perm_.as<std::int32_t>();
     p.v_gain = v_gain_.as<float>();
+    p.k_rot = h.k_rot.empty() ? nullptr : k_rot_.as<float>();
+    p.v_rot = h.v_rot.empty() ? nullptr : v_rot_.as<float>();
     p.part_ml = part_ml_.as<float>();
     p.part_acc = part_acc_.as<float>();
     p.out = out_.as<float>();

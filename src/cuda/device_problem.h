@@ -57,7 +57,7 @@ public:
 private:
     PqAttentionParams params_;
     DeviceBytes q_, pool_, page_offset_, page_version_, k_off_, v_off_, n_coded_, n_f16_, k16_, v16_;
-    DeviceBytes k_cb_, k_perm_, k_gain_, v_cb_, v_perm_, v_gain_, part_ml_, part_acc_, out_;
+    DeviceBytes k_cb_, k_perm_, k_gain_, k_rot_, v_cb_, v_perm_, v_gain_, v_rot_, part_ml_, part_acc_, out_;
     std::uint64_t min_bytes_ = 0;
 };
 

@@ -22,6 +22,26 @@ std::vector<int> per_sequence(const std::vector<int>& v, int batch, const char* 
     return v.size() == 1 ? std::vector<int>(batch, v[0]) : v;
 }
 
+/// A dense random rotation of D = 2^k dims, row-major: log2(D) butterfly stages of Givens
+/// rotations by random angles (every output mixes every input), in double.
+void random_butterfly_rotation(int D, std::mt19937_64& rng, float* out) {
+    std::uniform_real_distribution<double> angle(0.0, 6.283185307179586);
+    std::vector<double> r(std::size_t(D) * D, 0.0);
+    for (int i = 0; i < D; ++i) r[std::size_t(i) * D + i] = 1.0;
+    for (int stride = 1; stride < D; stride *= 2)
+        for (int i = 0; i < D; ++i) {
+            if (i & stride) continue;
+            const int j = i | stride;
+            const double t = angle(rng), c = std::cos(t), sn = std::sin(t);
+            for (int col = 0; col < D; ++col) {
+                const double a = r[std::size_t(i) * D + col], b = r[std::size_t(j) * D + col];
+                r[std::size_t(i) * D + col] = c * a - sn * b;
+                r[std::size_t(j) * D + col] = sn * a + c * b;
+            }
+        }
+    for (std::size_t i = 0; i < r.size(); ++i) out[i] = float(r[i]);
+}
+
 }  // namespace
 
 PqProblemSpec pq_spec(int batch, int n_kv, int n_q, int D, int Mk, int Mv, int page, int versions,
@@ -57,6 +77,8 @@ PqAttentionParams HostPqProblem::view() const {
     p.v_cb = v_cb.data();
     p.v_perm = v_perm.data();
     p.v_gain = v_gain.data();
+    p.k_rot = k_rot.empty() ? nullptr : k_rot.data();
+    p.v_rot = v_rot.empty() ? nullptr : v_rot.data();
     return p;
 }
 
@@ -138,6 +160,11 @@ HostPqProblem make_random_pq_problem(const PqProblemSpec& spec) {
             std::shuffle(perm->begin() + i * D, perm->begin() + (i + 1) * D, rng);
         }
     }
+    if (spec.rotated)
+        for (auto* rot : {&h.k_rot, &h.v_rot}) {
+            rot->resize(n_slots * D * D);
+            for (std::size_t i = 0; i < n_slots; ++i) random_butterfly_rotation(D, rng, rot->data() + i * D * D);
+        }
     return h;
 }
 
@@ -147,7 +174,7 @@ std::vector<double> reference_attention(const HostPqProblem& h) {
     const int D = s.D;
     AQPIM_CUDA_REQUIRE(!h.pool.empty() || h.n_coded == std::vector<int>(s.batch, 0), "the problem holds no code data");
     std::vector<double> out(std::size_t(s.batch) * s.n_kv * s.n_q * D, 0.0);
-    std::vector<float> k(D), v(D);
+    std::vector<float> k(D), v(D), y(D);
     for (int b = 0; b < s.batch; ++b)
         for (int kv = 0; kv < s.n_kv; ++kv) {
             const int n = h.n_coded[b] + h.n_f16[b];
@@ -165,9 +192,14 @@ std::vector<double> reference_attention(const HostPqProblem& h) {
                                                 p.pool + p.page_offset[pt] + (values ? p.v_stream_off : p.k_stream_off)[kv]) +
                                             std::int64_t(in_page / kBlockTokens) * block_dwords(M);
                         float* x = values ? v.data() : k.data();
-                        for (int y = 0; y < D; ++y)
-                            x[value_dim(cb, y)] =
-                                decoded_dim(cb, D / M, y, code4(block, kGroupDwords, in_page % kBlockTokens, y / (D / M)));
+                        for (int i = 0; i < D; ++i)
+                            y[i] = centroid_dim(cb, D / M, i, code4(block, kGroupDwords, in_page % kBlockTokens, i / (D / M)));
+                        for (int i = 0; i < D; ++i) {
+                            if (cb.rot)
+                                x[i] = rotated_back(cb, y.data(), i);
+                            else
+                                x[value_dim(cb, i)] = value_gain(cb, i) * y[i];
+                        }
                     }
                 } else {
                     const std::size_t r = (std::size_t(b) * s.n_kv + kv) * p.max_f16 + (t - h.n_coded[b]);

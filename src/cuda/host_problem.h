@@ -20,6 +20,7 @@ struct PqProblemSpec {
     std::vector<int> n_coded;        ///< [batch] coded tokens (one value: every sequence)
     std::vector<int> n_f16;          ///< [batch] f16 rows (one value: every sequence)
     int chunk_pages = 4;
+    bool rotated = false;            ///< a random dense rotation for every codebook (keys and values)
     bool fill_data = true;           ///< false: leave pool and f16 rows empty (filled on the device)
     std::uint64_t seed = 1;
 };
@@ -41,6 +42,7 @@ struct HostPqProblem {
     std::vector<float> k_cb, v_cb;             ///< [batch][n_versions][n_kv][M][16][dsub]
     std::vector<std::int32_t> k_perm, v_perm;  ///< [batch][n_versions][n_kv][D]
     std::vector<float> k_gain, v_gain;         ///< [batch][n_versions][n_kv][D]
+    std::vector<float> k_rot, v_rot;           ///< [batch][n_versions][n_kv][D][D], empty: no rotation
 
     /// dims with the host vectors' pointers (for host-side readers; out/partials stay null).
     PqAttentionParams view() const;
@@ -49,11 +51,13 @@ struct HostPqProblem {
 };
 
 /// Random problem: Gaussian queries, codebooks and f16 rows, random codes, random permutations and
-/// gains in [0.5, 2], pages placed in the pool in shuffled order.
+/// gains in [0.5, 2], random dense rotations when spec.rotated, pages placed in the pool in
+/// shuffled order.
 HostPqProblem make_random_pq_problem(const PqProblemSpec& spec);
 
-/// out [batch][n_kv * n_q][D] in double: every coded token decoded (x[perm[i]] = gain[perm[i]] *
-/// C[m][code][i % dsub]) and every f16 row, exact softmax.
+/// out [batch][n_kv * n_q][D] in double: every coded token decoded (x = s ∘ (Rᵀ Pᵀ y), y the
+/// centroids its codes name; without R x[perm[i]] = gain[perm[i]] * y[i]) and every f16 row, exact
+/// softmax.
 std::vector<double> reference_attention(const HostPqProblem& p);
 
 /// Code of sub-vector m of x (original space) against codebook (b, version, kv): the CPU side of

@@ -95,10 +95,19 @@ __global__ void __launch_bounds__(kThreads, NQ >= 8 ? 2 : 4) pq_attention_kernel
             mw[h] = kNegInf;
             lw[h] = 0.0f;
         }
-        for (int i = lane; i < NQ * D; i += 32) {
-            const int h = i / D, y = i % D;
-            st.wacc[warp][h][value_dim(vcb, y)] =
-                value_gain(vcb, y) * hist_times_centroids(hist + h, Mv, NQ, vcb.cb, D / Mv, y);
+        if (vcb.rot) {  // block-uniform: quantizer-space values into wacc, R^T through the histogram
+            for (int i = lane; i < NQ * D; i += 32)
+                st.wacc[warp][i / D][i % D] = hist_times_centroids(hist + i / D, Mv, NQ, vcb.cb, D / Mv, i % D);
+            __syncwarp();
+            for (int i = lane; i < NQ * D; i += 32) hist[i] = rotated_back(vcb, st.wacc[warp][i / D], i % D);
+            __syncwarp();  // NQ * D <= NQ * 16 * Mv (checked: D / Mv <= 16 when rotated)
+            for (int i = lane; i < NQ * D; i += 32) st.wacc[warp][i / D][i % D] = hist[i];
+        } else {
+            for (int i = lane; i < NQ * D; i += 32) {
+                const int h = i / D, y = i % D;
+                st.wacc[warp][h][value_dim(vcb, y)] =
+                    value_gain(vcb, y) * hist_times_centroids(hist + h, Mv, NQ, vcb.cb, D / Mv, y);
+            }
         }
         __syncwarp();
         for (int i = lane; i < NQ * kKsub * Mv; i += 32) hist[i] = 0.0f;

@@ -185,14 +185,21 @@ __global__ void __launch_bounds__(kThreads, NQ >= 8 ? 2 : 4) pq_attention_mma_ke
             lw[h] = 0.0f;
         }
         __syncthreads();
+        const bool rotated = vcb.rot != nullptr;  // block-uniform
+        if (rotated) {  // quantizer-space values into qy (free until the next tables), then R^T
+            for (int i = threadIdx.x; i < NQ * D; i += blockDim.x)
+                qy[i] = hist_times_centroids(hist + i / D, Mv, NQ, vcb.cb, D / Mv, i % D);
+            __syncthreads();
+        }
         for (int i = threadIdx.x; i < NQ * D; i += blockDim.x) {
             const int h = i / D, y = i % D;
             float l_new = 0.0f, mb = st.m[h], lb = st.l[h];
             for (int w = 0; w < kWarps; ++w) l_new += st.wl[w][h];
             const MergeFactors f = merge_stats(mb, lb, pick(m, h, kNegInf), l_new);
-            const int x = value_dim(vcb, y);
-            st.acc[h][x] = st.acc[h][x] * f.a +
-                           f.b * value_gain(vcb, y) * hist_times_centroids(hist + h, Mv, NQ, vcb.cb, D / Mv, y);
+            const int x = rotated ? y : value_dim(vcb, y);
+            const float val = rotated ? rotated_back(vcb, qy + h * D, y)
+                                      : value_gain(vcb, y) * hist_times_centroids(hist + h, Mv, NQ, vcb.cb, D / Mv, y);
+            st.acc[h][x] = st.acc[h][x] * f.a + f.b * val;
         }
         __syncthreads();
         if (threadIdx.x < NQ) {

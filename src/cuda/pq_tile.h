@@ -4,12 +4,13 @@
 // a 4-bit block is ceil(M/4) groups of 16 dwords, dword i of group g packing, for subspace 4g+j,
 // token i in bits [8j, 8j+4) and token i+16 in bits [8j+4, 8j+8).
 //
-// Codebook versions are read in the quantizer's space without a rotation (the CUDA path checks
-// that when it uploads them, src/cuda/pq_upload.cpp): with P the permutation and s the scale
-// (gain, ones when scale folding is off),
-//   key/query:  y[i] = x[perm[i]] / s[perm[i]],   qy[i] = q[perm[i]] * s[perm[i]]
-//   values:     x[perm[i]] = s[perm[i]] * y[i]
-// so scores need LUT[h][m][c] = qy_h[m] · C[m][c] and values need only a scatter through perm.
+// Codebook versions are read in the quantizer's space (aqpim/pq.h): with P the permutation, s the
+// scale (gain, ones when scale folding is off) and R an optional rotation (D x D, row-major),
+//   key/query:  y = P R (x / s),   qy = P R (s ∘ q)      y[i] = (R (x / s))[perm[i]]
+//   values:     x = s ∘ (Rᵀ Pᵀ y)                       x[d] = s[d] Σ_i R[perm[i]][d] y[i]
+// Without R: y[i] = x[perm[i]] / s[perm[i]], qy[i] = q[perm[i]] s[perm[i]], x[perm[i]] = s[perm[i]] y[i],
+// so values need only a scatter through perm; with R, a D x D product per query and per flush.
+// Scores need LUT[h][m][c] = qy_h[m] · C[m][c] either way.
 
 #include <cstdint>
 
@@ -26,8 +27,10 @@ inline constexpr int kStageGroupDwords = 17;  ///< the same group in shared memo
 /// One codebook version of one KV head, as the kernels read it.
 struct PqCodebookView {
     const float* cb = nullptr;           ///< [M][16][dsub] centroids in quantizer space
-    const std::int32_t* perm = nullptr;  ///< [D] y[i] = x[perm[i]] / gain[perm[i]]
+    const std::int32_t* perm = nullptr;  ///< [D] y[i] = x[perm[i]] / gain[perm[i]] (no rotation)
     const float* gain = nullptr;         ///< [D] per-channel scale s (ones when off)
+    const float* rot = nullptr;          ///< [D][D] rotation R, row-major; null when none
+    int D = 0;                           ///< head_dim (read with rot)
 };
 
 /// Dwords of one 4-bit block: ceil(M/4) groups of 16.
@@ -54,7 +57,28 @@ AQPIM_HD int staged_dword(int i) { return i + i / kGroupDwords; }
 /// Element i of the query in quantizer space, softmax scale folded in.
 AQPIM_HD float query_in_quantizer_space(const float* q, const PqCodebookView& k, float scale, int i) {
     const int p = k.perm[i];
-    return q[p] * k.gain[p] * scale;
+    if (!k.rot) return q[p] * k.gain[p] * scale;
+    const float* row = k.rot + std::int64_t(p) * k.D;
+    float s = 0.0f;
+    for (int j = 0; j < k.D; ++j) s += row[j] * (q[j] * k.gain[j]);
+    return s * scale;
+}
+
+/// Element i of y = P R (x / s): the key or value x in quantizer space.
+AQPIM_HD float to_quantizer_space(const float* x, const PqCodebookView& k, int i) {
+    const int p = k.perm[i];
+    if (!k.rot) return x[p] / k.gain[p];
+    const float* row = k.rot + std::int64_t(p) * k.D;
+    float s = 0.0f;
+    for (int j = 0; j < k.D; ++j) s += row[j] * (x[j] / k.gain[j]);
+    return s;
+}
+
+/// Original-space dim d of x = s ∘ (Rᵀ Pᵀ y) for a rotated codebook, y [D] in quantizer space.
+AQPIM_HD float rotated_back(const PqCodebookView& v, const float* y, int d) {
+    float s = 0.0f;
+    for (int i = 0; i < v.D; ++i) s += v.rot[std::int64_t(v.perm[i]) * v.D + d] * y[i];
+    return v.gain[d] * s;
 }
 
 /// LUT[m][c] = qy[m*dsub : (m+1)*dsub] · C[m][c].
@@ -108,7 +132,8 @@ AQPIM_HD float hist_times_centroids(const float* hist, int M, int stride, const 
     return s;
 }
 
-/// Original-space dim of quantizer-space dim i and its gain: x[perm[i]] = gain[perm[i]] * y[i].
+/// Original-space dim of quantizer-space dim i and its gain: x[perm[i]] = gain[perm[i]] * y[i]
+/// (codebooks without a rotation).
 AQPIM_HD int value_dim(const PqCodebookView& v, int i) { return v.perm[i]; }
 AQPIM_HD float value_gain(const PqCodebookView& v, int i) { return v.gain[v.perm[i]]; }
 
@@ -116,28 +141,31 @@ AQPIM_HD float value_gain(const PqCodebookView& v, int i) { return v.gain[v.perm
 
 /// Nearest of 16 centroids C[m][*] to the subvector m of y = forward(x) (ties: lowest index).
 AQPIM_HD int nearest_code(const float* x, const PqCodebookView& k, int dsub, int m) {
-    int best = 0;
-    float best_d = __builtin_huge_valf();
-    for (int c = 0; c < kKsub; ++c) {
-        const float* cm = k.cb + (m * kKsub + c) * dsub;
-        float dist = 0.0f;
-        for (int d = 0; d < dsub; ++d) {
-            const int p = k.perm[m * dsub + d];
-            const float e = x[p] / k.gain[p] - cm[d];
-            dist += e * e;
-        }
-        if (dist < best_d) {
-            best_d = dist;
-            best = c;
+    float dist[kKsub];
+    for (int c = 0; c < kKsub; ++c) dist[c] = 0.0f;
+    for (int d = 0; d < dsub; ++d) {  // each distance summed over d in order
+        const float yd = to_quantizer_space(x, k, m * dsub + d);
+        for (int c = 0; c < kKsub; ++c) {
+            const float e = yd - k.cb[(m * kKsub + c) * dsub + d];
+            dist[c] += e * e;
         }
     }
+    int best = 0;
+    for (int c = 1; c < kKsub; ++c)
+        if (dist[c] < dist[best]) best = c;
     return best;
 }
 
-/// Original-space value of dim perm[i] of a decoded vector: gain[perm[i]] * C[m][code][d].
-AQPIM_HD float decoded_dim(const PqCodebookView& v, int dsub, int i, int code) {
+/// Centroid value of quantizer-space dim i for a code: y[i] = C[m][code][i - m dsub].
+AQPIM_HD float centroid_dim(const PqCodebookView& v, int dsub, int i, int code) {
     const int m = i / dsub;
-    return value_gain(v, i) * v.cb[(m * kKsub + code) * dsub + (i - m * dsub)];
+    return v.cb[(m * kKsub + code) * dsub + (i - m * dsub)];
+}
+
+/// Original-space value of dim perm[i] of a decoded vector: gain[perm[i]] * C[m][code][d]
+/// (codebooks without a rotation).
+AQPIM_HD float decoded_dim(const PqCodebookView& v, int dsub, int i, int code) {
+    return value_gain(v, i) * centroid_dim(v, dsub, i, code);
 }
 
 }  // namespace aqpim::cuda

@@ -127,9 +127,15 @@ inline void pq_chunk(const PqAttentionParams& p, int b, int kv, int chunk, int n
                 for (int lane = 0; lane < 32; ++lane) l += lw[(w * 32 + lane) * nq + h];
                 st.wm[w * nq + h] = mw[w * nq + h];
                 st.wl[w * nq + h] = l;
-                for (int y = 0; y < D; ++y)
-                    st.wacc[(std::size_t(w) * nq + h) * D + value_dim(vcb, y)] =
-                        value_gain(vcb, y) * hist_times_centroids(hw + h * kKsub * Mv, Mv, 1, vcb.cb, D / Mv, y);
+                float* wacc = st.wacc.data() + (std::size_t(w) * nq + h) * D;
+                std::vector<float> yq(D);
+                for (int y = 0; y < D; ++y) yq[y] = hist_times_centroids(hw + h * kKsub * Mv, Mv, 1, vcb.cb, D / Mv, y);
+                for (int y = 0; y < D; ++y) {
+                    if (vcb.rot)
+                        wacc[y] = rotated_back(vcb, yq.data(), y);
+                    else
+                        wacc[value_dim(vcb, y)] = value_gain(vcb, y) * yq[y];
+                }
             }
             std::fill(hw, hw + nq * kKsub * Mv, 0.0f);
         }

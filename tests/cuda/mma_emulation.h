@@ -106,9 +106,11 @@ inline void pq_chunk_mma(const PqAttentionParams& p, int b, int kv, int chunk, i
             for (int i = 0; i < kWarps * 32; ++i) l_new += lw[i * nq + h];
             float mb = st.m[h], lb = st.l[h];
             const MergeFactors f = merge_stats(mb, lb, m[h], l_new);
+            std::vector<float> yq(D);
+            for (int y = 0; y < D; ++y) yq[y] = hist_times_centroids(hist.data() + h, Mv, nq, vcb.cb, D / Mv, y);
             for (int y = 0; y < D; ++y) {
-                float& a = st.acc[h * D + value_dim(vcb, y)];
-                a = a * f.a + f.b * value_gain(vcb, y) * hist_times_centroids(hist.data() + h, Mv, nq, vcb.cb, D / Mv, y);
+                float& a = st.acc[h * D + (vcb.rot ? y : value_dim(vcb, y))];
+                a = a * f.a + f.b * (vcb.rot ? rotated_back(vcb, yq.data(), y) : value_gain(vcb, y) * yq[y]);
             }
             merge_stats(st.m[h], st.l[h], m[h], l_new);
             m[h] = kNegInf;

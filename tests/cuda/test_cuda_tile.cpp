@@ -21,6 +21,7 @@
 #include "cuda/pq_tile.h"
 #include "cuda/pq_upload.h"
 #include "cuda/kernel_emulation.h"
+#include "cuda/mma_emulation.h"
 #include "support/random.h"
 
 namespace aqpim {
@@ -28,13 +29,15 @@ namespace {
 
 using namespace aqpim::cuda;
 
-ProductQuantizer trained_pq(int D, int M, bool scale, std::uint64_t seed) {
+ProductQuantizer trained_pq(int D, int M, bool scale, std::uint64_t seed, Rotation rotation = Rotation::none) {
     PQParams p;
     p.D = D;
     p.M = M;
     p.nbits = 4;
     p.order = SubspaceOrder::variance_balanced;
     p.scale_folding = scale;
+    p.rotation = rotation;
+    p.seed = seed;
     p.kmeans.max_iter = 6;
     ProductQuantizer pq(p);
     auto x = test::gaussian(std::size_t(512) * D, seed);
@@ -69,11 +72,19 @@ TEST(CudaTile, Code4ReadsThePackedLayout) {
     }
 }
 
+PqCodebookView view_of(const CudaCodebook& cb, int D) {
+    return {cb.centroids.data(), cb.perm.data(), cb.gain.data(), cb.rotation.empty() ? nullptr : cb.rotation.data(), D};
+}
+
 TEST(CudaTile, NearestCodeMatchesProductQuantizerEncode) {
-    for (auto [D, M, scale] : {std::tuple{128, 32, true}, std::tuple{128, 64, false}, std::tuple{64, 16, true}}) {
-        const ProductQuantizer pq = trained_pq(D, M, scale, 7);
+    for (auto [D, M, scale, rot] :
+         {std::tuple{128, 32, true, Rotation::none}, std::tuple{128, 64, false, Rotation::none},
+          std::tuple{64, 16, true, Rotation::none}, std::tuple{128, 32, true, Rotation::hadamard},
+          std::tuple{64, 16, false, Rotation::random_orthogonal}}) {
+        const ProductQuantizer pq = trained_pq(D, M, scale, 7, rot);
         const CudaCodebook cb = cuda_codebook(pq);
-        const PqCodebookView view{cb.centroids.data(), cb.perm.data(), cb.gain.data()};
+        EXPECT_EQ(cb.rotation.empty(), rot == Rotation::none);
+        const PqCodebookView view = view_of(cb, D);
         const int n = 300;
         const auto x = test::gaussian(std::size_t(n) * D, 9, 3.0f);
         std::vector<std::uint8_t> codes(std::size_t(n) * M);
@@ -81,16 +92,18 @@ TEST(CudaTile, NearestCodeMatchesProductQuantizerEncode) {
         int differ = 0;
         for (int i = 0; i < n; ++i)
             for (int m = 0; m < M; ++m) differ += nearest_code(x.data() + std::size_t(i) * D, view, D / M, m) != codes[i * M + m];
-        // Same nearest centroid up to float rounding of near-ties (x / s here, x * (1 / s) there).
-        EXPECT_LE(differ, n * M / 1000) << "D=" << D << " M=" << M;
+        // Same nearest centroid up to float rounding of near-ties (x / s here, x * (1 / s) there;
+        // a dense product here, the fast Hadamard transform there).
+        EXPECT_LE(differ, n * M / 1000) << "D=" << D << " M=" << M << " rotation " << int(rot);
     }
 }
 
 TEST(CudaTile, LookupScoresMatchTheCpuScan) {
+    for (const Rotation rot : {Rotation::none, Rotation::hadamard, Rotation::random_orthogonal}) {
     const int D = 128, M = 32, n_q = 3;
-    const ProductQuantizer pq = trained_pq(D, M, true, 3);
+    const ProductQuantizer pq = trained_pq(D, M, true, 3, rot);
     const CudaCodebook cb = cuda_codebook(pq);
-    const PqCodebookView view{cb.centroids.data(), cb.perm.data(), cb.gain.data()};
+    const PqCodebookView view = view_of(cb, D);
     const auto q = test::gaussian(std::size_t(n_q) * D, 4);
     const float scale = 0.125f;
     const std::int64_t n = 96;
@@ -112,8 +125,9 @@ TEST(CudaTile, LookupScoresMatchTheCpuScan) {
         for (std::int64_t t = 0; t < n; ++t) {
             const auto* block = reinterpret_cast<const std::uint32_t*>(blocks.data()) + (t / 32) * block_dwords(M);
             const float got = token_score(luth.data(), block, kGroupDwords, int(t % 32), M);
-            EXPECT_NEAR(got, scores[h * n + t], 1e-4f * (1.0f + std::abs(scores[h * n + t])));
+            EXPECT_NEAR(got, scores[h * n + t], 1e-4f * (1.0f + std::abs(scores[h * n + t]))) << "rotation " << int(rot);
         }
+    }
     }
 }
 
@@ -154,15 +168,15 @@ struct EngineProblem {
 };
 
 EngineProblem engine_problem(int batch, int n_kv, int n_q, int D, int Mk, int Mv, int page, int versions,
-                             std::vector<int> n_coded, int n_f16) {
+                             std::vector<int> n_coded, int n_f16, Rotation rotation = Rotation::none) {
     EngineProblem e{make_random_pq_problem(pq_spec(batch, n_kv, n_q, D, Mk, Mv, page, versions, n_coded, {n_f16}, 2, 11)),
                     {}, {}};
     std::uint64_t seed = 100;
     for (int b = 0; b < batch; ++b)
         for (int v = 0; v < versions; ++v)
             for (int kv = 0; kv < n_kv; ++kv) {
-                e.pk.push_back(trained_pq(D, Mk, true, seed++));
-                e.pv.push_back(trained_pq(D, Mv, false, seed++));
+                e.pk.push_back(trained_pq(D, Mk, true, seed++, rotation));
+                e.pv.push_back(trained_pq(D, Mv, false, seed++, rotation));
                 set_codebook(e.h, b, v, kv, false, cuda_codebook(e.pk.back()));
                 set_codebook(e.h, b, v, kv, true, cuda_codebook(e.pv.back()));
             }
@@ -234,6 +248,33 @@ TEST(CudaTile, ReferenceAndKernelDecompositionMatchTheCpuEngine) {
     }
 }
 
+TEST(CudaTile, RotatedQuantizersThroughBothKernelDecompositions) {
+    // Hadamard and random orthogonal quantizers from the CPU engine, as dense rotations: both value
+    // paths' decompositions against attend_pq_spans (which applies the rotations its own way) and
+    // against the reference; every version rotated differently.
+    for (const Rotation rot : {Rotation::hadamard, Rotation::random_orthogonal}) {
+        const EngineProblem e = engine_problem(2, 2, 4, 128, 32, 32, 64, 2, {300, 200}, 20, rot);
+        ASSERT_FALSE(e.h.k_rot.empty());
+        ASSERT_FALSE(e.h.v_rot.empty());
+        const std::vector<float> cpu = cpu_engine_attention(e);
+        const std::vector<double> ref = reference_attention(e.h);
+        EXPECT_LT(max_relative_error(cpu.data(), ref.data(), ref.size()), 2e-5) << int(rot);
+        const std::vector<float> hist = emulation::pq_attention(e.h, 8);
+        EXPECT_LT(max_relative_error(hist.data(), ref.data(), ref.size()), 2e-5) << int(rot);
+        const std::vector<float> mma = emulation::pq_attention_mma(e.h, 8);
+        EXPECT_LT(max_relative_error(mma.data(), ref.data(), ref.size()), 1.0 / 2048) << int(rot);
+    }
+    // Random dense rotations on random problems (D = 64, several versions and chunks).
+    PqProblemSpec spec = pq_spec(2, 2, 3, 64, 16, 8, 32, 3, {500, 90}, {6}, 2, 9);
+    spec.rotated = true;
+    const HostPqProblem h = make_random_pq_problem(spec);
+    const std::vector<double> ref = reference_attention(h);
+    const std::vector<float> hist = emulation::pq_attention(h, 16);
+    EXPECT_LT(max_relative_error(hist.data(), ref.data(), ref.size()), 2e-5);
+    const std::vector<float> mma = emulation::pq_attention_mma(h, 16);
+    EXPECT_LT(max_relative_error(mma.data(), ref.data(), ref.size()), 1.0 / 2048);
+}
+
 TEST(CudaTile, KernelDecompositionOnRandomProblems) {
     // Random codebooks, gains and permutations (no training): many chunks, versions changing
     // inside chunks, sequences of different lengths.
@@ -253,10 +294,17 @@ TEST(CudaTile, RejectsWhatTheKernelsCannotRead) {
     pq8.train(x.data(), 300);
     EXPECT_THROW(cuda_codebook(pq8), Error);
     p.nbits = 4;
-    p.rotation = Rotation::hadamard;
-    ProductQuantizer rot(p);
-    rot.train(x.data(), 300);
-    EXPECT_THROW(cuda_codebook(rot), Error);
+    p.M = 128;  // D / M = 1: more subspaces than the kernels hold
+    ProductQuantizer fine(p);
+    fine.train(x.data(), 300);
+    EXPECT_THROW(cuda_codebook(fine), Error);
+    // A rotated value codebook needs D / Mv <= 16 (the flush's buffer overlays the histograms).
+    PqProblemSpec coarse = pq_spec(1, 1, 1, 128, 32, 4, 32, 1, {32}, {0}, 1, 1);
+    coarse.rotated = true;
+    const HostPqProblem hc = make_random_pq_problem(coarse);
+    PqAttentionParams pc = hc.view();
+    pc.part_ml = pc.part_acc = pc.out = reinterpret_cast<float*>(8);  // present; never read by the check
+    EXPECT_THROW(check_pq_attention_params(pc), std::runtime_error);
     EXPECT_THROW(make_random_pq_problem(pq_spec(1, 1, 9, 128, 32, 32, 32, 1, {32}, {0}, 1, 1)), std::runtime_error);
 }
 
