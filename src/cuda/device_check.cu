@@ -60,21 +60,20 @@ std::string cuda_device_unavailable() {
     return n > 0 ? "" : "no GPU: no CUDA device found";
 }
 
-std::vector<DeviceCheck> check_pq_attention() {
+std::vector<DeviceCheck> check_pq_attention(PqValuePath path) {
     std::vector<DeviceCheck> out;
-    for (const PqValuePath path : {PqValuePath::histogram, PqValuePath::mma})
-        for (const PqProblemSpec& spec : pq_specs()) {
-            const HostPqProblem h = make_random_pq_problem(spec);
-            const std::vector<double> ref = reference_attention(h);
-            const DevicePqProblem d(h);
-            d.poison_out(nullptr);
-            launch_pq_attention(d.params(), nullptr, path);
-            AQPIM_CUDA(cudaDeviceSynchronize());
-            const std::vector<float> got = d.download_out();
-            out.push_back({std::string("pq_attention ") + to_string(path) + " " + describe(spec),
-                           max_relative_error(got.data(), ref.data(), ref.size()),
-                           path == PqValuePath::mma ? kMmaTol : kF32Tol});
-        }
+    for (const PqProblemSpec& spec : pq_specs()) {
+        const HostPqProblem h = make_random_pq_problem(spec);
+        const std::vector<double> ref = reference_attention(h);
+        const DevicePqProblem d(h);
+        d.poison_out(nullptr);
+        launch_pq_attention(d.params(), nullptr, path);
+        AQPIM_CUDA(cudaDeviceSynchronize());
+        const std::vector<float> got = d.download_out();
+        out.push_back({std::string("pq_attention ") + to_string(path) + " " + describe(spec),
+                       max_relative_error(got.data(), ref.data(), ref.size()),
+                       path == PqValuePath::mma ? kMmaTol : kF32Tol});
+    }
     return out;
 }
 

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda/pq_attention.h"
+
 namespace aqpim::cuda {
 
 /// Empty when a CUDA device can be used, else why not (e.g. "no GPU: cudaGetDeviceCount ...").
@@ -18,9 +20,9 @@ struct DeviceCheck {
     bool passed() const { return error <= tolerance; }
 };
 
-/// Fused PQ attention (paged, several versions, f16 sinks/window) over D, GQA ratio, M, batch;
-/// both value paths (histogram, mma).
-std::vector<DeviceCheck> check_pq_attention();
+/// Fused PQ attention (paged, several versions, f16 sinks/window, rotated codebooks) over D, GQA
+/// ratio, M, batch, through one value path.
+std::vector<DeviceCheck> check_pq_attention(PqValuePath path);
 /// Dense f16 flash-decoding kernel.
 std::vector<DeviceCheck> check_dense_attention();
 /// Encode kernel: codes equal to the host's nearest_code; no other byte of the pool changes.

@@ -26,7 +26,13 @@ void expect_passed(std::vector<cuda::DeviceCheck> (*checks)()) {
     TEST(CudaDevice, name) { GTEST_SKIP() << "skipped: this build has no CUDA (no nvcc at configure time)"; }
 #endif
 
-AQPIM_DEVICE_TEST(PqAttentionMatchesReference, cuda::check_pq_attention)
+#if AQPIM_HAVE_CUDA
+std::vector<cuda::DeviceCheck> pq_histogram_checks() { return cuda::check_pq_attention(cuda::PqValuePath::histogram); }
+std::vector<cuda::DeviceCheck> pq_mma_checks() { return cuda::check_pq_attention(cuda::PqValuePath::mma); }
+#endif
+
+AQPIM_DEVICE_TEST(PqAttentionMatchesReference, pq_histogram_checks)
+AQPIM_DEVICE_TEST(PqAttentionMmaMatchesReference, pq_mma_checks)
 AQPIM_DEVICE_TEST(DenseF16MatchesReference, cuda::check_dense_attention)
 AQPIM_DEVICE_TEST(EncodeWritesTheHostCodes, cuda::check_encode)
 AQPIM_DEVICE_TEST(DecompressFallbackMatchesReference, cuda::check_decompress_fallback)
