@@ -56,7 +56,8 @@ TEST(Attention, DenseF32MatchesNaiveAtEveryLevel) {
 }
 
 TEST(Attention, DenseF16MatchesNaiveOnRoundedRows) {
-    const int D = 128, n_q = 4;
+    // D = 128: the unmasked (full 64-dim slices) kernels; 20 and 72: the masked tails.
+    for (auto [D, n_q] : {std::pair{128, 4}, std::pair{20, 3}, std::pair{72, 5}}) {
     const std::int64_t n = 517;
     auto q = test::gaussian(n_q * D, 4), K = test::gaussian(n * D, 5), V = test::gaussian(n * D, 6);
     std::vector<f16_t> Kh(K.size()), Vh(V.size());
@@ -74,7 +75,9 @@ TEST(Attention, DenseF16MatchesNaiveOnRoundedRows) {
         attend_dense_f16(q.data(), n_q, D, Kh.data(), Vh.data(), n, scale, part);
         std::vector<float> out(n_q * D);
         part.finalize(out.data());
-        for (std::size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], expect[i], 2e-5) << simd_level_name(level);
+        for (std::size_t i = 0; i < out.size(); ++i)
+            ASSERT_NEAR(out[i], expect[i], 2e-5) << simd_level_name(level) << " D=" << D << " n_q=" << n_q;
+    }
     }
 }
 
