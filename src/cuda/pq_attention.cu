@@ -48,7 +48,7 @@ struct PqSmem {
     }
 };
 
-template <int NQ, int D>
+template <int NQ, int D, bool kRot>
 __global__ void __launch_bounds__(kThreads, NQ >= 8 ? 2 : 4) pq_attention_kernel(PqAttentionParams p) {
     __shared__ BlockState<NQ, D> st;
     extern __shared__ float4 dyn4[];
@@ -120,8 +120,8 @@ __global__ void __launch_bounds__(kThreads, NQ >= 8 ? 2 : 4) pq_attention_kernel
         if (ver != cur) {  // block-uniform
             if (cur >= 0) flush();
             const std::int64_t cs = codebook_slot(p, b, ver, kv);
-            const PqCodebookView kcb = codebook_view(p, cs, false);
-            vcb = codebook_view(p, cs, true);
+            const PqCodebookView kcb = rotation_if<kRot>(codebook_view(p, cs, false));
+            vcb = rotation_if<kRot>(codebook_view(p, cs, true));
             build_group_tables<NQ, D>(q, n_q, p.shape.scale, kcb, Mk, qy, lut);
             cur = ver;
         }
@@ -207,7 +207,9 @@ __global__ void __launch_bounds__(kThreads, NQ >= 8 ? 2 : 4) pq_attention_kernel
 
 struct HistogramFamily {
     template <int NQ, int D>
-    static auto* kernel(const PqAttentionParams&) { return pq_attention_kernel<NQ, D>; }
+    static auto* kernel(const PqAttentionParams& p) {
+        return has_rotations(p) ? pq_attention_kernel<NQ, D, true> : pq_attention_kernel<NQ, D, false>;
+    }
     static std::size_t smem_bytes(int nq, int D, const PqAttentionParams& p) {
         return std::size_t(PqSmem(nq, D, p.Mk, p.Mv).total) * 4;
     }

@@ -197,9 +197,9 @@ __global__ void __launch_bounds__(kThreads, NQ >= 8 ? 2 : 4) pq_attention_mma_ke
             for (int w = 0; w < kWarps; ++w) l_new += st.wl[w][h];
             const MergeFactors f = merge_stats(mb, lb, pick(m, h, kNegInf), l_new);
             const int x = rotated ? y : value_dim(vcb, y);
-            const float val = rotated ? rotated_back(vcb, qy + h * D, y)
-                                      : value_gain(vcb, y) * hist_times_centroids(hist + h, Mv, NQ, vcb.cb, D / Mv, y);
-            st.acc[h][x] = st.acc[h][x] * f.a + f.b * val;
+            const float added = rotated ? f.b * rotated_back(vcb, qy + h * D, y)
+                                        : f.b * value_gain(vcb, y) * hist_times_centroids(hist + h, Mv, NQ, vcb.cb, D / Mv, y);
+            st.acc[h][x] = st.acc[h][x] * f.a + added;
         }
         __syncthreads();
         if (threadIdx.x < NQ) {

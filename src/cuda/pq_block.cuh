@@ -88,6 +88,17 @@ __device__ __forceinline__ void token_scores(const float* lut, const std::uint32
     }
 }
 
+/// The codebook view an instance reads: without kRot its rotation is a compile-time null, so the
+/// rotation code folds away and the instance compiles as it did before rotations existed.
+template <bool kRot>
+__device__ __forceinline__ PqCodebookView rotation_if(PqCodebookView v) {
+    if constexpr (!kRot) v.rot = nullptr;
+    return v;
+}
+
+/// Whether a launch reads rotated codebooks (selects the kRot instances).
+inline bool has_rotations(const PqAttentionParams& p) { return p.k_rot || p.v_rot; }
+
 /// A version's tables for the group, built by the whole block: the queries moved into the key
 /// quantizer's space (qy [NQ][D], zeros past n_q), then LUT[m][c][h] (the heads interleaved).
 /// Synchronises before (the previous tables may still be read) and after.

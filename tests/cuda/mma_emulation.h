@@ -110,7 +110,7 @@ inline void pq_chunk_mma(const PqAttentionParams& p, int b, int kv, int chunk, i
             for (int y = 0; y < D; ++y) yq[y] = hist_times_centroids(hist.data() + h, Mv, nq, vcb.cb, D / Mv, y);
             for (int y = 0; y < D; ++y) {
                 float& a = st.acc[h * D + (vcb.rot ? y : value_dim(vcb, y))];
-                a = a * f.a + f.b * (vcb.rot ? rotated_back(vcb, yq.data(), y) : value_gain(vcb, y) * yq[y]);
+                a = a * f.a + (vcb.rot ? f.b * rotated_back(vcb, yq.data(), y) : f.b * value_gain(vcb, y) * yq[y]);
             }
             merge_stats(st.m[h], st.l[h], m[h], l_new);
             m[h] = kNegInf;
