@@ -88,20 +88,22 @@ TEST(RooflinePresets, BadDeviceFieldsAreRefused) {
 TEST(RooflineValidation, PublishedBatch1DecodeErrors) {
     const Preset preset = find_preset("validation", "decode-batch1");
     const std::vector<DecodeMeasurement> points = decode_measurements(preset);
-    ASSERT_EQ(points.size(), 17u);
+    ASSERT_EQ(points.size(), 26u);
     const DecodeFactors fit = fit_decode(points, "fit");
     // Physically bounded: a batch-1 GEMV does not stream above ~0.93 of the HBM/GDDR peak.
     EXPECT_GE(fit.eff_bandwidth, kFitEffBandwidthMin);
     EXPECT_LE(fit.eff_bandwidth, kFitEffBandwidthMax);
-    ASSERT_EQ(fit.frameworks.size(), 3u);
+    ASSERT_EQ(fit.frameworks.size(), 4u);
     for (const auto& [name, f] : fit.frameworks) {
         EXPECT_GT(f.launch, 2e-6) << name;  // a few us per kernel, not 0 and not ms
         EXPECT_LT(f.launch, 10e-6) << name;
     }
-    // llama.cpp's mat-vec kernels are issue-bound on the A100 (~1.0-1.2 TB/s); gpt-fast's are not.
+    // llama.cpp's mat-vec kernels are issue-bound on the A100 (~1.0-1.2 TB/s); gpt-fast's and
+    // torchao's (torch.compile, tinygemm) are not.
     EXPECT_LT(fit.frameworks.at("llamacpp-b2837").gemv_bytes_per_sm_cycle, 10);
     EXPECT_LT(fit.frameworks.at("llamacpp-2024q1").gemv_bytes_per_sm_cycle, 10);
     EXPECT_GT(fit.frameworks.at("gpt-fast").gemv_bytes_per_sm_cycle, 100);
+    EXPECT_GT(fit.frameworks.at("torchao-2024").gemv_bytes_per_sm_cycle, 100);
     // The fit minimises the squared log error of the fit points: nearby parameters do no better.
     const double best = decode_loss(points, fit, "fit");
     EXPECT_LE(best, [&] { DecodeFactors x = fit; x.eff_bandwidth *= 0.97; return decode_loss(points, x, "fit"); }() + 1e-9);
@@ -128,17 +130,19 @@ TEST(RooflineValidation, PublishedBatch1DecodeErrors) {
             test_err[points[i].device].push_back(std::fabs(with_default[i].error));
         }
     }
-    // Recorded state (docs/roofline.md), held out: A100 (SXM and PCIe) and RTX 4090 points within 7%;
-    // the three H100 PCIe points (no H100 point was fitted) at +8%, +9% and +16%: the 15% target is
-    // missed by llama.cpp Q4_K_M on the H100 only.
+    // Recorded state (docs/roofline.md), held out: the three H100 SXM points (torchao) within 5%, the
+    // A100 (SXM and PCIe) and RTX 4090 points within 13%; the three H100 PCIe points (no H100 point
+    // was fitted) at +8%, +9% and +16%: the 15% target is missed by llama.cpp Q4_K_M on the H100
+    // PCIe only.
     std::size_t n_test = 0, within = 0;
     for (const auto& [device, errs] : test_err)
         for (double e : errs) {
             ++n_test, within += e < 0.15;
-            EXPECT_LT(e, device == "h100-pcie" ? 0.17 : 0.07) << device;
+            EXPECT_LT(e, device == "h100-pcie" ? 0.17 : device == "h100-sxm" ? 0.05 : 0.13) << device;
         }
-    EXPECT_EQ(n_test, 8u);
-    EXPECT_EQ(within, 7u);
+    EXPECT_EQ(n_test, 14u);
+    EXPECT_EQ(within, 13u);
+    EXPECT_EQ(test_err["h100-sxm"].size(), 3u);
     ASSERT_EQ(test_err["h100-pcie"].size(), 3u);
     double h100_mean = 0;
     for (double e : test_err["h100-pcie"]) h100_mean += e / 3;
