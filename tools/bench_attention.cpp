@@ -76,8 +76,21 @@ json bench_bandwidth(const BenchOptions& opt) {
     for (int nt : thread_counts(opt)) {
         volatile std::uint64_t sink = 0;
         const double s = time_parallel(nt, [&](std::int64_t i, int) { sink = sink + read_bytes(arena.slot(i), slot); }, opt);
+        const double read_gbs = double(slot) * nt / s / 1e9;
         rows.push_back({{"section", "bandwidth"}, {"case", "sequential read, cold"}, {"threads", nt},
-                        {"gbytes_per_s", double(slot) * nt / s / 1e9}, {"arena_mib", arena.bytes() >> 20}});
+                        {"gbytes_per_s", read_gbs}, {"arena_mib", arena.bytes() >> 20}});
+        // The same stream read as f16 with g multiply-adds per value (dense f16 attention of a
+        // GQA group of g spends g per K and per V value): how much of the read a core keeps
+        // while it computes, with nothing else of a real kernel in the way.
+        for (int macs : {0, 4, 8}) {
+            volatile float fsink = 0;
+            const double sm = time_parallel(
+                nt, [&](std::int64_t i, int) { fsink = fsink + stream_f16_with_macs(arena.slot(i), slot, macs); }, opt);
+            const double gbs = double(slot) * nt / sm / 1e9;
+            rows.push_back({{"section", "bandwidth"}, {"case", fmt::format("f16 stream, {} MACs/value, cold", macs)},
+                            {"threads", nt}, {"gbytes_per_s", gbs}, {"arena_mib", arena.bytes() >> 20},
+                            {"pct_of_read", 100.0 * gbs / read_gbs}});
+        }
     }
     return rows;
 }

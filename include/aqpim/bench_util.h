@@ -44,4 +44,11 @@ std::size_t cold_bytes(bool quick);
 /// attention kernels.
 std::uint64_t read_bytes(const std::uint8_t* p, std::size_t n);
 
+/// Stream [p, p + n) as f16 the way read_bytes does, convert every value to f32 and spend
+/// `macs_per_value` (0-8) multiply-adds on it: a streaming kernel of chosen arithmetic intensity,
+/// with no access pattern or loop structure of its own. Dense f16 attention for a GQA group of g
+/// query heads spends g per K value and g per V value, so this kernel at g is the most a dense
+/// kernel can expect on a core that has to overlap that compute with the stream. Returns a sum.
+float stream_f16_with_macs(const std::uint8_t* p, std::size_t n, int macs_per_value);
+
 }  // namespace aqpim

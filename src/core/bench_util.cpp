@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "aqpim/error.h"
 #include "aqpim/half.h"
 #include "aqpim/simd.h"
 #include "core/read_bandwidth.h"
@@ -83,6 +84,27 @@ std::uint64_t read_bytes_ref(const std::uint8_t* p, std::size_t n) {
     for (; i < nw; ++i) s ^= w[i];
     for (std::size_t b = nw * 8; b < n; ++b) s ^= p[b];
     return s;
+}
+
+float stream_f16_fmas_ref(const std::uint8_t* p, std::size_t n, int macs_per_value) {
+    float acc[8] = {};
+    for (std::size_t i = 0; i + 2 <= n; i += 2) {
+        f16_t h;
+        std::memcpy(&h, p + i, 2);
+        const float x = fp16_to_f32_scalar(h);
+        if (macs_per_value == 0) acc[0] += x;
+        for (int f = 0; f < macs_per_value; ++f) acc[f] += x * (1.0f + 0.125f * f);
+    }
+    float s = 0;
+    for (float a : acc) s += a;
+    return s;
+}
+
+float stream_f16_with_macs(const std::uint8_t* p, std::size_t n, int macs_per_value) {
+    AQPIM_CHECK(macs_per_value >= 0 && macs_per_value <= 8, "macs_per_value must be 0-8, got {}", macs_per_value);
+    using Fn = float (*)(const std::uint8_t*, std::size_t, int);
+    static const Fn table[3] = {stream_f16_fmas_ref, stream_f16_fmas_avx2, stream_f16_fmas_avx512};
+    return dispatch(table)(p, n, macs_per_value);
 }
 
 std::uint64_t read_bytes(const std::uint8_t* p, std::size_t n) {

@@ -1,6 +1,7 @@
 #include <immintrin.h>
 
 #include "core/read_bandwidth.h"
+#include "core/stream_f16_kernel.h"
 
 namespace aqpim {
 
@@ -20,6 +21,25 @@ std::uint64_t read_bytes_avx2(const std::uint8_t* p, std::size_t n) {
                                     _mm256_extract_epi64(a, 2) ^ _mm256_extract_epi64(a, 3));
     for (; i < n; ++i) s ^= p[i];
     return s;
+}
+
+namespace {
+
+struct Avx2Floats {
+    using Reg = __m256;
+    static constexpr int kLanes = 8;
+    static Reg zero() { return _mm256_setzero_ps(); }
+    static Reg set1(float v) { return _mm256_set1_ps(v); }
+    static Reg load_f16(const std::uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+    static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+    static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
+    static void store(float* lanes, Reg r) { _mm256_storeu_ps(lanes, r); }
+};
+
+}  // namespace
+
+float stream_f16_fmas_avx2(const std::uint8_t* p, std::size_t n, int macs_per_value) {
+    return with_fma_count(macs_per_value, [&](auto F) { return stream_f16_fmas<Avx2Floats, F()>(p, n); });
 }
 
 }  // namespace aqpim

@@ -122,6 +122,34 @@ TEST(Attention, SoftmaxTileMatchesRef) {
         }
 }
 
+TEST(Attention, DenseScoresMatchRefForEveryHeadGroupAndRowCount) {
+    // The AVX-512 scores run 16 / n_q rows per step for n_q = 1, 2, 4 (D = 64, 128, 256) and two
+    // rows at a time otherwise; every head group (6 = 4 + 2, 7 = 4 + 3), every D class and row
+    // counts around the step sizes, f32 and f16 rows, each score into its own slot.
+    for (int D : {64, 128, 256, 40})
+        for (int n_q : {1, 2, 3, 4, 6, 7})
+            for (std::int64_t n : {1, 7, 16, 33, 130}) {
+                const std::int64_t stride = n + 3;
+                auto q = test::gaussian(std::size_t(n_q) * D, 14), K = test::gaussian(n * D, 15);
+                std::vector<f16_t> Kh(K.size());
+                for (std::size_t i = 0; i < K.size(); ++i) Kh[i] = f32_to_fp16_scalar(K[i]);
+                std::vector<float> ref32(n_q * stride, -7.0f), ref16 = ref32;
+                attn_kernels(SimdLevel::ref).dense_scores_f32(q.data(), n_q, D, K.data(), n, ref32.data(), stride);
+                attn_kernels(SimdLevel::ref).dense_scores_f16(q.data(), n_q, D, Kh.data(), n, ref16.data(), stride);
+                for (SimdLevel level : supported_simd_levels()) {
+                    std::vector<float> got32(n_q * stride, -7.0f), got16 = got32;
+                    attn_kernels(level).dense_scores_f32(q.data(), n_q, D, K.data(), n, got32.data(), stride);
+                    attn_kernels(level).dense_scores_f16(q.data(), n_q, D, Kh.data(), n, got16.data(), stride);
+                    for (std::size_t i = 0; i < got32.size(); ++i) {
+                        ASSERT_NEAR(got32[i], ref32[i], 2e-5f * (1 + std::fabs(ref32[i])))
+                            << simd_level_name(level) << " f32 D=" << D << " n_q=" << n_q << " n=" << n << " i=" << i;
+                        ASSERT_NEAR(got16[i], ref16[i], 2e-5f * (1 + std::fabs(ref16[i])))
+                            << simd_level_name(level) << " f16 D=" << D << " n_q=" << n_q << " n=" << n << " i=" << i;
+                    }
+                }
+            }
+}
+
 TEST(Attention, MergingSegmentsEqualsOnePass) {
     const int D = 32, n_q = 4;
     const std::int64_t n = 400;
