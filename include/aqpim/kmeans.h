@@ -21,6 +21,9 @@ struct KMeansParams {
                                 ///< an assignment that changes nothing always stops
     std::uint64_t seed = 1234;  ///< problem p uses an RNG seeded from (seed, p)
     KMeansInit init = KMeansInit::kmeanspp;
+    int seed_trials = 0;        ///< k-means++ draws per seed, the best kept (greedy), 0-8: 0 = 2 + ln k
+                                ///< (scikit-learn's greedy default), 1 = plain k-means++ (measured:
+                                ///< 1.1x faster at k = 16, 1.7x at k = 256; SSE 1.6% / 10% higher)
     int n_threads = 0;          ///< 0 = default_threads()
 };
 
@@ -37,8 +40,8 @@ struct KMeansStats {
 ///   x         [n_problems][n_points][dim], row-major
 ///   weights   nullptr, or [n_problems][n_points] point weights (finite, >= 0, not all zero per problem)
 ///   centroids [n_problems][k][dim] output
-/// Each problem: seeds by greedy weighted k-means++ (the best of 2 + ln k draws per seed, as
-/// scikit-learn) or k random distinct points, then Lloyd iterations (assignment, weighted means)
+/// Each problem: seeds by greedy weighted k-means++ (the best of seed_trials, by default 2 + ln k,
+/// draws per seed, as scikit-learn) or k random distinct points, then Lloyd iterations (assignment, weighted means)
 /// until an assignment repeats, an update gains less than tol, or max_iter updates. A cluster left
 /// without weight is repaired by splitting the cluster of largest SSE (it takes that cluster's
 /// farthest point). A point of weight 0 never moves a centroid; weight 2 counts as the point twice.

@@ -69,7 +69,7 @@ const std::vector<std::string>& PqKvParams::keys() {
     static const std::vector<std::string> k = {"m",     "k_m",   "v_m",    "nbits",    "calib",   "refresh",
                                                "versions", "sinks", "window", "f16_layers", "bits", "ctx", "v_weight",
                                                "page",  "pairs", "order",  "rotation", "k_scale", "v_scale",
-                                               "aug",   "rope_theta", "iters", "seed", "attn", "scores", "cb", "wq"};
+                                               "aug",   "rope_theta", "iters", "trials", "seed", "attn", "scores", "cb", "wq"};
     return k;
 }
 
@@ -132,6 +132,7 @@ PqKvParams PqKvParams::from_spec(const KvSchemeSpec& spec, const KvShape& shape)
     AQPIM_CHECK(std::isfinite(p.rope_theta) && p.rope_theta >= 0, "--kv {}: rope_theta={} must be a RoPE base > 1",
                 spec.text, value_of(spec, "rope_theta"));
     p.iters = int_param(spec, "iters", kDefaults.iters, 0, 10000);
+    p.trials = int_param(spec, "trials", kDefaults.trials, 0, 8);
     const std::int64_t seed = spec.get_int("seed", std::int64_t(kDefaults.seed));
     AQPIM_CHECK(seed >= 0, "--kv {}: seed={} must be >= 0", spec.text, seed);
     p.seed = std::uint64_t(seed);
@@ -168,6 +169,7 @@ void PqKvParams::validate(const KvShape& shape) const {
     for (int l : f16_layers)
         AQPIM_CHECK(l >= 0 && l < shape.n_layer, "f16_layers: layer {} out of range [0, {})", l, shape.n_layer);
     AQPIM_CHECK(iters >= 0, "iters={} must be >= 0", iters);
+    AQPIM_CHECK(trials >= 0 && trials <= 8, "trials={} must be 0-8 (0 = 2 + ln k)", trials);
     AQPIM_CHECK(rope_theta == 0 || rope_theta > 1, "rope_theta={} must be a RoPE base > 1 (0 = the model's)", rope_theta);
     AQPIM_CHECK(shape.rope_inv_freq.empty() || int(shape.rope_inv_freq.size()) == D / 2,
                 "the shape's RoPE frequencies hold {} pairs, head_dim {} has {}", shape.rope_inv_freq.size(), D, D / 2);
@@ -229,6 +231,7 @@ std::string PqKvParams::to_string() const {
     if (aug >= 0) add("aug", std::to_string(aug));
     if (rope_theta > 0) add("rope_theta", fmt::format("{}", rope_theta));
     if (iters != kDefaults.iters) add("iters", std::to_string(iters));
+    if (trials != kDefaults.trials) add("trials", std::to_string(trials));
     if (seed != kDefaults.seed) add("seed", std::to_string(seed));
     if (attn != kDefaults.attn) add("attn", kAttnNames[int(attn)]);
     if (scores != kDefaults.scores) add("scores", kScoreNames[int(scores)]);
@@ -287,6 +290,7 @@ PQParams base_params(const PqKvParams& p, const KvShape& shape, int M) {
     q.order = p.order;
     q.rotation = p.rotation;
     q.kmeans.max_iter = p.iters;
+    q.kmeans.seed_trials = p.trials;
     q.kmeans.seed = p.seed;
     q.seed = p.seed;
     return q;

@@ -176,10 +176,10 @@ void sample_by_potential(Workspace& ws, const KMeansKernels& K, const float* d2,
     K.sample(ws.w.data(), d2, ws.n_pad, r, n_draws, ws.block_sums.data(), out);
 }
 
-/// Greedy weighted k-means++ (as scikit-learn): each new seed is the best of 2 + ln(k) draws
-/// with probability proportional to w_i d2_i, judged by the potential sum_i w_i d2_i it leaves.
-void seed_kmeanspp(Workspace& ws, const KMeansKernels& K, Rng& rng) {
-    const int n_trials = std::min(kMaxSeedCandidates, 2 + int(std::log(double(ws.k))));
+/// Greedy weighted k-means++ (as scikit-learn): each new seed is the best of `trials` (0: 2 + ln k)
+/// draws with probability proportional to w_i d2_i, judged by the potential sum_i w_i d2_i it leaves.
+void seed_kmeanspp(Workspace& ws, const KMeansKernels& K, Rng& rng, int trials) {
+    const int n_trials = trials > 0 ? trials : std::min(kMaxSeedCandidates, 2 + int(std::log(double(ws.k))));
     const int dim = ws.dim, n_pad = ws.n_pad;
     copy_point(ws, sample_by_weight(ws, rng), ws.c.data());
     double total = 0;
@@ -318,7 +318,7 @@ double updated_sse(const Workspace& ws) {
 /// Seed and refine the problem loaded in ws; ws.c holds the centred centroids on return.
 ProblemStats train_one(const KMeansParams& params, const KMeansKernels& K, Workspace& ws, Rng& rng) {
     if (params.init == KMeansInit::kmeanspp)
-        seed_kmeanspp(ws, K, rng);
+        seed_kmeanspp(ws, K, rng, params.seed_trials);
     else
         seed_random(ws, rng);
     centroid_norms(ws);
@@ -353,6 +353,8 @@ void validate(const KMeansParams& params, std::int64_t n_problems, int n_points,
                 params.tol);
     AQPIM_CHECK(params.init == KMeansInit::kmeanspp || params.init == KMeansInit::random,
                 "kmeans_batch: init = {} (expected kmeanspp or random)", int(params.init));
+    AQPIM_CHECK(params.seed_trials >= 0 && params.seed_trials <= kMaxSeedCandidates,
+                "kmeans_batch: seed_trials = {} (expected 0-{}; 0 = 2 + ln k)", params.seed_trials, kMaxSeedCandidates);
     AQPIM_CHECK(params.n_threads >= 0, "kmeans_batch: n_threads = {} (expected >= 0; 0 = default)", params.n_threads);
     AQPIM_CHECK(n_problems >= 0, "kmeans_batch: n_problems = {} (expected >= 0)", n_problems);
     AQPIM_CHECK(n_points >= 1, "kmeans_batch: n_points = {} (expected >= 1)", n_points);

@@ -132,7 +132,8 @@ TEST(PqKvSpec, DefaultsAndCanonicalText) {
     EXPECT_EQ(p.to_string(), "pq");
     const std::string text =
         "pq:k_m=16,v_m=64,nbits=8,calib=100,refresh=128,versions=3,sinks=2,window=16,f16_layers=0+3,page=32,"
-        "pairs=neox,order=contiguous,rotation=hadamard,k_scale=0,v_scale=1,iters=10,seed=9,attn=decode,cb=f16,wq=q4_0";
+        "pairs=neox,order=contiguous,rotation=hadamard,k_scale=0,v_scale=1,iters=10,trials=1,seed=9,attn=decode,cb=f16,"
+        "wq=q4_0";
     const PqKvParams q = PqKvParams::from_spec(parse_kv_scheme(text), shape);
     EXPECT_EQ(q.to_string(), text);
     EXPECT_EQ(q.key_pairs(shape), RopePairs::neox);
@@ -173,6 +174,7 @@ TEST(PqKvSpec, BadSpecsAreErrorsNamingTheKey) {
         {"pq:window=-1", "window"},
         {"pq:versions=0", "versions"},
         {"pq:cb=f8", "cb=f8"},
+        {"pq:trials=9", "trials"},
         {"pq:wq=q5_1", "wq=q5_1"},
     };
     for (const auto& [spec, needle] : bad) {

@@ -214,6 +214,31 @@ TEST(KMeans, AsGoodAsBestOfRandomRestarts) {
     EXPECT_NEAR(st.total_sse, ours, 1e-9 * ours);
 }
 
+// seed_trials: 0 is 2 + ln k draws per seed (4 at k = 16); more draws give better seeds, and plain
+// k-means++ (1 draw) still ends close to the greedy result after the Lloyd iterations.
+TEST(KMeans, SeedTrialsTradeSeedQuality) {
+    const int n_problems = 24, n = 256, dim = 4, k = 16;
+    std::vector<float> x = blobs(n_problems, n, dim, 24, 2.0f, 0.7f, 21);
+    std::vector<float> c0(std::size_t(n_problems) * k * dim), c4(c0.size());
+    KMeansParams params;
+    params.k = k;
+    const KMeansStats greedy = kmeans_batch(params, n_problems, n, dim, x.data(), nullptr, c0.data());
+    params.seed_trials = 4;
+    const KMeansStats four = kmeans_batch(params, n_problems, n, dim, x.data(), nullptr, c4.data());
+    EXPECT_EQ(c0, c4);  // the default is 4 draws at k = 16, draw for draw
+    params.seed_trials = 1;
+    const KMeansStats plain = kmeans_batch(params, n_problems, n, dim, x.data(), nullptr, c4.data());
+    EXPECT_NE(c0, c4);
+    EXPECT_LE(plain.total_sse, greedy.total_sse * 1.05);
+    // the seeds alone (no Lloyd iteration): the best of 4 draws leaves a lower potential
+    params.max_iter = 0;
+    params.seed_trials = 1;
+    const double seeds_plain = kmeans_batch(params, n_problems, n, dim, x.data(), nullptr, c4.data()).total_sse;
+    params.seed_trials = 0;
+    const double seeds_greedy = kmeans_batch(params, n_problems, n, dim, x.data(), nullptr, c4.data()).total_sse;
+    EXPECT_LT(seeds_greedy, seeds_plain * 0.95) << seeds_greedy << " vs " << seeds_plain;
+}
+
 // k = 300 (the exact AVX-512 assignment, past the packed one's 256) and dim 20 (not unrolled).
 TEST(KMeans, LargeKAndOddDim) {
     const int n = 1000, dim = 20, k = 300;
@@ -445,6 +470,8 @@ TEST(KMeans, BadParametersAndInputsThrow) {
     expect_error(with([](KMeansParams& p) { p.tol = -1; }), 2, n, dim, x.data(), nullptr, "tol = -1");
     expect_error(with([](KMeansParams& p) { p.n_threads = -2; }), 2, n, dim, x.data(), nullptr, "n_threads = -2");
     expect_error(with([](KMeansParams& p) { p.init = KMeansInit(7); }), 2, n, dim, x.data(), nullptr, "init = 7");
+    expect_error(with([](KMeansParams& p) { p.seed_trials = 9; }), 2, n, dim, x.data(), nullptr, "seed_trials = 9");
+    expect_error(with([](KMeansParams& p) { p.seed_trials = -1; }), 2, n, dim, x.data(), nullptr, "seed_trials = -1");
     expect_error(ok, -1, n, dim, x.data(), nullptr, "n_problems = -1");
     expect_error(ok, 2, 0, dim, x.data(), nullptr, "n_points = 0");
     expect_error(ok, 2, n, 0, x.data(), nullptr, "dim = 0");
