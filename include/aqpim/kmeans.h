@@ -23,7 +23,8 @@ struct KMeansParams {
     KMeansInit init = KMeansInit::kmeanspp;
     int seed_trials = 0;        ///< k-means++ draws per seed, the best kept (greedy), 0-8: 0 = 2 + ln k
                                 ///< (scikit-learn's greedy default), 1 = plain k-means++ (measured:
-                                ///< 1.1x faster at k = 16, 1.7x at k = 256; SSE 1.6% / 10% higher)
+                                ///< about as fast at k = 16, where its seeds need more Lloyd
+                                ///< iterations, 1.4-1.7x faster at k = 256; SSE 1.6% / 10% higher)
     int n_threads = 0;          ///< 0 = default_threads()
 };
 

@@ -74,7 +74,8 @@ struct PqKvParams {
     double rope_theta = 0;
     int iters = 25;        ///< iters: k-means iterations at most [25]
     /// trials: k-means++ draws per seed, the best kept: 0 = 2 + ln k (greedy), 1 = plain
-    /// k-means++: codebooks 1.1x (4-bit) to 1.7x (8-bit) faster to train, SSE 1.6% / 10% higher [0]
+    /// k-means++: codebooks about as fast to train at 4 bits, 1.4-1.7x faster at 8 bits, SSE
+    /// 1.6% / 10% higher [0]
     int trials = 0;
     std::uint64_t seed = 1234;  ///< seed: k-means and rotation seed [1234]
     PqAttendMode attn = PqAttendMode::codes;  ///< attn: codes|decode [codes]

@@ -99,34 +99,51 @@ std::int64_t assign_impl(const float* xt, const float* xn, int n, int n_pad, int
     return assign_exact<DIM>(xt, n, n_pad, dim, c, cn, k, idx);
 }
 
-/// One k-means++ candidate c [dim]: d2_out = min(d2_in, ||x - c||^2); returns sum w d2_out.
-/// Unrolled dims use ||x||^2 + ||c||^2 - 2 x.c (clamped at 0): dim + 4 instructions per 16 points
-/// instead of 2 dim + 2; the points are centred, so the rounding stays ~1e-7 of their spread.
-template <int DIM>
-double seed_dist_impl(const float* xt, const float* xn, const float* w, int n_pad, int dim_rt, const float* c,
-                      const float* d2_in, float* d2_out) {
-    const int dim = DIM > 0 ? DIM : dim_rt;
-    float m2c[DIM > 0 ? DIM : 1];  // -2 c
-    float cn = 0;
-    if constexpr (DIM > 0)
+/// NC k-means++ candidates cand [NC][DIM] in one pass over the points (each block's x, ||x||^2,
+/// weights and d2_in loaded once, the NC potentials in independent chains): d2_out[t] = min(d2_in,
+/// ||x - c_t||^2), pot[t] = sum w d2_out[t]. ||x||^2 + ||c||^2 - 2 x.c (clamped at 0): DIM + 4
+/// instructions per 16 points and candidate instead of 2 DIM + 2; the points are centred, so the
+/// rounding stays ~1e-7 of their spread.
+template <int DIM, int NC>
+void seed_dist_unrolled(const float* xt, const float* xn, const float* w, int n_pad, const float* cand,
+                        const float* d2_in, float* d2_out, double* pot) {
+    float m2c[NC][DIM], cn[NC];  // -2 c, ||c||^2
+    for (int t = 0; t < NC; ++t) {
+        cn[t] = 0;
         for (int d = 0; d < DIM; ++d) {
-            m2c[d] = -2.0f * c[d];
-            cn += c[d] * c[d];
+            m2c[t][d] = -2.0f * cand[t * DIM + d];
+            cn[t] += cand[t * DIM + d] * cand[t * DIM + d];
         }
+    }
+    __m512 pots[NC];
+    for (int t = 0; t < NC; ++t) pots[t] = _mm512_setzero_ps();
+    for (int b = 0; b < n_pad; b += kKMeansBlock) {
+        __m512 x[DIM];
+        for (int d = 0; d < DIM; ++d) x[d] = _mm512_loadu_ps(xt + std::int64_t(d) * n_pad + b);
+        const __m512 xnb = _mm512_loadu_ps(xn + b), wb = _mm512_loadu_ps(w + b);
+        const __m512 d2b = d2_in ? _mm512_loadu_ps(d2_in + b) : _mm512_setzero_ps();
+        for (int t = 0; t < NC; ++t) {
+            __m512 acc = _mm512_add_ps(xnb, _mm512_set1_ps(cn[t]));
+            for (int d = 0; d < DIM; ++d) acc = _mm512_fmadd_ps(x[d], _mm512_set1_ps(m2c[t][d]), acc);
+            acc = _mm512_max_ps(acc, _mm512_setzero_ps());
+            if (d2_in) acc = _mm512_min_ps(d2b, acc);
+            _mm512_storeu_ps(d2_out + std::int64_t(t) * n_pad + b, acc);
+            pots[t] = _mm512_fmadd_ps(wb, acc, pots[t]);
+        }
+    }
+    for (int t = 0; t < NC; ++t) pot[t] = avx512::hsum(widen_add(_mm512_setzero_pd(), pots[t]));
+}
+
+/// One candidate c [dim] of a dim the kernels do not unroll, from differences: d2_out = min(d2_in,
+/// ||x - c||^2); returns sum w d2_out.
+double seed_dist_any_dim(const float* xt, const float* w, int n_pad, int dim, const float* c, const float* d2_in,
+                         float* d2_out) {
     __m512 pot = _mm512_setzero_ps();
     for (int b = 0; b < n_pad; b += kKMeansBlock) {
-        __m512 acc;
-        if constexpr (DIM > 0) {
-            acc = _mm512_add_ps(_mm512_loadu_ps(xn + b), _mm512_set1_ps(cn));
-            for (int d = 0; d < DIM; ++d)
-                acc = _mm512_fmadd_ps(_mm512_loadu_ps(xt + std::int64_t(d) * n_pad + b), _mm512_set1_ps(m2c[d]), acc);
-            acc = _mm512_max_ps(acc, _mm512_setzero_ps());
-        } else {
-            acc = _mm512_setzero_ps();
-            for (int d = 0; d < dim; ++d) {
-                __m512 diff = _mm512_sub_ps(_mm512_loadu_ps(xt + std::int64_t(d) * n_pad + b), _mm512_set1_ps(c[d]));
-                acc = _mm512_fmadd_ps(diff, diff, acc);
-            }
+        __m512 acc = _mm512_setzero_ps();
+        for (int d = 0; d < dim; ++d) {
+            __m512 diff = _mm512_sub_ps(_mm512_loadu_ps(xt + std::int64_t(d) * n_pad + b), _mm512_set1_ps(c[d]));
+            acc = _mm512_fmadd_ps(diff, diff, acc);
         }
         if (d2_in) acc = _mm512_min_ps(_mm512_loadu_ps(d2_in + b), acc);
         _mm512_storeu_ps(d2_out + b, acc);
@@ -145,11 +162,17 @@ std::int64_t kmeans_assign_avx512(const float* xt, const float* xn, int n, int n
 
 void kmeans_seed_dist_avx512(const float* xt, const float* xn, const float* w, int n_pad, int dim, const float* cand,
                              int n_cand, const float* d2_in, float* d2_out, double* pot) {
-    with_constant<2, 4, 8>(dim, [&](auto DIM) {
-        for (int t = 0; t < n_cand; ++t)
-            pot[t] = seed_dist_impl<DIM()>(xt, xn, w, n_pad, dim, cand + std::int64_t(t) * dim, d2_in,
-                                           d2_out + std::int64_t(t) * n_pad);
-    });
+    if (dim == 2 || dim == 4 || dim == 8) {
+        with_constant<2, 4, 8>(dim, [&](auto DIM) {
+            if constexpr (DIM() > 0)
+                with_count<kMaxSeedCandidates>(n_cand, [&](auto NC) {
+                    seed_dist_unrolled<DIM(), NC()>(xt, xn, w, n_pad, cand, d2_in, d2_out, pot);
+                });
+        });
+        return;
+    }
+    for (int t = 0; t < n_cand; ++t)
+        pot[t] = seed_dist_any_dim(xt, w, n_pad, dim, cand + std::int64_t(t) * dim, d2_in, d2_out + std::int64_t(t) * n_pad);
 }
 
 void kmeans_sample_avx512(const float* w, const float* d2, int n_pad, const double* r, int n_draws, float* block_sums,

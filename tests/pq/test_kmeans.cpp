@@ -582,6 +582,46 @@ TEST(KMeans, EverySimdLevelKernelsMatchRef) {
             }
 }
 
+// The unrolled AVX-512 seed_dist takes every candidate count 1-8 in one pass: each count, with and
+// without d2_in, against the ref.
+TEST(KMeans, EverySimdLevelSeedDistForEveryCandidateCount) {
+    std::mt19937 rng(31);
+    std::normal_distribution<float> g;
+    for (int dim : {2, 4, 8, 5})
+        for (int n_cand = 1; n_cand <= kMaxSeedCandidates; ++n_cand) {
+            const int n_pad = 48;
+            std::vector<float> xt(std::size_t(dim) * n_pad), xn(n_pad, 0.0f), w(n_pad), d2_in(n_pad);
+            std::vector<float> cand(std::size_t(n_cand) * dim);
+            for (int i = 0; i < n_pad; ++i) {
+                for (int d = 0; d < dim; ++d) {
+                    xt[std::size_t(d) * n_pad + i] = g(rng);
+                    xn[i] += xt[std::size_t(d) * n_pad + i] * xt[std::size_t(d) * n_pad + i];
+                }
+                w[i] = i % 7 == 0 ? 0.0f : std::abs(g(rng));
+                d2_in[i] = std::abs(g(rng)) * float(dim);
+            }
+            for (float& v : cand) v = g(rng);
+            for (const float* in : {static_cast<const float*>(d2_in.data()), static_cast<const float*>(nullptr)}) {
+                std::vector<float> d2_ref(std::size_t(n_cand) * n_pad), d2(d2_ref.size());
+                double pot_ref[kMaxSeedCandidates], pot[kMaxSeedCandidates];
+                kmeans_seed_dist_ref(xt.data(), xn.data(), w.data(), n_pad, dim, cand.data(), n_cand, in,
+                                     d2_ref.data(), pot_ref);
+                for (SimdLevel level : supported_simd_levels()) {
+                    kmeans_kernels(level).seed_dist(xt.data(), xn.data(), w.data(), n_pad, dim, cand.data(), n_cand, in,
+                                                    d2.data(), pot);
+                    for (int t = 0; t < n_cand; ++t) {
+                        EXPECT_NEAR(pot[t], pot_ref[t], 1e-5 * pot_ref[t] + 1e-5)
+                            << simd_level_name(level) << " dim " << dim << " n_cand " << n_cand << " t " << t;
+                        for (int i = 0; i < n_pad; ++i)
+                            ASSERT_NEAR(d2[t * n_pad + i], d2_ref[t * n_pad + i], 1e-5f * (d2_ref[t * n_pad + i] + 1))
+                                << simd_level_name(level) << " dim " << dim << " n_cand " << n_cand << " t " << t
+                                << " i " << i << (in ? "" : " (no d2_in)");
+                    }
+                }
+            }
+        }
+}
+
 TEST(KMeans, EverySimdLevelAccumulateMatchesRef) {
     std::mt19937 rng(16);
     for (int dw : {4, 8, 16, 48})
