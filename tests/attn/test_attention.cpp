@@ -56,8 +56,9 @@ TEST(Attention, DenseF32MatchesNaiveAtEveryLevel) {
 }
 
 TEST(Attention, DenseF16MatchesNaiveOnRoundedRows) {
-    // D = 128: the unmasked (full 64-dim slices) kernels; 20 and 72: the masked tails.
-    for (auto [D, n_q] : {std::pair{128, 4}, std::pair{20, 3}, std::pair{72, 5}}) {
+    // D = 128 and 256: the unmasked (full 64-dim slices, values in chunks of rows) kernels; 20 and
+    // 72: the masked tails.
+    for (auto [D, n_q] : {std::pair{128, 4}, std::pair{256, 2}, std::pair{20, 3}, std::pair{72, 5}}) {
     const std::int64_t n = 517;
     auto q = test::gaussian(n_q * D, 4), K = test::gaussian(n * D, 5), V = test::gaussian(n * D, 6);
     std::vector<f16_t> Kh(K.size()), Vh(V.size());
