@@ -162,17 +162,18 @@ std::int64_t kmeans_assign_avx512(const float* xt, const float* xn, int n, int n
 
 void kmeans_seed_dist_avx512(const float* xt, const float* xn, const float* w, int n_pad, int dim, const float* cand,
                              int n_cand, const float* d2_in, float* d2_out, double* pot) {
-    if (dim == 2 || dim == 4 || dim == 8) {
-        with_constant<2, 4, 8>(dim, [&](auto DIM) {
-            if constexpr (DIM() > 0)
-                with_count<kMaxSeedCandidates>(n_cand, [&](auto NC) {
-                    seed_dist_unrolled<DIM(), NC()>(xt, xn, w, n_pad, cand, d2_in, d2_out, pot);
-                });
-        });
-        return;
-    }
-    for (int t = 0; t < n_cand; ++t)
-        pot[t] = seed_dist_any_dim(xt, w, n_pad, dim, cand + std::int64_t(t) * dim, d2_in, d2_out + std::int64_t(t) * n_pad);
+    if (n_cand < 1) return;  // with_count needs at least one
+    with_constant<2, 4, 8>(dim, [&](auto DIM) {
+        if constexpr (DIM() > 0) {
+            with_count<kMaxSeedCandidates>(n_cand, [&](auto NC) {
+                seed_dist_unrolled<DIM(), NC()>(xt, xn, w, n_pad, cand, d2_in, d2_out, pot);
+            });
+        } else {
+            for (int t = 0; t < n_cand; ++t)
+                pot[t] = seed_dist_any_dim(xt, w, n_pad, dim, cand + std::int64_t(t) * dim, d2_in,
+                                           d2_out + std::int64_t(t) * n_pad);
+        }
+    });
 }
 
 void kmeans_sample_avx512(const float* w, const float* d2, int n_pad, const double* r, int n_draws, float* block_sums,
