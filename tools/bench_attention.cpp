@@ -67,6 +67,16 @@ double time_parallel(int n_threads, const std::function<void(std::int64_t, int)>
         min_seconds(opt), reps(opt));
 }
 
+// Vector uops per token of the AVX-512 exact-float scan of 4-bit codes (src/pq/pq_kernels_avx512.cpp):
+// per 32-token block, a group of n subspaces costs 2n vpermps, 2n adds and 2n - 1 shifts (the
+// first subspace's low nibbles need none), and the block ends with one add per 16 tokens. All of
+// them issue on the two 512-bit ports (p0, p5), so a token takes at least half this many cycles.
+double exact_scan_uops_per_token(int M) {
+    double uops = 2;
+    for (int g = 0; g < M; g += 4) uops += 6 * std::min(4, M - g) - 1;
+    return uops / kCodeBlock;
+}
+
 }  // namespace
 
 json bench_bandwidth(const BenchOptions& opt) {
@@ -97,6 +107,7 @@ json bench_bandwidth(const BenchOptions& opt) {
 
 json bench_scan(const BenchOptions& opt) {
     json rows = json::array();
+    const bool port_model = active_simd_level() == SimdLevel::avx512;
     const std::int64_t T = 32768;
     const std::int64_t n_blocks = code_blocks_for(T);
     const std::vector<int> Ms = opt.quick ? std::vector<int>{32} : std::vector<int>{16, 32, 64};
@@ -124,14 +135,27 @@ json bench_scan(const BenchOptions& opt) {
                                 k.scan_f32(lut.data(), 1, M, nbits, codes, nb, scores.data(), T);
                         },
                         min_seconds(opt), reps(opt));
+                    // The clock right after, so that tokens/s become cycles per token and the AVX-512 exact
+                    // scan can be set against its port bound at the clock and port share the VM gave.
+                    const CoreClock clock = measure_core_clock();
                     const double tokens = double(nb * kCodeBlock);
-                    rows.push_back({{"section", "scan"},
-                                    {"case", fmt::format("M={} {}-bit {} tables", M, nbits, int8 ? "int8" : "f32")},
-                                    {"M", M}, {"nbits", nbits}, {"tables", int8 ? "int8" : "f32"},
-                                    {"data", in_cache ? "in cache" : "cold"}, {"threads", 1},
-                                    {"simd", simd_level_name(active_simd_level())},
-                                    {"gtokens_per_s", tokens / s / 1e9},
-                                    {"gbytes_per_s", tokens * code_block_bytes(M, nbits) / kCodeBlock / s / 1e9}});
+                    const double gtok = tokens / s / 1e9;
+                    json row = {{"section", "scan"},
+                                {"case", fmt::format("M={} {}-bit {} tables", M, nbits, int8 ? "int8" : "f32")},
+                                {"M", M}, {"nbits", nbits}, {"tables", int8 ? "int8" : "f32"},
+                                {"data", in_cache ? "in cache" : "cold"}, {"threads", 1},
+                                {"simd", simd_level_name(active_simd_level())},
+                                {"gtokens_per_s", gtok},
+                                {"gbytes_per_s", tokens * code_block_bytes(M, nbits) / kCodeBlock / s / 1e9},
+                                {"core_ghz", clock.ghz}, {"cycles_per_token", clock.ghz / gtok}};
+                    if (port_model && !int8 && nbits == 4) {
+                        // Two 512-bit ports at the clock, and at the share of them this run had.
+                        const double uops = exact_scan_uops_per_token(M);
+                        row["port_bound_gtokens_per_s"] = 2 * clock.ghz / uops;
+                        row["issue_bound_gtokens_per_s"] = clock.vector_gops / uops;
+                        row["pct_of_issue_bound"] = 100 * gtok * uops / clock.vector_gops;
+                    }
+                    rows.push_back(row);
                 }
             }
         }

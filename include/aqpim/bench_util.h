@@ -51,4 +51,17 @@ std::uint64_t read_bytes(const std::uint8_t* p, std::size_t n);
 /// kernel can expect on a core that has to overlap that compute with the stream. Returns a sum.
 float stream_f16_with_macs(const std::uint8_t* p, std::size_t n, int macs_per_value);
 
+/// What a core can issue right now. `ghz`: the clock, from a dependent chain of one-cycle integer
+/// adds in the active SIMD level's widest registers (one retires per cycle). `vector_gops`: G adds
+/// per second from eight independent chains of the same adds: the ALU ports of that width times
+/// the clock (2 x ghz for 512-bit adds on recent Intel cores), less whatever a sibling
+/// hyperthread of another tenant takes. Best of 20 runs of about 3 ms each. Lets a benchmark turn
+/// tokens/s into cycles per token and set a kernel against its instruction-port bound at the
+/// clock and port share this run actually had.
+struct CoreClock {
+    double ghz = 0;
+    double vector_gops = 0;
+};
+CoreClock measure_core_clock();
+
 }  // namespace aqpim

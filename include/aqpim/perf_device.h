@@ -9,7 +9,9 @@
 //   interconnect.bandwidth (B/s per direction) / .latency (s), power.tdp (W); optional
 //   overhead.kernel (s of fixed cost per kernel launch at small batch: launch and dispatch);
 //   optional gpu.sm_count and gpu.boost_clock (Hz): the issue rate SMs x clock that a framework's
-//   GEMV issue roof (perf_validation.h) scales with.
+//   GEMV issue roof (perf_validation.h) scales with; optional gpu.loaded_clock (Hz, at most the
+//   boost clock): the clock a card whose board power limit binds holds under a bandwidth-bound
+//   load, used for that issue rate instead of the boost clock.
 // A processing-in-memory device (kind "pim") adds pim.internal_bandwidth (B/s, all banks) and
 // pim.compute (FLOP/s of the bank-side units): weights and KV stream at the internal bandwidth.
 
@@ -33,12 +35,14 @@ struct Device {
     double kernel_overhead = 0;   ///< s per kernel launch (default of PerfRun::kernel_overhead)
     double sm_count = 0;          ///< streaming multiprocessors (0 = not given)
     double sm_clock = 0;          ///< Hz, boost clock of the SMs (0 = not given)
+    double sm_loaded_clock = 0;   ///< Hz, SM clock under a power-limited streaming load (= sm_clock unless given)
     double pim_bandwidth = 0;     ///< B/s inside the memory (0 = not a PIM device)
     double pim_compute = 0;       ///< FLOP/s beside the banks
 
     bool is_pim() const { return pim_bandwidth > 0; }
-    /// SM cycles per second over the whole chip (0 if the preset does not give SMs and clock).
-    double issue_rate() const { return sm_count * sm_clock; }
+    /// SM cycles per second over the whole chip under a streaming load (0 if the preset does not
+    /// give SMs and clock).
+    double issue_rate() const { return sm_count * sm_loaded_clock; }
     /// The bandwidth weights and KV stream at (internal for PIM), peak.
     double stream_bandwidth() const { return is_pim() ? pim_bandwidth : mem_bandwidth; }
     /// The compute roof for a weight/activation precision: int8 when both are <= 8 bits (W8A8,

@@ -58,6 +58,13 @@ Device device_from_preset(const Preset& p) {
         d.sm_count = double(p.count("gpu.sm_count", 100000));
         d.sm_clock = p.positive("gpu.boost_clock");
         if (d.sm_clock < 1e8 || d.sm_clock > 1e10) p.fail("gpu.boost_clock", fmt::format("{} Hz is not a GPU clock (expected 0.1-10 GHz)", d.sm_clock));
+        d.sm_loaded_clock = d.sm_clock;
+        if (p.has("gpu.loaded_clock")) {
+            d.sm_loaded_clock = p.positive("gpu.loaded_clock");
+            if (d.sm_loaded_clock < 1e8 || d.sm_loaded_clock > d.sm_clock)
+                p.fail("gpu.loaded_clock", fmt::format("{} Hz must be a GPU clock no higher than gpu.boost_clock ({} Hz)",
+                                                       d.sm_loaded_clock, d.sm_clock));
+        }
     }
     if (d.kind == "pim") {
         d.pim_bandwidth = p.positive("pim.internal_bandwidth");

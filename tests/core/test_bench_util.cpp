@@ -1,15 +1,17 @@
 // The benchmark helpers whose figures the docs quote: every SIMD level of the f16 streaming probe
 // computes what it says (F multiply-adds on every value, the tail included), and bad arguments
-// are refused.
+// are refused; the clock probe's add loops do exactly the adds it counts.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "aqpim/bench_util.h"
 #include "aqpim/error.h"
 #include "aqpim/half.h"
+#include "core/core_clock.h"
 #include "support/simd_guard.h"
 
 namespace aqpim {
@@ -42,6 +44,25 @@ TEST(BenchUtil, F16StreamDoesItsMultiplyAddsOnEveryValueAtEveryLevel) {
     }
     EXPECT_THROW(stream_f16_with_macs(bytes, 2000, 9), Error);
     EXPECT_THROW(stream_f16_with_macs(bytes, 2000, -1), Error);
+}
+
+TEST(BenchUtil, ClockProbeLoopsDoEightAddsPerIteration) {
+    // Every register starts at 1 and every add adds 3, so 8 n adds leave a sum of (registers) + 24 n
+    // whichever way they are chained. The scalar loop sums 4 registers; the vector loops 8
+    // registers of 32-bit lanes, and return the low 64-bit lane (two 32-bit lanes, no carry).
+    const std::vector<SimdLevel> levels = supported_simd_levels();
+    auto has = [&](SimdLevel l) { return std::find(levels.begin(), levels.end(), l) != levels.end(); };
+    for (std::uint64_t n : {1u, 7u, 1000u}) {
+        for (bool independent : {false, true}) {
+            EXPECT_EQ(add_loop_ref(n, independent), 4 + 24 * n) << n;
+            const std::uint64_t lane = 8 + 24 * n;
+            if (has(SimdLevel::avx2)) EXPECT_EQ(add_loop_avx2(n, independent), lane | lane << 32) << n;
+            if (has(SimdLevel::avx512)) EXPECT_EQ(add_loop_avx512(n, independent), lane | lane << 32) << n;
+        }
+    }
+    const CoreClock c = measure_core_clock();
+    EXPECT_GT(c.ghz, 0);
+    EXPECT_GT(c.vector_gops, 0);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <map>
 
@@ -12,6 +13,7 @@
 #include "aqpim/perf_energy.h"
 #include "aqpim/perf_validation.h"
 #include "aqpim/roofline.h"
+#include "support/temp_dir.h"
 
 namespace aqpim {
 namespace {
@@ -75,6 +77,10 @@ TEST(RooflinePresets, BadDeviceFieldsAreRefused) {
     j["memory"].erase("capacity");
     EXPECT_NE(error_of([&] { device_from_preset(Preset::parse(j.dump(), "d.json")); }).find("d.json: field memory.capacity: missing"),
               std::string::npos);
+    j = find_preset("device", "h100-pcie").json();
+    j["gpu"]["loaded_clock"]["value"] = 2e9;  // above the boost clock
+    EXPECT_NE(error_of([&] { device_from_preset(Preset::parse(j.dump(), "d.json")); }).find("d.json: field gpu.loaded_clock"),
+              std::string::npos);
     j = find_preset("device", "hbm-pim").json();
     j["pim"]["internal_bandwidth"]["value"] = 1e9;  // below the external bandwidth
     EXPECT_NE(error_of([&] { device_from_preset(Preset::parse(j.dump(), "d.json")); }).find("field pim.internal_bandwidth"),
@@ -132,26 +138,54 @@ TEST(RooflineValidation, PublishedBatch1DecodeErrors) {
     }
     // Recorded state (docs/roofline.md), held out: the three H100 SXM points (torchao) within 5%, the
     // A100 (SXM and PCIe) and RTX 4090 points within 13%; the three H100 PCIe points (no H100 point
-    // was fitted) at +8%, +9% and +16%: the 15% target is missed by llama.cpp Q4_K_M on the H100
-    // PCIe only.
+    // was fitted; the card's power-limited loaded clock from an independent microbenchmark) at +1%,
+    // -10% and -11%: every held-out point within 15%.
     std::size_t n_test = 0, within = 0;
     for (const auto& [device, errs] : test_err)
         for (double e : errs) {
             ++n_test, within += e < 0.15;
-            EXPECT_LT(e, device == "h100-pcie" ? 0.17 : device == "h100-sxm" ? 0.05 : 0.13) << device;
+            EXPECT_LT(e, device == "h100-sxm" ? 0.05 : 0.13) << device;
         }
     EXPECT_EQ(n_test, 14u);
-    EXPECT_EQ(within, 13u);
+    EXPECT_EQ(within, 14u);
     EXPECT_EQ(test_err["h100-sxm"].size(), 3u);
     ASSERT_EQ(test_err["h100-pcie"].size(), 3u);
     double h100_mean = 0;
     for (double e : test_err["h100-pcie"]) h100_mean += e / 3;
-    EXPECT_LT(h100_mean, 0.12);
+    EXPECT_LT(h100_mean, 0.08);
+}
+
+TEST(RooflineValidation, PowerLimitedClockBracketsTheH100PcieMeasurements) {
+    // At the boost clock the model is too fast on all three H100 PCIe points, at the lowest clock
+    // observed under load too slow on the F16 and 70B points: every measurement lies between the
+    // two predictions, what a clock between 1395 and 1755 MHz predicts.
+    const Preset preset = find_preset("validation", "decode-batch1");
+    const std::vector<DecodeMeasurement> points = decode_measurements(preset);
+    nlohmann::ordered_json boost_only = find_preset("device", "h100-pcie").json();
+    ASSERT_TRUE(boost_only["gpu"].contains("loaded_clock"));
+    boost_only["gpu"].erase("loaded_clock");
+    boost_only["name"] = "h100-pcie-at-boost";
+    const std::string boost_path = test::temp_path("h100-pcie-at-boost.json");
+    std::ofstream(boost_path) << boost_only.dump();
+    std::vector<DecodeMeasurement> at_boost = points;
+    for (DecodeMeasurement& p : at_boost)
+        if (p.device == "h100-pcie") p.device = boost_path;
+    const DecodeFactors defaults = decode_defaults(preset);
+    const auto loaded = predict_decode(points, defaults), boost = predict_decode(at_boost, defaults);
+    int h100_pcie = 0;
+    for (std::size_t i = 0; i < points.size(); ++i) {
+        if (points[i].device != "h100-pcie") continue;
+        ++h100_pcie;
+        EXPECT_GT(boost[i].error, 0.08) << points[i].id;
+        EXPECT_LT(loaded[i].error, 0.02) << points[i].id;
+    }
+    EXPECT_EQ(h100_pcie, 3);
 }
 
 TEST(RooflineValidation, IssueRoofCapsTheStreamingBandwidth) {
     const Device h = find_device("h100-pcie"), a = find_device("a100-80g");
-    EXPECT_DOUBLE_EQ(h.issue_rate(), 114 * 1.755e9);
+    EXPECT_DOUBLE_EQ(h.issue_rate(), 114 * 1.395e9);  // the power-limited clock under load
+    EXPECT_DOUBLE_EQ(h.sm_clock, 1.755e9);
     EXPECT_DOUBLE_EQ(a.issue_rate(), 108 * 1.41e9);
     EXPECT_DOUBLE_EQ(find_device("tpu-v4").issue_rate(), 0);  // not given: no issue roof
     const PerfModel m = find_perf_model("llama3-8b");
