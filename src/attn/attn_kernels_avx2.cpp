@@ -16,13 +16,9 @@ namespace aqpim {
 
 namespace {
 
-// Rows are prefetched kPrefetchRows ahead (into the next tile, or past the end: prefetches never
-// fault). The hardware prefetcher alone leaves a single core waiting on DRAM.
-constexpr int kPrefetchRows = 16;
-template <class T>
-inline void prefetch_row(const T* row, int D) {
-    prefetch_l2(row, std::size_t(D) * sizeof(T));
-}
+// K and V rows are streams: as rows are consumed, prefetch_stream (simd/prefetch.h) asks for the
+// bytes 2 KiB further on into L1 and 8 KiB further on into L2 (into the next tile, or past the end:
+// prefetches never fault). The hardware prefetcher alone leaves a single core waiting on DRAM.
 
 inline __m256 load8(const float* x) { return _mm256_loadu_ps(x); }
 inline __m256 load8(const f16_t* x) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))); }
@@ -38,7 +34,7 @@ template <int NQ, class T>
 void scores_heads(const float* q, int D, const T* K, std::int64_t n_tok, float* scores, std::int64_t stride) {
     for (std::int64_t t = 0; t < n_tok; ++t) {
         const T* k = K + t * D;
-        prefetch_row(k + kPrefetchRows * D, D);
+        prefetch_stream(k, sizeof(T) * D);
         __m256 acc[NQ];
         for (int h = 0; h < NQ; ++h) acc[h] = _mm256_setzero_ps();
         for (int d = 0; d < D; d += 8) {
@@ -59,7 +55,7 @@ void values_heads(const float* p, std::int64_t stride, int D, const T* V, std::i
             for (int j = 0; j < 3; ++j) acc[h][j] = _mm256_setzero_ps();
         for (std::int64_t t = 0; t < n_tok; ++t) {
             const T* v = V + t * D + d0;
-            if (d0 == 0) prefetch_row(v + kPrefetchRows * D, D);
+            if (d0 == 0) prefetch_stream(v, sizeof(T) * D);
             __m256 vv[3];
             for (int j = 0; j < nj; ++j) vv[j] = load8(v + 8 * j);
             for (int h = 0; h < NQ; ++h) {

@@ -18,13 +18,9 @@ namespace {
 
 inline __mmask16 tail_mask(std::int64_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
 
-// Rows are prefetched kPrefetchRows ahead (into the next tile, or past the end: prefetches never
-// fault). The hardware prefetcher alone leaves a single core waiting on DRAM.
-constexpr int kPrefetchRows = 16;
-template <class T>
-inline void prefetch_row(const T* row, int D) {
-    prefetch_l2(row, std::size_t(D) * sizeof(T));
-}
+// K and V rows are streams: as rows are consumed, prefetch_stream (simd/prefetch.h) asks for the
+// bytes 2 KiB further on into L1 and 8 KiB further on into L2 (into the next tile, or past the end:
+// prefetches never fault). The hardware prefetcher alone leaves a single core waiting on DRAM.
 
 inline __m512 load16(const float* x, __mmask16 m) { return _mm512_maskz_loadu_ps(m, x); }
 inline __m512 load16(const f16_t* x, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x)); }
@@ -46,7 +42,7 @@ std::int64_t scores_heads_steps(const float* q, const T* K, std::int64_t n_tok, 
     std::int64_t t = 0;
     for (; t + kRows <= n_tok; t += kRows) {
         const T* k = K + t * D;
-        for (int i = 0; i < kRows; ++i) prefetch_row(k + (kPrefetchRows + i) * D, D);
+        prefetch_stream(k, sizeof(T) * kRows * D);
         __m512 acc[16];  // sum of (row i, head h) goes to output lane L = h * kRows + i
 #pragma GCC unroll 16
         for (int c = 0; c < CHUNKS; ++c) {
@@ -88,8 +84,7 @@ void scores_heads(const float* q, int D, const T* K, std::int64_t n_tok, float* 
     for (; t + 2 <= n_tok; t += 2) {
         const T* k0 = K + t * D;
         const T* k1 = k0 + D;
-        prefetch_row(k0 + kPrefetchRows * D, D);
-        prefetch_row(k1 + kPrefetchRows * D, D);
+        prefetch_stream(k0, sizeof(T) * 2 * D);
         __m512 a0[NQ], a1[NQ];
         for (int h = 0; h < NQ; ++h) a0[h] = a1[h] = _mm512_setzero_ps();
 #pragma GCC unroll 16
@@ -160,7 +155,7 @@ void values_heads(const float* p, std::int64_t stride, int D, const T* V, std::i
                     acc[h][j] = FULL ? _mm512_loadu_ps(out(h, j)) : _mm512_maskz_loadu_ps(mk[j], out(h, j));
             for (std::int64_t t = t0; t < t1; ++t) {
                 const T* v = V + t * D + d0;
-                if (d0 == 0) prefetch_row(v + kPrefetchRows * D, D);
+                if (d0 == 0) prefetch_stream(v, sizeof(T) * D);
                 __m512 vv[4];
                 for (int j = 0; j < 4; ++j) vv[j] = FULL ? load16(v + 16 * j) : load16(v + 16 * j, mk[j]);
                 for (int h = 0; h < NQ; ++h) {

@@ -20,7 +20,7 @@ namespace {
 
 constexpr std::int64_t kTileBlocks = 32;  // 1024 tokens per tile: 16 KiB of scores for 4 heads
 constexpr std::int64_t kTile = kTileBlocks * kCodeBlock;
-constexpr std::int64_t kNextTilePrefetchBlocks = 16;  // as far ahead as the scan kernels prefetch
+constexpr std::int64_t kNextTilePrefetchBlocks = 16;  // 8 KiB at M = 32: as far as the scans prefetch ahead
 
 /// Blocks [0, n_blocks) of one span that fall in one tile.
 struct Segment {

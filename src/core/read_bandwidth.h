@@ -1,14 +1,13 @@
 #pragma once
 // Streaming-read kernels behind aqpim::read_bytes (aqpim/bench_util.h): the bandwidth roof the
-// attention kernels are compared with. They read the way the dense kernels do (wide loads plus a
-// software prefetch a few KiB ahead), so neither side has an access-pattern advantage.
+// attention kernels are compared with. They read the way the dense kernels do (wide loads plus the
+// software prefetch of simd/prefetch.h's prefetch_stream), so neither side has an access-pattern
+// advantage.
 
 #include <cstddef>
 #include <cstdint>
 
 namespace aqpim {
-
-inline constexpr std::size_t kReadPrefetchBytes = 4096;
 
 std::uint64_t read_bytes_ref(const std::uint8_t* p, std::size_t n);
 std::uint64_t read_bytes_avx2(const std::uint8_t* p, std::size_t n);

@@ -2,6 +2,7 @@
 
 #include "core/read_bandwidth.h"
 #include "core/stream_f16_kernel.h"
+#include "simd/prefetch.h"
 #include "simd/static_dispatch.h"
 
 namespace aqpim {
@@ -10,8 +11,7 @@ std::uint64_t read_bytes_avx2(const std::uint8_t* p, std::size_t n) {
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
     std::size_t i = 0;
     for (; i + 128 <= n; i += 128) {
-        _mm_prefetch(reinterpret_cast<const char*>(p + i + kReadPrefetchBytes), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(p + i + kReadPrefetchBytes + 64), _MM_HINT_T0);
+        prefetch_stream(p + i, 128);
         a0 = _mm256_xor_si256(a0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
         a1 = _mm256_xor_si256(a1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
         a2 = _mm256_xor_si256(a2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 64)));

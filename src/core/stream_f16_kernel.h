@@ -3,18 +3,17 @@
 // `V` supplies the register type and its few operations (see read_bandwidth_avx2.cpp and
 // read_bandwidth_avx512.cpp). Include only from those files.
 
-#include <xmmintrin.h>
-
 #include <cstddef>
 #include <cstdint>
 
 #include "core/read_bandwidth.h"
+#include "simd/prefetch.h"
 
 namespace aqpim {
 
 // F multiply-adds on every converted value, as F query heads spend on a K or V row; two
 // accumulator sets per head keep the FMA latency hidden. Blocks of 8 registers' worth of f16,
-// prefetched like read_bytes; the bytes past the last whole block go to the ref.
+// prefetched like read_bytes (prefetch_stream); the bytes past the last whole block go to the ref.
 template <class V, int F>
 float stream_f16_fmas(const std::uint8_t* p, std::size_t n) {
     constexpr int kAcc = F == 0 ? 2 : 2 * F;
@@ -23,8 +22,7 @@ float stream_f16_fmas(const std::uint8_t* p, std::size_t n) {
     for (int j = 0; j < kAcc; ++j) acc[j] = V::zero();
     std::size_t i = 0;
     for (; i + kBlock <= n; i += kBlock) {
-        for (std::size_t l = 0; l < kBlock; l += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(p + i + kReadPrefetchBytes + l), _MM_HINT_T0);
+        prefetch_stream(p + i, kBlock);
         for (int c = 0; c < 8; ++c) {
             const typename V::Reg x = V::load_f16(p + i + c * V::kLanes * 2);
             if constexpr (F == 0) {

@@ -43,7 +43,7 @@ void scan_f32_4bit(const float* lut, int M, const std::uint8_t* blocks, std::int
     const std::size_t block_bytes = code_block_bytes(M, 4);
     for (std::int64_t b = 0; b < n_blocks; ++b) {
         const std::uint8_t* block = blocks + b * block_bytes;
-        prefetch_l1(block + kScanPrefetchBlocks * block_bytes, block_bytes);
+        prefetch_stream(block, block_bytes);
         __m256 acc[NQ][4];
         for (int h = 0; h < NQ; ++h)
             for (int g = 0; g < 4; ++g) acc[h][g] = _mm256_setzero_ps();
@@ -67,7 +67,7 @@ void scan_f32_8bit(const float* lut, int n_q, int M, const std::uint8_t* blocks,
     const std::size_t block_bytes = code_block_bytes(M, 8);
     for (std::int64_t b = 0; b < n_blocks; ++b) {
         const std::uint8_t* block = blocks + b * block_bytes;
-        prefetch_l1(block + kScanPrefetchBlocks * block_bytes, block_bytes);
+        prefetch_stream(block, block_bytes);
         for (int h = 0; h < n_q; ++h) {
             __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
             for (int m = 0; m < M; ++m) {

@@ -39,7 +39,7 @@ void scan_f32_4bit(const float* lut, int M, const std::uint8_t* blocks, std::int
     const int n_groups = (M + 3) / 4;
     for (std::int64_t b = 0; b < n_blocks; ++b) {
         const std::uint8_t* block = blocks + b * block_bytes;
-        prefetch_l1(block + kScanPrefetchBlocks * block_bytes, block_bytes);
+        prefetch_stream(block, block_bytes);
         __m512 lo[2][NQ], hi[2][NQ];
         for (int e = 0; e < 2; ++e)
             for (int h = 0; h < NQ; ++h) lo[e][h] = hi[e][h] = _mm512_setzero_ps();
@@ -68,7 +68,7 @@ void scan_f32_8bit(const float* lut, int n_q, int M, const std::uint8_t* blocks,
     const std::size_t block_bytes = code_block_bytes(M, 8);
     for (std::int64_t b = 0; b < n_blocks; ++b) {
         const std::uint8_t* block = blocks + b * block_bytes;
-        prefetch_l1(block + kScanPrefetchBlocks * block_bytes, block_bytes);
+        prefetch_stream(block, block_bytes);
         for (int h = 0; h < n_q; ++h) {
             __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
             for (int m = 0; m < M; ++m) {

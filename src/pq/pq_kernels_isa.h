@@ -5,9 +5,9 @@
 
 namespace aqpim {
 
-/// Score scans prefetch the code block this many blocks ahead (the scan alone runs at several
-/// GB/s; the hardware prefetcher alone leaves it waiting on DRAM).
-inline constexpr int kScanPrefetchBlocks = 16;
+// Score scans read their code blocks as a stream and prefetch them with prefetch_stream
+// (simd/prefetch.h): the scan alone runs at several GB/s, and the hardware prefetcher alone leaves
+// it waiting on DRAM.
 
 #define AQPIM_DECLARE_PQ_KERNELS(isa)                                                                            \
     void build_lut_##isa(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut); \

@@ -31,7 +31,7 @@ void scan_heads(const std::uint8_t* qlut, const Int8LutParams* params, int M, co
     const int n_groups = (M + 3) / 4;
     for (std::int64_t b = 0; b < n_blocks; ++b) {
         const std::uint8_t* block = blocks + b * block_bytes;
-        prefetch_l1(block + kScanPrefetchBlocks * block_bytes, block_bytes);
+        prefetch_stream(block, block_bytes);
         __m256i acc[NQ][4];  // token quarters 0-7, 8-15, 16-23, 24-31: u16 pair sums
         for (int h = 0; h < NQ; ++h)
             for (int q = 0; q < 4; ++q) acc[h][q] = _mm256_setzero_si256();

@@ -43,12 +43,12 @@ void scan_heads(const std::uint8_t* qlut, const Int8LutParams* params, int M, co
     };
     for (std::int64_t b = 0; b < n_blocks; ++b) {
         const std::uint8_t* block = blocks + b * block_bytes;
+        prefetch_stream(block, block_bytes);
         __m512i lo[NQ], hi[NQ];
         for (int h = 0; h < NQ; ++h) lo[h] = hi[h] = _mm512_setzero_si512();
 #pragma GCC unroll 16
         for (int g = 0; g < n_groups; ++g) {
             const __m512i d = _mm512_loadu_si512(block + g * 64);
-            _mm_prefetch(reinterpret_cast<const char*>(block + kScanPrefetchBlocks * block_bytes + g * 64), _MM_HINT_T0);
             // (d & 0x0f) | subspace and ((d >> 4) & 0x0f) | subspace, one ternary-logic op each
             const __m512i i_lo = _mm512_ternarylogic_epi32(d, nib, subspace, 0xEA);
             const __m512i i_hi = _mm512_ternarylogic_epi32(_mm512_srli_epi32(d, 4), nib, subspace, 0xEA);

@@ -21,4 +21,19 @@ inline void prefetch_l2(const void* p, std::size_t n) {
     for (std::size_t off = 0; off < n; off += 64) _mm_prefetch(c + off, _MM_HINT_T1);
 }
 
+/// How far ahead a sequential stream is prefetched, in bytes: into L1 a little ahead, into L2 well
+/// ahead. On the development machine (Sapphire Rapids, one core) an f16 stream with 4
+/// multiply-adds per value kept 95% of the read roof this way, against 83% with one L1 prefetch
+/// 4 KiB ahead and 87% with only the L2 one (15 alternating rounds, one process); the plain read
+/// gained 3%.
+inline constexpr std::size_t kStreamL1Ahead = 2048, kStreamL2Ahead = 8192;
+
+/// For a kernel about to consume [p, p + n) of a sequential stream: request the bytes
+/// kStreamL1Ahead further on into L1 and those kStreamL2Ahead further on into L2.
+inline void prefetch_stream(const void* p, std::size_t n) {
+    const char* c = static_cast<const char*>(p);
+    prefetch_l1(c + kStreamL1Ahead, n);
+    prefetch_l2(c + kStreamL2Ahead, n);
+}
+
 }  // namespace aqpim
