@@ -85,45 +85,55 @@ void scan_f32_8bit(const float* lut, int n_q, int M, const std::uint8_t* blocks,
     }
 }
 
+// One subspace's ND dims (ND <= 4) for NQ heads over every block. The NQ x ND accumulators and
+// the block's 2 x NQ weights stay in registers; the ND codebook columns are read from L1 by the
+// permutes themselves (a memory operand), which keeps NQ = 4 within the 32 registers.
+template <int NQ, int ND, int J>
+void values_perm_dims(const float* p, std::int64_t p_stride, const std::uint8_t* group0, std::size_t block_bytes,
+                      std::int64_t n_blocks, const float* columns, float* out, int D) {
+    __m512 acc[NQ][ND];
+    for (int h = 0; h < NQ; ++h)
+        for (int j = 0; j < ND; ++j) acc[h][j] = _mm512_setzero_ps();
+    for (std::int64_t b = 0; b < n_blocks; ++b) {
+        __m512i c_lo, c_hi;
+        group_indices<J>(load_group(group0 + b * block_bytes), c_lo, c_hi);
+        __m512 p_lo[NQ], p_hi[NQ];
+        for (int h = 0; h < NQ; ++h) {
+            p_lo[h] = _mm512_loadu_ps(p + h * p_stride + b * 32);
+            p_hi[h] = _mm512_loadu_ps(p + h * p_stride + b * 32 + 16);
+        }
+        for (int j = 0; j < ND; ++j) {
+            const __m512 v_lo = _mm512_permutexvar_ps(c_lo, _mm512_loadu_ps(columns + j * 16));
+            const __m512 v_hi = _mm512_permutexvar_ps(c_hi, _mm512_loadu_ps(columns + j * 16));
+            for (int h = 0; h < NQ; ++h) acc[h][j] = _mm512_fmadd_ps(p_hi[h], v_hi, _mm512_fmadd_ps(p_lo[h], v_lo, acc[h][j]));
+        }
+    }
+    for (int h = 0; h < NQ; ++h) {
+        float* o = out + std::int64_t(h) * D;
+        if constexpr (ND == 4) {
+            _mm_storeu_ps(o, _mm_add_ps(_mm_loadu_ps(o), reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3])));
+        } else {
+            for (int j = 0; j < ND; ++j) o[j] += _mm512_reduce_add_ps(acc[h][j]);
+        }
+    }
+}
+
 template <int NQ>
 void values_perm_heads(const float* p, std::int64_t p_stride, int M, int dsub, const std::uint8_t* blocks,
                        std::int64_t n_blocks, const float* columns, float* out, int D) {
-    // Subspace-outer so the NQ x dsub accumulators of one subspace stay in registers while the
+    // Subspace-outer so the accumulators of one subspace's dims stay in registers while the
     // tile's blocks stream by (the tile's codes and weights are L1/L2 resident).
     const std::size_t block_bytes = code_block_bytes(M, 4);
     for (int g = 0; g < (M + 3) / 4; ++g)
         for_subspaces_in_group(std::min(4, M - 4 * g), [&](auto J) {
             const int m = 4 * g + J();
-            for (int d0 = 0; d0 < dsub; d0 += 4) {
-                const int nd = std::min(4, dsub - d0);
-                __m512 acc[NQ][4];
-                for (int h = 0; h < NQ; ++h)
-                    for (int j = 0; j < 4; ++j) acc[h][j] = _mm512_setzero_ps();
-                __m512 col[4];
-                for (int j = 0; j < nd; ++j) col[j] = _mm512_loadu_ps(columns + (std::int64_t(m) * dsub + d0 + j) * 16);
-                for (std::int64_t b = 0; b < n_blocks; ++b) {
-                    __m512i c_lo, c_hi;
-                    group_indices<J()>(load_group(blocks + b * block_bytes + g * 64), c_lo, c_hi);
-                    __m512 p_lo[NQ], p_hi[NQ];
-                    for (int h = 0; h < NQ; ++h) {
-                        p_lo[h] = _mm512_loadu_ps(p + h * p_stride + b * 32);
-                        p_hi[h] = _mm512_loadu_ps(p + h * p_stride + b * 32 + 16);
-                    }
-                    for (int j = 0; j < nd; ++j) {
-                        const __m512 v_lo = _mm512_permutexvar_ps(c_lo, col[j]);
-                        const __m512 v_hi = _mm512_permutexvar_ps(c_hi, col[j]);
-                        for (int h = 0; h < NQ; ++h)
-                            acc[h][j] = _mm512_fmadd_ps(p_hi[h], v_hi, _mm512_fmadd_ps(p_lo[h], v_lo, acc[h][j]));
-                    }
-                }
-                for (int h = 0; h < NQ; ++h) {
-                    float* o = out + std::int64_t(h) * D + m * dsub + d0;
-                    if (nd == 4) {
-                        _mm_storeu_ps(o, _mm_add_ps(_mm_loadu_ps(o), reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3])));
-                    } else {
-                        for (int j = 0; j < nd; ++j) o[j] += _mm512_reduce_add_ps(acc[h][j]);
-                    }
-                }
+            const std::uint8_t* group0 = blocks + g * 64;
+            for (int d = 0; d < dsub; d += 4) {
+                const float* cols = columns + (std::int64_t(m) * dsub + d) * 16;
+                float* o = out + m * dsub + d;
+                with_count<4>(std::min(4, dsub - d), [&](auto ND) {
+                    values_perm_dims<NQ, ND(), J()>(p, p_stride, group0, block_bytes, n_blocks, cols, o, D);
+                });
             }
         });
 }
