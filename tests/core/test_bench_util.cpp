@@ -56,8 +56,12 @@ TEST(BenchUtil, ClockProbeLoopsDoEightAddsPerIteration) {
         for (bool independent : {false, true}) {
             EXPECT_EQ(add_loop_ref(n, independent), 4 + 24 * n) << n;
             const std::uint64_t lane = 8 + 24 * n;
-            if (has(SimdLevel::avx2)) EXPECT_EQ(add_loop_avx2(n, independent), lane | lane << 32) << n;
-            if (has(SimdLevel::avx512)) EXPECT_EQ(add_loop_avx512(n, independent), lane | lane << 32) << n;
+            if (has(SimdLevel::avx2)) {
+                EXPECT_EQ(add_loop_avx2(n, independent), lane | lane << 32) << n;
+            }
+            if (has(SimdLevel::avx512)) {
+                EXPECT_EQ(add_loop_avx512(n, independent), lane | lane << 32) << n;
+            }
         }
     }
     const CoreClock c = measure_core_clock();
