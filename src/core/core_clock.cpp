@@ -16,35 +16,13 @@ std::uint64_t add_loop_ref(std::uint64_t iterations, bool independent) {
     std::uint64_t a = 1, b = 1, c = 1, d = 1;
     const std::uint64_t y = 3;
     if (independent)
-        asm volatile(
-            "1:\n\t"
-            "add %[y], %[a]\n\t"
-            "add %[y], %[b]\n\t"
-            "add %[y], %[c]\n\t"
-            "add %[y], %[d]\n\t"
-            "add %[y], %[a]\n\t"
-            "add %[y], %[b]\n\t"
-            "add %[y], %[c]\n\t"
-            "add %[y], %[d]\n\t"
-            "dec %[n]\n\t"
-            "jnz 1b"
-            : [a] "+r"(a), [b] "+r"(b), [c] "+r"(c), [d] "+r"(d), [n] "+r"(iterations)
-            : [y] "r"(y));
+        asm volatile(AQPIM_ADD_LOOP(AQPIM_SCALAR_ADD, "a", "b", "c", "d", "a", "b", "c", "d")
+                     : [a] "+r"(a), [b] "+r"(b), [c] "+r"(c), [d] "+r"(d), [n] "+r"(iterations)
+                     : [y] "r"(y));
     else
-        asm volatile(
-            "1:\n\t"
-            "add %[y], %[a]\n\t"
-            "add %[y], %[a]\n\t"
-            "add %[y], %[a]\n\t"
-            "add %[y], %[a]\n\t"
-            "add %[y], %[a]\n\t"
-            "add %[y], %[a]\n\t"
-            "add %[y], %[a]\n\t"
-            "add %[y], %[a]\n\t"
-            "dec %[n]\n\t"
-            "jnz 1b"
-            : [a] "+r"(a), [n] "+r"(iterations)
-            : [y] "r"(y));
+        asm volatile(AQPIM_ADD_LOOP(AQPIM_SCALAR_ADD, "a", "a", "a", "a", "a", "a", "a", "a")
+                     : [a] "+r"(a), [n] "+r"(iterations)
+                     : [y] "r"(y));
     return a + b + c + d;
 }
 
