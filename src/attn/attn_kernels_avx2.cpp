@@ -9,6 +9,7 @@
 
 #include "attn/attn_kernels_isa.h"
 #include "attn/vec_exp.h"
+#include "simd/avx2_util.h"
 #include "simd/prefetch.h"
 #include "simd/static_dispatch.h"
 
@@ -22,13 +23,6 @@ namespace {
 
 inline __m256 load8(const float* x) { return _mm256_loadu_ps(x); }
 inline __m256 load8(const f16_t* x) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))); }
-
-inline float hsum(__m256 v) {
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    x = _mm_add_ss(x, _mm_movehdup_ps(x));
-    return _mm_cvtss_f32(x);
-}
 
 // Lane L of the result = the full sum of a[L] (8 dot products reduced at once: 6 hadds, 2 lane
 // permutes and an add, against about 5 uops per sum one at a time).

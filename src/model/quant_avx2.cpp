@@ -7,6 +7,7 @@
 
 #include "aqpim/error.h"
 #include "model/quant_blocks.h"
+#include "simd/avx2_util.h"
 
 namespace aqpim::quant {
 
@@ -17,12 +18,6 @@ float h2f(f16_t h) { return _cvtsh_ss(h); }
 inline __m256 opaque(__m256 v) {
     asm("" : "+x"(v));
     return v;
-}
-
-inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
 inline void prefetch_ahead(const void* p, int n_lines) {

@@ -30,6 +30,7 @@
 
 #include "aqpim/error.h"
 #include "model/quant_blocks.h"
+#include "simd/avx2_util.h"
 #include "simd/static_dispatch.h"
 
 namespace aqpim::quant {
@@ -49,11 +50,7 @@ inline __m512 opaque(__m512 v) {
 inline __m256 fold(__m512 v) {
     return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xee)));
 }
-inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
+using aqpim::hsum;  // the __m256 one (simd/avx2_util.h), beside this __m512 one
 inline float hsum(__m512 v) { return hsum(fold(v)); }
 inline float hmax(__m512 v) {
     __m256 m8 = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xee)));

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "aqpim/aligned.h"
+#include "simd/avx2_util.h"
 
 namespace aqpim::avx2 {
 
@@ -80,14 +81,10 @@ inline __m256i lanes_below(std::int64_t n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+using aqpim::hsum;  // the float one (simd/avx2_util.h), beside this double one
 inline double hsum(__m256d v) {
     __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
     return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
-}
-inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 /// Inclusive prefix sums of the 8 lanes.
 inline __m256 prefix8(__m256 v) {

@@ -10,6 +10,7 @@
 
 #include "aqpim/pq_codes.h"
 #include "pq/code_groups.h"
+#include "simd/avx2_util.h"
 #include "simd/static_dispatch.h"
 #include "pq/pq_kernels_isa.h"
 #include "simd/prefetch.h"
@@ -83,7 +84,31 @@ void scan_f32_8bit(const float* lut, int n_q, int M, const std::uint8_t* blocks,
     }
 }
 
-// Subspace-outer: NQ heads x 2 dims accumulators in registers while the tile's blocks stream by.
+// One subspace's ND dims (ND <= 2) for NQ heads over every block: NQ x ND accumulators in
+// registers, the codebook columns read by the permutes from L1. ND is a compile-time count (with
+// a run-time one GCC may keep the accumulators on the stack, as it did in the AVX-512 kernel).
+template <int NQ, int ND, int J>
+void values_perm_dims(const float* p, std::int64_t p_stride, const std::uint8_t* group0, std::size_t block_bytes,
+                      std::int64_t n_blocks, const float* columns, float* out, int D) {
+    __m256 acc[NQ][ND];
+    for (int h = 0; h < NQ; ++h)
+        for (int j = 0; j < ND; ++j) acc[h][j] = _mm256_setzero_ps();
+    for (std::int64_t b = 0; b < n_blocks; ++b) {
+        __m256i idx[4];
+        group_indices<J>(group0 + b * block_bytes, idx);
+        for (int g = 0; g < 4; ++g)
+            for (int j = 0; j < ND; ++j) {
+                const __m256 v = lookup16(idx[g], _mm256_loadu_ps(columns + j * 16), _mm256_loadu_ps(columns + j * 16 + 8));
+                for (int h = 0; h < NQ; ++h)
+                    acc[h][j] = _mm256_fmadd_ps(_mm256_loadu_ps(p + h * p_stride + b * 32 + g * 8), v, acc[h][j]);
+            }
+    }
+    for (int h = 0; h < NQ; ++h)
+        for (int j = 0; j < ND; ++j) out[std::int64_t(h) * D + j] += hsum(acc[h][j]);
+}
+
+// Subspace-outer: the accumulators of one subspace's dims stay in registers while the tile's
+// blocks stream by.
 template <int NQ>
 void values_perm_heads(const float* p, std::int64_t p_stride, int M, int dsub, const std::uint8_t* blocks,
                        std::int64_t n_blocks, const float* columns, float* out, int D) {
@@ -91,33 +116,11 @@ void values_perm_heads(const float* p, std::int64_t p_stride, int M, int dsub, c
     for (int grp = 0; grp < (M + 3) / 4; ++grp)
         for_subspaces_in_group(std::min(4, M - 4 * grp), [&](auto J) {
             const int m = 4 * grp + J();
-            for (int d0 = 0; d0 < dsub; d0 += 2) {
-                const int nd = std::min(2, dsub - d0);
-                __m256 acc[NQ][2], t0[2], t1[2];
-                for (int h = 0; h < NQ; ++h) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
-                for (int j = 0; j < nd; ++j) {
-                    t0[j] = _mm256_loadu_ps(columns + (std::int64_t(m) * dsub + d0 + j) * 16);
-                    t1[j] = _mm256_loadu_ps(columns + (std::int64_t(m) * dsub + d0 + j) * 16 + 8);
-                }
-                for (std::int64_t b = 0; b < n_blocks; ++b) {
-                    __m256i idx[4];
-                    group_indices<J()>(blocks + b * block_bytes + grp * 64, idx);
-                    for (int g = 0; g < 4; ++g)
-                        for (int j = 0; j < nd; ++j) {
-                            const __m256 v = lookup16(idx[g], t0[j], t1[j]);
-                            for (int h = 0; h < NQ; ++h)
-                                acc[h][j] =
-                                    _mm256_fmadd_ps(_mm256_loadu_ps(p + h * p_stride + b * 32 + g * 8), v, acc[h][j]);
-                        }
-                }
-                for (int h = 0; h < NQ; ++h)
-                    for (int j = 0; j < nd; ++j) {
-                        __m128 x = _mm_add_ps(_mm256_castps256_ps128(acc[h][j]), _mm256_extractf128_ps(acc[h][j], 1));
-                        x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-                        x = _mm_add_ss(x, _mm_movehdup_ps(x));
-                        out[std::int64_t(h) * D + m * dsub + d0 + j] += _mm_cvtss_f32(x);
-                    }
-            }
+            for (int d0 = 0; d0 < dsub; d0 += 2)
+                with_count<2>(std::min(2, dsub - d0), [&](auto ND) {
+                    values_perm_dims<NQ, ND(), J()>(p, p_stride, blocks + grp * 64, block_bytes, n_blocks,
+                                                    columns + (std::int64_t(m) * dsub + d0) * 16, out + m * dsub + d0, D);
+                });
         });
 }
 
