@@ -80,7 +80,7 @@ void scores_heads(const float* q, int D, const T* K, std::int64_t n_tok, float* 
 
 // NQ x NJ accumulators over one slice of 8 * NJ dims (NJ <= 3: with NQ = 4, 12 accumulators, the
 // slice's 3 rows and the weight take the 16 ymm registers). NJ is a compile-time count: with a
-// run-time one GCC kept the accumulators on the stack (34 ns per token in cache against 17).
+// run-time one GCC kept the accumulators on the stack (GQA 4, D = 128, in cache: 28.6-30.9 ns per token against 17.5-18.2).
 template <int NQ, int NJ, class T>
 void values_slice(const float* p, std::int64_t stride, int D, int d0, const T* V, std::int64_t n_tok, float* acc_out) {
     __m256 acc[NQ][NJ];

@@ -3,7 +3,6 @@
 #include "core/read_bandwidth.h"
 #include "core/stream_f16_kernel.h"
 #include "simd/prefetch.h"
-#include "simd/static_dispatch.h"
 
 namespace aqpim {
 
@@ -44,8 +43,7 @@ struct Avx512Floats {
 }  // namespace
 
 float stream_f16_fmas_avx512(const std::uint8_t* p, std::size_t n, int macs_per_value) {
-    // 0 is with_constant's fallback; stream_f16_with_macs has checked the range 0-8
-    return with_constant<1, 2, 3, 4, 5, 6, 7, 8>(macs_per_value, [&](auto F) { return stream_f16_fmas<Avx512Floats, F()>(p, n); });
+    return stream_f16_fmas_any<Avx512Floats>(p, n, macs_per_value);
 }
 
 }  // namespace aqpim

@@ -8,6 +8,7 @@
 
 #include "core/read_bandwidth.h"
 #include "simd/prefetch.h"
+#include "simd/static_dispatch.h"
 
 namespace aqpim {
 
@@ -41,6 +42,13 @@ float stream_f16_fmas(const std::uint8_t* p, std::size_t n) {
     V::store(lanes, s);
     for (float v : lanes) total += v;
     return total + stream_f16_fmas_ref(p + i, n - i, F);
+}
+
+/// stream_f16_fmas<V, F> for a run-time F in 0-8 (stream_f16_with_macs has checked the range; 0 is
+/// with_constant's fallback).
+template <class V>
+float stream_f16_fmas_any(const std::uint8_t* p, std::size_t n, int macs_per_value) {
+    return with_constant<1, 2, 3, 4, 5, 6, 7, 8>(macs_per_value, [&](auto F) { return stream_f16_fmas<V, F()>(p, n); });
 }
 
 }  // namespace aqpim
