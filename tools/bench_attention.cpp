@@ -126,15 +126,20 @@ json bench_scan(const BenchOptions& opt) {
                 for (bool in_cache : {true, false}) {
                     // in cache: 1K tokens (a few KiB, L1/L2) scanned repeatedly; cold: 32K tokens per call from the arena
                     const std::int64_t nb = in_cache ? code_blocks_for(1024) : n_blocks;
-                    const double s = time_per_call(
-                        [&](std::int64_t i) {
-                            const std::uint8_t* codes = cold.slot(in_cache ? 0 : i);
-                            if (int8)
-                                k.scan_i8(qlut.data(), &prm, 1, M, codes, nb, scores.data(), T);
-                            else
-                                k.scan_f32(lut.data(), 1, M, nbits, codes, nb, scores.data(), T);
-                        },
-                        min_seconds(opt), reps(opt));
+                    auto scan = [&](const std::uint8_t* codes) {
+                        if (int8)
+                            k.scan_i8(qlut.data(), &prm, 1, M, codes, nb, scores.data(), T);
+                        else
+                            k.scan_f32(lut.data(), 1, M, nbits, codes, nb, scores.data(), T);
+                    };
+                    const double s = time_per_call([&](std::int64_t i) { scan(cold.slot(in_cache ? 0 : i)); },
+                                                   min_seconds(opt), reps(opt));
+                    // In cache, also the best of many 3 ms windows, timed as the clock probe times itself:
+                    // on a shared VM the 0.25 s windows above include other tenants' interruptions that
+                    // the probe's best window does not, so this is the figure to set against its bound.
+                    const double s_quiet =
+                        in_cache ? time_per_call([&](std::int64_t) { scan(cold.slot(0)); }, 0.003, opt.quick ? 5 : 40)
+                                 : 0.0;
                     // The clock right after, so that tokens/s become cycles per token and the AVX-512 exact
                     // scan can be set against its port bound at the clock and port share the VM gave.
                     const CoreClock clock = measure_core_clock();
@@ -148,12 +153,15 @@ json bench_scan(const BenchOptions& opt) {
                                 {"gtokens_per_s", gtok},
                                 {"gbytes_per_s", tokens * code_block_bytes(M, nbits) / kCodeBlock / s / 1e9},
                                 {"core_ghz", clock.ghz}, {"cycles_per_token", clock.ghz / gtok}};
+                    if (in_cache) row["gtokens_per_s_3ms"] = tokens / s_quiet / 1e9;
                     if (port_model && !int8 && nbits == 4) {
                         // Two 512-bit ports at the clock, and at the share of them this run had.
                         const double uops = exact_scan_uops_per_token(M);
                         row["port_bound_gtokens_per_s"] = 2 * clock.ghz / uops;
                         row["issue_bound_gtokens_per_s"] = clock.vector_gops / uops;
                         row["pct_of_issue_bound"] = 100 * gtok * uops / clock.vector_gops;
+                        if (in_cache)
+                            row["pct_of_issue_bound_3ms"] = 100 * (tokens / s_quiet / 1e9) * uops / clock.vector_gops;
                     }
                     rows.push_back(row);
                 }
