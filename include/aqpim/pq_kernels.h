@@ -29,6 +29,11 @@ struct PqKernels {
     /// scores[h][t] = Σ_m lut[h][m][code(t, m)] for every token of n_blocks blocks (padding too).
     void (*scan_f32)(const float* lut, int n_q, int M, int nbits, const std::uint8_t* blocks, std::int64_t n_blocks,
                      float* scores, std::int64_t score_stride);
+    /// scan_f32 for 8-bit codes with the tables interleaved by head (see interleave_luts_by4):
+    /// lut4 [ceil(n_q / 4)][M][256][4], entry [g][m][c][j] = lut[4g + j][m][c]. One 16-byte load
+    /// looks a code up for four heads, where the gather of scan_f32 takes one lane per head.
+    void (*scan_f32_8bit_by4)(const float* lut4, int n_q, int M, const std::uint8_t* blocks, std::int64_t n_blocks,
+                              float* scores, std::int64_t score_stride);
     /// Same with int8 tables (nbits 4 only): scores[h][t] = bias[h] + scale[h] * Σ_m qlut[h][m][code].
     void (*scan_i8)(const std::uint8_t* qlut, const Int8LutParams* params, int n_q, int M,
                     const std::uint8_t* blocks, std::int64_t n_blocks, float* scores, std::int64_t score_stride);
@@ -42,6 +47,10 @@ struct PqKernels {
 };
 const PqKernels& pq_kernels(SimdLevel level);
 const PqKernels& pq_kernels();  ///< active level
+
+/// Tables lut [n_q][M][256] as scan_f32_8bit_by4 reads them: lut4 [ceil(n_q / 4)][M][256][4], the
+/// lanes of heads past n_q zero.
+void interleave_luts_by4(const float* lut, int n_q, int M, float* lut4);
 
 /// Quantize float tables (ksub = 16) to the int8 path's u8 tables; qlut [n_q][M][16].
 void quantize_luts(const float* lut, int n_q, int M, std::uint8_t* qlut, Int8LutParams* params);

@@ -21,6 +21,9 @@ namespace {
 constexpr std::int64_t kTileBlocks = 32;  // 1024 tokens per tile: 16 KiB of scores for 4 heads
 constexpr std::int64_t kTile = kTileBlocks * kCodeBlock;
 constexpr std::int64_t kNextTilePrefetchBlocks = 16;  // 8 KiB at M = 32: as far as the scans prefetch ahead
+// 8-bit keys are scanned with tables interleaved by four heads (scan_f32_8bit_by4) from this many
+// heads on; below it, scan_f32's per-head gathers (see docs/pq-kernels.md).
+constexpr int kMinHeadsBy4 = 2;
 
 /// Blocks [0, n_blocks) of one span that fall in one tile.
 struct Segment {
@@ -33,6 +36,7 @@ struct Segment {
 struct SpanScratch {
     AlignedBuffer<std::uint8_t> k_tile, v_tile;  ///< [kTileBlocks][block bytes]: a gathered tile
     std::vector<Int8LutParams> qparams;          ///< [n_q]
+    AlignedBuffer<float> lut4;                   ///< 8-bit key tables interleaved by four heads
     std::vector<Segment> segments;               ///< the call's spans cut at tile boundaries
     std::vector<std::size_t> tile_first;         ///< [n_tiles + 1] first segment of each tile
     AttentionPartial local;
@@ -102,6 +106,12 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
     const float* v_cb = options.v_centroids ? options.v_centroids : pq_v.centroids();
     AQPIM_CHECK(k_cb && v_cb, "attend_pq: a quantizer has no codebooks and none were given");
     k.build_lut(ws.q.data(), n_q, Mk, ksub_k, pq_k.dsub(), k_cb, ws.lut.data());
+    const bool by4 = pq_k.nbits() == 8 && n_q >= kMinHeadsBy4;
+    if (by4) {
+        const std::size_t n = std::size_t((n_q + 3) / 4) * Mk * 256 * 4;
+        if (ss.lut4.size() < n) ss.lut4.resize(n);
+        interleave_luts_by4(ws.lut.data(), n_q, Mk, ss.lut4.data());
+    }
     if (int8) {
         if (ws.qlut.size() < std::size_t(n_q) * Mk * 16) ws.qlut.resize(std::size_t(n_q) * Mk * 16);
         ss.qparams.resize(n_q);
@@ -188,13 +198,16 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
         const std::int64_t n_valid = std::min(nb * kCodeBlock, n_tokens - std::int64_t(t) * kTile);
         if (int8)
             k.scan_i8(ws.qlut.data(), ss.qparams.data(), n_q, Mk, kb, nb, ws.scores.data(), kTile);
+        else if (by4)
+            k.scan_f32_8bit_by4(ss.lut4.data(), n_q, Mk, kb, nb, ws.scores.data(), kTile);
         else
             k.scan_f32(ws.lut.data(), n_q, Mk, pq_k.nbits(), kb, nb, ws.scores.data(), kTile);
         ak.softmax_tile(ws.scores.data(), kTile, n_q, n_valid, nb * kCodeBlock, local.max.data(), local.sum.data(),
                         ws.alpha.data());
         if (value_path == PqValuePath::histogram) {
             if (std::any_of(ws.alpha.begin(), ws.alpha.end(), [](float a) { return a != 1.0f; }))
-                for (std::size_t i = 0; i < hist_len; ++i) ws.hist[i] *= ws.alpha[i % n_q];
+                for (std::size_t bin = 0; bin < hist_len; bin += n_q)
+                    for (int h = 0; h < n_q; ++h) ws.hist[bin + h] *= ws.alpha[h];
             k.values_hist(ws.scores.data(), kTile, n_q, Mv, pq_v.nbits(), vb, nb, ws.hist.data());
         } else {
             rescale_rows(ws.acc.data(), n_q, D, ws.alpha.data());

@@ -172,6 +172,13 @@ void scan_f32_avx512(const float* lut, int n_q, int M, int nbits, const std::uin
     });
 }
 
+// The by-four-heads 8-bit scan is bound by loads and their addresses, not by vector width: the
+// AVX2 kernel (scan_8bit_by4_avx2.cpp) serves this level too.
+void scan_f32_8bit_by4_avx512(const float* lut4, int n_q, int M, const std::uint8_t* blocks, std::int64_t n_blocks,
+                              float* scores, std::int64_t score_stride) {
+    scan_f32_8bit_by4_avx2(lut4, n_q, M, blocks, n_blocks, scores, score_stride);
+}
+
 void values_perm_avx512(const float* p, std::int64_t p_stride, int n_q, int M, int dsub, const std::uint8_t* blocks,
                         std::int64_t n_blocks, const float* columns, float* out) {
     const int D = M * dsub;

@@ -13,6 +13,8 @@ namespace aqpim {
     void build_lut_##isa(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut); \
     void scan_f32_##isa(const float* lut, int n_q, int M, int nbits, const std::uint8_t* blocks,                 \
                         std::int64_t n_blocks, float* scores, std::int64_t score_stride);                          \
+    void scan_f32_8bit_by4_##isa(const float* lut4, int n_q, int M, const std::uint8_t* blocks,                \
+                                 std::int64_t n_blocks, float* scores, std::int64_t score_stride);                 \
     void scan_i8_##isa(const std::uint8_t* qlut, const Int8LutParams* params, int n_q, int M,                    \
                        const std::uint8_t* blocks, std::int64_t n_blocks, float* scores, std::int64_t score_stride); \
     void values_hist_##isa(const float* p, std::int64_t p_stride, int n_q, int M, int nbits,                     \

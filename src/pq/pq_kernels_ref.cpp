@@ -33,6 +33,19 @@ void scan_f32_ref(const float* lut, int n_q, int M, int nbits, const std::uint8_
         }
 }
 
+void scan_f32_8bit_by4_ref(const float* lut4, int n_q, int M, const std::uint8_t* blocks, std::int64_t n_blocks,
+                           float* scores, std::int64_t score_stride) {
+    const std::int64_t n = n_blocks * kCodeBlock;
+    for (int h = 0; h < n_q; ++h) {
+        const float* group = lut4 + std::int64_t(h / 4) * M * 256 * 4;
+        for (std::int64_t t = 0; t < n; ++t) {
+            float s = 0;
+            for (int m = 0; m < M; ++m) s += group[(std::int64_t(m) * 256 + code_at(blocks, t, M, 8, m)) * 4 + h % 4];
+            scores[h * score_stride + t] = s;
+        }
+    }
+}
+
 void scan_i8_ref(const std::uint8_t* qlut, const Int8LutParams* params, int n_q, int M, const std::uint8_t* blocks,
                  std::int64_t n_blocks, float* scores, std::int64_t score_stride) {
     const std::int64_t n = n_blocks * kCodeBlock;

@@ -1,5 +1,6 @@
 // AVX2 histogram value path: per token, the weights of up to 8 heads (one masked vector) are added
-// into bin hist[m][code][:] of every subspace; token-outer, subspace-inner.
+// into bin hist[m][code][:] of every subspace; 4-bit token-outer, subspace-inner; 8-bit in chunks
+// of subspaces (values_hist_8bit.h).
 
 #include <immintrin.h>
 
@@ -7,11 +8,48 @@
 
 #include "aqpim/pq_codes.h"
 #include "pq/pq_kernels_isa.h"
+#include "pq/values_hist_8bit.h"
 
 namespace aqpim {
 
+namespace {
+
+// 8-bit codes, in the chunked order: heads in groups of 8 (a ymm), or 4 (an xmm) for the last
+// group when it has at most 4; vmaskmovps only where a group is not full.
+struct Masked4 {
+    __m128i mask;
+    __m128 load(const float* w) const { return _mm_load_ps(w); }
+    void add(float* bin, __m128 v) const { _mm_maskstore_ps(bin, mask, _mm_add_ps(_mm_maskload_ps(bin, mask), v)); }
+};
+struct Masked8 {
+    __m256i mask;
+    __m256 load(const float* w) const { return _mm256_load_ps(w); }
+    void add(float* bin, __m256 v) const {
+        _mm256_maskstore_ps(bin, mask, _mm256_add_ps(_mm256_maskload_ps(bin, mask), v));
+    }
+};
+
+void values_hist_8bit(const float* p, std::int64_t p_stride, int n_q, int M, const std::uint8_t* blocks,
+                      std::int64_t n_blocks, float* hist) {
+    for (int h0 = 0; h0 < n_q; h0 += 8) {
+        const int nh = std::min(8, n_q - h0);
+        const __m256i mask8 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nh), _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0));
+        if (nh == 4)
+            hist_8bit_heads<4>(p, p_stride, n_q, h0, M, blocks, n_blocks, hist, Full4{});
+        else if (nh < 4)
+            hist_8bit_heads<4>(p, p_stride, n_q, h0, M, blocks, n_blocks, hist, Masked4{_mm256_castsi256_si128(mask8)});
+        else if (nh == 8)
+            hist_8bit_heads<8>(p, p_stride, n_q, h0, M, blocks, n_blocks, hist, Full8{});
+        else
+            hist_8bit_heads<8>(p, p_stride, n_q, h0, M, blocks, n_blocks, hist, Masked8{mask8});
+    }
+}
+
+}  // namespace
+
 void values_hist_avx2(const float* p, std::int64_t p_stride, int n_q, int M, int nbits, const std::uint8_t* blocks,
                       std::int64_t n_blocks, float* hist) {
+    if (nbits == 8) return values_hist_8bit(p, p_stride, n_q, M, blocks, n_blocks, hist);
     const int ksub = 1 << nbits;
     const std::size_t block_bytes = code_block_bytes(M, nbits);
     alignas(32) std::uint8_t codes[kCodeBlock * 1024];  // [M][32] unpacked codes of one block (M <= 1024)

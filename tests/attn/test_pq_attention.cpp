@@ -59,6 +59,11 @@ TEST(PqAttention, EqualsDecodeThenDense) {
         {48, 12, 4, 5, 100, Rotation::random_orthogonal, false, RopePairs::neox},
         {32, 32, 4, 1, 31, Rotation::none, false, RopePairs::none},
         {16, 8, 4, 9, 64, Rotation::none, true, RopePairs::none},
+        // 8-bit keys: per-head gathers (n_q = 1) and tables by four heads (a partial group; two
+        // groups over several tiles)
+        {32, 8, 8, 1, 300, Rotation::none, false, RopePairs::none},
+        {64, 16, 8, 5, 2100, Rotation::none, false, RopePairs::none},
+        {32, 8, 8, 8, 400, Rotation::hadamard, true, RopePairs::none},
     };
     for (const Case& c : cases) {
         auto K = test::gaussian(std::size_t(c.n) * c.D, 1), V = test::gaussian(std::size_t(c.n) * c.D, 2);

@@ -25,6 +25,9 @@ std::string name(const Shape& s) {
 const Shape kShapes[] = {
     {1, 1, 4, 2, 1}, {1, 3, 4, 1, 31}, {4, 32, 4, 4, 100}, {3, 33, 4, 3, 65}, {5, 8, 4, 2, 64},
     {9, 16, 4, 8, 40}, {2, 5, 4, 5, 33}, {4, 16, 8, 8, 70}, {3, 7, 8, 2, 32}, {1, 64, 4, 2, 200},
+    // 8-bit: partial chunks of 8 subspaces, head groups of 4/8/16 with a partial last one, and
+    // more tokens than one run of 32 blocks of the chunked kernels
+    {9, 10, 8, 4, 100}, {5, 33, 8, 2, 45}, {8, 32, 8, 4, 1100}, {17, 3, 8, 1, 33}, {2, 1, 8, 3, 1},
 };
 
 struct Data {
@@ -119,6 +122,42 @@ TEST(PqKernels, ScanF32MatchesRef) {
                         << simd_level_name(level) << " " << name(s) << " h=" << h << " t=" << t;
         }
     }
+}
+
+TEST(PqKernels, ScanF32By4MatchesScanF32) {
+    for (const Shape& s : kShapes) {
+        if (s.nbits != 8) continue;
+        Data d = make_data(s, 23);
+        AlignedBuffer<float> lut4(std::size_t((s.n_q + 3) / 4) * s.M * 256 * 4);
+        interleave_luts_by4(d.lut.data(), s.n_q, s.M, lut4.data());
+        std::vector<float> ref(std::size_t(s.n_q) * d.stride, -1.0f), out(ref.size());
+        pq_kernels(SimdLevel::ref).scan_f32(d.lut.data(), s.n_q, s.M, 8, d.blocks.data(), d.n_blocks, ref.data(), d.stride);
+        for (SimdLevel level : supported_simd_levels()) {
+            std::fill(out.begin(), out.end(), -1.0f);
+            pq_kernels(level).scan_f32_8bit_by4(lut4.data(), s.n_q, s.M, d.blocks.data(), d.n_blocks, out.data(),
+                                                d.stride);
+            for (int h = 0; h < s.n_q; ++h)
+                for (std::int64_t t = 0; t < d.stride; ++t)  // includes the untouched gap after the blocks
+                    ASSERT_NEAR(out[h * d.stride + t], ref[h * d.stride + t], 1e-4f)
+                        << simd_level_name(level) << " " << name(s) << " h=" << h << " t=" << t;
+        }
+    }
+}
+
+TEST(PqKernels, InterleaveLutsBy4ZeroesMissingHeads) {
+    const int n_q = 5, M = 2;
+    std::vector<float> lut(std::size_t(n_q) * M * 256);
+    for (std::size_t i = 0; i < lut.size(); ++i) lut[i] = float(i + 1);
+    std::vector<float> lut4(std::size_t(2) * M * 256 * 4, -1.0f);
+    interleave_luts_by4(lut.data(), n_q, M, lut4.data());
+    for (int g = 0; g < 2; ++g)
+        for (int m = 0; m < M; ++m)
+            for (int c = 0; c < 256; ++c)
+                for (int j = 0; j < 4; ++j) {
+                    const int h = 4 * g + j;
+                    EXPECT_EQ(lut4[((std::size_t(g) * M + m) * 256 + c) * 4 + j],
+                              h < n_q ? lut[(std::size_t(h) * M + m) * 256 + c] : 0.0f);
+                }
 }
 
 // The integer sums are exact; only the final scale * sum + bias may differ by an FMA rounding.
