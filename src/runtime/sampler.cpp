@@ -35,11 +35,23 @@ std::int32_t Sampler::sample(const float* logits, int n_vocab) {
         candidates_[i] = {p, i};
         total += p;
     }
-    std::sort(candidates_.begin(), candidates_.end(),
-              [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+    // Most probable first (ties: lowest id), sorted only as far as the nucleus reaches: the top k
+    // by partial sort, k growing 8x while the nucleus is not covered (the first k of a partial
+    // sort are those of a full one, the order being total), so a 128K vocabulary is not sorted
+    // whole for a nucleus of a few hundred tokens.
+    const auto more_probable = [](const auto& a, const auto& b) {
+        return a.first > b.first || (a.first == b.first && a.second < b.second);
+    };
     double kept = 0.0;
-    std::size_t n_keep = 0;
-    while (n_keep < candidates_.size() && (n_keep == 0 || kept < params_.top_p * total)) kept += candidates_[n_keep++].first;
+    std::size_t n_keep = 0, n_sorted = 0;
+    while (n_keep < candidates_.size() && (n_keep == 0 || kept < params_.top_p * total)) {
+        if (n_keep == n_sorted) {
+            n_sorted = std::min(candidates_.size(), std::max<std::size_t>(256, 8 * n_sorted));
+            std::partial_sort(candidates_.begin() + n_keep, candidates_.begin() + n_sorted, candidates_.end(),
+                              more_probable);
+        }
+        kept += candidates_[n_keep++].first;
+    }
 
     const double u = std::uniform_real_distribution<double>(0.0, kept)(rng_);
     double acc = 0.0;

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <random>
 #include <set>
+#include <vector>
 
 #include "aqpim/error.h"
 #include "aqpim/sampler.h"
@@ -29,6 +33,43 @@ TEST(Sampler, SameSeedSameTokensAndNucleusCutsTheTail) {
     // top-p tiny: only the most probable tokens (value 3.0: ids 6, 13, ...) survive
     Sampler c(SamplerParams{1.0f, 0.01f, 3});
     for (int i = 0; i < 50; ++i) EXPECT_EQ(c.sample(l.data(), 50) % 7, 6);
+}
+
+// The nucleus is found by partial sorts that grow; the tokens drawn must be those of a full sort.
+TEST(Sampler, PartialSortsDrawWhatAFullSortDraws) {
+    std::mt19937 gen(5);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::vector<float> l(20000);
+    for (float& x : l) x = normal(gen);
+    l[7] = l[9];  // a tie, broken by the lower id
+    for (float top_p : {0.01f, 0.5f, 0.95f, 0.999f, 1.0f}) {
+        const SamplerParams params{1.3f, top_p, 11};
+        Sampler s(params);
+        std::mt19937_64 rng(params.seed);  // the reference: Sampler's own steps with a full sort
+        for (int draw = 0; draw < 20; ++draw) {
+            const float mx = *std::max_element(l.begin(), l.end());
+            std::vector<std::pair<float, int>> c(l.size());
+            double total = 0;
+            for (std::size_t i = 0; i < l.size(); ++i) {
+                c[i] = {std::exp((l[i] - mx) / params.temperature), int(i)};
+                total += c[i].first;
+            }
+            std::sort(c.begin(), c.end(),
+                      [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+            double kept = 0;
+            std::size_t n = 0;
+            while (n < c.size() && (n == 0 || kept < top_p * total)) kept += c[n++].first;
+            const double u = std::uniform_real_distribution<double>(0.0, kept)(rng);
+            double acc = 0;
+            int expect = c[n - 1].second;
+            for (std::size_t i = 0; i < n; ++i)
+                if (u < (acc += c[i].first)) {
+                    expect = c[i].second;
+                    break;
+                }
+            ASSERT_EQ(s.sample(l.data(), int(l.size())), expect) << "top_p=" << top_p << " draw " << draw;
+        }
+    }
 }
 
 TEST(Sampler, BadParametersAreErrors) {
