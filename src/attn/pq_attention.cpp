@@ -205,7 +205,8 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
         ak.softmax_tile(ws.scores.data(), kTile, n_q, n_valid, nb * kCodeBlock, local.max.data(), local.sum.data(),
                         ws.alpha.data());
         if (value_path == PqValuePath::histogram) {
-            if (std::any_of(ws.alpha.begin(), ws.alpha.end(), [](float a) { return a != 1.0f; }))
+            // (the first tile's histogram is still zero: 256-bin histograms are 32K floats at GQA 4)
+            if (t > 0 && std::any_of(ws.alpha.begin(), ws.alpha.end(), [](float a) { return a != 1.0f; }))
                 for (std::size_t bin = 0; bin < hist_len; bin += n_q)
                     for (int h = 0; h < n_q; ++h) ws.hist[bin + h] *= ws.alpha[h];
             k.values_hist(ws.scores.data(), kTile, n_q, Mv, pq_v.nbits(), vb, nb, ws.hist.data());
