@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <xmmintrin.h>
+
 #include "pq/pq_kernels_isa.h"
 
 namespace aqpim {
@@ -19,15 +21,28 @@ const PqKernels& pq_kernels(SimdLevel level) { return kTables[static_cast<int>(l
 const PqKernels& pq_kernels() { return dispatch(kTables); }
 
 void interleave_luts_by4(const float* lut, int n_q, int M, float* lut4) {
-    const int n_groups = (n_q + 3) / 4;
-    for (int g = 0; g < n_groups; ++g)
-        for (int m = 0; m < M; ++m)
-            for (int c = 0; c < 256; ++c)
-                for (int j = 0; j < 4; ++j) {
-                    const int h = 4 * g + j;
-                    lut4[((std::int64_t(g) * M + m) * 256 + c) * 4 + j] =
-                        h < n_q ? lut[(std::int64_t(h) * M + m) * 256 + c] : 0.0f;
-                }
+    // 4 x 4 transposes (SSE, in the x86-64-v2 baseline): four heads' entries of four codes at a time.
+    const float zeros[4] = {};
+    for (int g = 0; g < (n_q + 3) / 4; ++g)
+        for (int m = 0; m < M; ++m) {
+            const float* rows[4];
+            std::size_t step[4];  // 4 along a head's table, 0 on the zeros of a missing head
+            for (int j = 0; j < 4; ++j) {
+                const int h = 4 * g + j;
+                rows[j] = h < n_q ? lut + (std::int64_t(h) * M + m) * 256 : zeros;
+                step[j] = h < n_q ? 4 : 0;
+            }
+            float* out = lut4 + (std::int64_t(g) * M + m) * 256 * 4;
+            for (int c = 0; c < 256; c += 4) {
+                __m128 r0 = _mm_loadu_ps(rows[0] + step[0] * (c / 4)), r1 = _mm_loadu_ps(rows[1] + step[1] * (c / 4));
+                __m128 r2 = _mm_loadu_ps(rows[2] + step[2] * (c / 4)), r3 = _mm_loadu_ps(rows[3] + step[3] * (c / 4));
+                _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+                _mm_storeu_ps(out + 4 * c, r0);
+                _mm_storeu_ps(out + 4 * c + 4, r1);
+                _mm_storeu_ps(out + 4 * c + 8, r2);
+                _mm_storeu_ps(out + 4 * c + 12, r3);
+            }
+        }
 }
 
 void quantize_luts(const float* lut, int n_q, int M, std::uint8_t* qlut, Int8LutParams* params) {
@@ -63,7 +78,8 @@ void codebook_columns(const float* centroids, int M, int dsub, float* columns) {
 namespace {
 
 // out[h][m*DS + d] += Σ_c hist[m][c][h] * centroids[m][c][d] with a row of DS dims as one GCC
-// vector (the compiler otherwise vectorizes over the codes with shuffles, 3x slower).
+// vector (the compiler otherwise vectorizes over the codes with shuffles, 3x slower) and four
+// accumulators (one chain of 256 dependent adds per head and subspace was latency-bound).
 typedef float Row2 __attribute__((vector_size(2 * sizeof(float))));
 typedef float Row4 __attribute__((vector_size(4 * sizeof(float))));
 typedef float Row8 __attribute__((vector_size(8 * sizeof(float))));
@@ -74,14 +90,25 @@ void hist_times_codebook_rows(const float* hist, int n_q, int M, int ksub, const
     const int D = M * DS;
     for (int m = 0; m < M; ++m)
         for (int h = 0; h < n_q; ++h) {
-            Row acc = {};
-            for (int c = 0; c < ksub; ++c) {
+            const float* bins = hist + std::int64_t(m) * ksub * n_q + h;
+            const float* rows = centroids + std::int64_t(m) * ksub * DS;
+            const auto term = [&](int c) {
                 Row cw;
-                std::memcpy(&cw, centroids + (std::int64_t(m) * ksub + c) * DS, sizeof(Row));
-                acc += hist[(std::int64_t(m) * ksub + c) * n_q + h] * cw;
+                std::memcpy(&cw, rows + c * DS, sizeof(Row));
+                return bins[std::int64_t(c) * n_q] * cw;
+            };
+            Row a0 = {}, a1 = {}, a2 = {}, a3 = {};  // four add chains: one waits on the add latency every code
+            int c = 0;
+            for (; c + 4 <= ksub; c += 4) {
+                a0 += term(c);
+                a1 += term(c + 1);
+                a2 += term(c + 2);
+                a3 += term(c + 3);
             }
+            for (; c < ksub; ++c) a0 += term(c);
+            const Row sum = (a0 + a1) + (a2 + a3);
             float* o = out + std::int64_t(h) * D + m * DS;
-            for (int d = 0; d < DS; ++d) o[d] += acc[d];
+            for (int d = 0; d < DS; ++d) o[d] += sum[d];
         }
 }
 

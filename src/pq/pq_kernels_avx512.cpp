@@ -145,22 +145,23 @@ void build_lut_avx512(const float* qy, int n_q, int M, int ksub, int dsub, const
     const int D = M * dsub;
     const __m512i lane = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                             _mm512_set1_epi32(dsub));
-    for (int m = 0; m < M; ++m)
-        for (int c0 = 0; c0 < ksub; c0 += 16) {
-            const float* cw = centroids + (std::int64_t(m) * ksub + c0) * dsub;
-            for (int h0 = 0; h0 < n_q; h0 += kMaxHeads) {
-                const int nq = std::min(kMaxHeads, n_q - h0);
-                __m512 acc[kMaxHeads];
-                for (int h = 0; h < nq; ++h) acc[h] = _mm512_setzero_ps();
+    // NQ a compile-time count, so the accumulators are registers (with a run-time count GCC kept
+    // them on the stack: a load and a store around every multiply-add).
+    for_head_groups<kMaxHeads>(n_q, [&](auto NQ, int h0) {
+        for (int m = 0; m < M; ++m)
+            for (int c0 = 0; c0 < ksub; c0 += 16) {
+                const float* cw = centroids + (std::int64_t(m) * ksub + c0) * dsub;
+                __m512 acc[NQ()];
+                for (int h = 0; h < NQ(); ++h) acc[h] = _mm512_setzero_ps();
                 for (int d = 0; d < dsub; ++d) {
                     const __m512 col = _mm512_i32gather_ps(lane, cw + d, 4);  // centroids c0..c0+15, dim d
-                    for (int h = 0; h < nq; ++h)
+                    for (int h = 0; h < NQ(); ++h)
                         acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(qy[std::int64_t(h0 + h) * D + m * dsub + d]), col, acc[h]);
                 }
-                for (int h = 0; h < nq; ++h)
+                for (int h = 0; h < NQ(); ++h)
                     _mm512_storeu_ps(lut + (std::int64_t(h0 + h) * M + m) * ksub + c0, acc[h]);
             }
-        }
+    });
 }
 
 void scan_f32_avx512(const float* lut, int n_q, int M, int nbits, const std::uint8_t* blocks, std::int64_t n_blocks,
