@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "aqpim/aligned.h"
 #include "aqpim/attention.h"
 #include "aqpim/pq.h"
 #include "aqpim/pq_codes.h"
@@ -167,6 +168,40 @@ json bench_scan(const BenchOptions& opt) {
                 }
             }
         }
+    // 8-bit codes for a GQA group: tables interleaved by four heads against scan_f32's per-head
+    // gathers, on the same codes in the same run (attention picks the first from 2 heads on).
+    for (int M : Ms) {
+        const std::size_t bytes = std::size_t(n_blocks) * code_block_bytes(M, 8);
+        std::vector<float> lut(std::size_t(kGroup) * M * 256), scores(std::size_t(kGroup) * T);
+        for (std::size_t i = 0; i < lut.size(); ++i) lut[i] = float(i % 97) * 0.01f;
+        AlignedBuffer<float> lut4(std::size_t(M) * 256 * 4);
+        interleave_luts_by4(lut.data(), kGroup, M, lut4.data());
+        ColdArena cold(bytes, cold_bytes(opt.quick));
+        const PqKernels& k = pq_kernels();
+        for (bool in_cache : {true, false}) {
+            const std::int64_t nb = in_cache ? code_blocks_for(1024) : n_blocks;
+            auto seconds = [&](bool by4) {
+                return time_per_call(
+                    [&](std::int64_t i) {
+                        const std::uint8_t* codes = cold.slot(in_cache ? 0 : i);
+                        if (by4)
+                            k.scan_f32_8bit_by4(lut4.data(), kGroup, M, codes, nb, scores.data(), T);
+                        else
+                            k.scan_f32(lut.data(), kGroup, M, 8, codes, nb, scores.data(), T);
+                    },
+                    min_seconds(opt), reps(opt));
+            };
+            const double s_gathers = seconds(false), s_by4 = seconds(true);
+            const double tokens = double(nb * kCodeBlock);
+            rows.push_back({{"section", "scan"}, {"case", fmt::format("M={} 8-bit f32 tables, GQA {}", M, kGroup)},
+                            {"M", M}, {"nbits", 8}, {"tables", "f32 by 4 heads"},
+                            {"data", in_cache ? "in cache" : "cold"}, {"threads", 1},
+                            {"simd", simd_level_name(active_simd_level())}, {"gtokens_per_s", tokens / s_by4 / 1e9},
+                            {"gbytes_per_s", tokens * code_block_bytes(M, 8) / kCodeBlock / s_by4 / 1e9},
+                            {"gathers_gtokens_per_s", tokens / s_gathers / 1e9},
+                            {"by4_over_gathers", s_gathers / s_by4}});
+        }
+    }
     return rows;
 }
 
@@ -243,6 +278,22 @@ json bench_values(const BenchOptions& opt) {
                         {"permute_over_histogram", s_hist / s_perm}, {"automatic_uses", chosen}});
     }
     set_simd_level(saved);
+    // 8-bit codes: the histogram path only (256 bins per subspace)
+    std::vector<std::uint8_t> codes8(std::size_t(nb) * code_block_bytes(M, 8));
+    for (std::size_t i = 0; i < codes8.size(); ++i) codes8[i] = std::uint8_t(i * 2654435761u >> 13);
+    std::vector<float> hist8(std::size_t(M) * 256 * kGroup), cents8(std::size_t(M) * 256 * dsub, 0.5f);
+    for (SimdLevel level : supported_simd_levels()) {
+        const PqKernels& k = pq_kernels(level);
+        const double s_hist = time_per_call(
+            [&](std::int64_t) {
+                k.values_hist(p.data(), T, kGroup, M, 8, codes8.data(), nb, hist8.data());
+                hist_times_codebook(hist8.data(), kGroup, M, 256, dsub, cents8.data(), out.data());
+            },
+            min_seconds(opt), reps(opt));
+        rows.push_back({{"section", "values"}, {"case", fmt::format("GQA {} heads, M={}, 8-bit, T={}", kGroup, M, T)},
+                        {"simd", simd_level_name(level)}, {"threads", 1},
+                        {"histogram_mtokens_per_s", T / s_hist / 1e6}, {"automatic_uses", "histogram"}});
+    }
     return rows;
 }
 
