@@ -253,22 +253,37 @@ json bench_values(const BenchOptions& opt) {
     json rows = json::array();
     const int M = 32, dsub = kD / M;
     const std::int64_t T = 8192, nb = code_blocks_for(T);
-    std::vector<std::uint8_t> codes(std::size_t(nb) * code_block_bytes(M, 4));
-    for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = std::uint8_t(i * 2654435761u >> 13);
-    std::vector<float> p(std::size_t(kGroup) * T, 1e-3f), hist(std::size_t(M) * 16 * kGroup), out(kGroup * kD);
-    std::vector<float> cents(std::size_t(M) * 16 * dsub, 0.5f), cols(cents.size());
-    codebook_columns(cents.data(), M, dsub, cols.data());
+    std::vector<float> p(std::size_t(kGroup) * T, 1e-3f), out(kGroup * kD);
+    // Codes, histogram and codebooks of one code width, and the histogram path's time over them.
+    struct Width {
+        int nbits;
+        std::vector<std::uint8_t> codes;
+        std::vector<float> hist, cents;
+    };
+    auto width = [&](int nbits) {
+        const int ksub = 1 << nbits;
+        Width w{nbits, std::vector<std::uint8_t>(std::size_t(nb) * code_block_bytes(M, nbits)),
+                std::vector<float>(std::size_t(M) * ksub * kGroup), std::vector<float>(std::size_t(M) * ksub * dsub, 0.5f)};
+        for (std::size_t i = 0; i < w.codes.size(); ++i) w.codes[i] = std::uint8_t(i * 2654435761u >> 13);
+        return w;
+    };
+    auto histogram_seconds = [&](const PqKernels& k, Width& w) {
+        return time_per_call(
+            [&](std::int64_t) {
+                k.values_hist(p.data(), T, kGroup, M, w.nbits, w.codes.data(), nb, w.hist.data());
+                hist_times_codebook(w.hist.data(), kGroup, M, 1 << w.nbits, dsub, w.cents.data(), out.data());
+            },
+            min_seconds(opt), reps(opt));
+    };
+    Width w4 = width(4), w8 = width(8);
+    std::vector<float> cols(w4.cents.size());
+    codebook_columns(w4.cents.data(), M, dsub, cols.data());
     const SimdLevel saved = active_simd_level();
     for (SimdLevel level : supported_simd_levels()) {
         const PqKernels& k = pq_kernels(level);
-        const double s_hist = time_per_call(
-            [&](std::int64_t) {
-                k.values_hist(p.data(), T, kGroup, M, 4, codes.data(), nb, hist.data());
-                hist_times_codebook(hist.data(), kGroup, M, 16, dsub, cents.data(), out.data());
-            },
-            min_seconds(opt), reps(opt));
+        const double s_hist = histogram_seconds(k, w4);
         const double s_perm = time_per_call(
-            [&](std::int64_t) { k.values_perm(p.data(), T, kGroup, M, dsub, codes.data(), nb, cols.data(), out.data()); },
+            [&](std::int64_t) { k.values_perm(p.data(), T, kGroup, M, dsub, w4.codes.data(), nb, cols.data(), out.data()); },
             min_seconds(opt), reps(opt));
         set_simd_level(level);
         const char* chosen = resolve_value_path(PqValuePath::automatic, 4) == PqValuePath::permute ? "permute" : "histogram";
@@ -278,22 +293,11 @@ json bench_values(const BenchOptions& opt) {
                         {"permute_over_histogram", s_hist / s_perm}, {"automatic_uses", chosen}});
     }
     set_simd_level(saved);
-    // 8-bit codes: the histogram path only (256 bins per subspace)
-    std::vector<std::uint8_t> codes8(std::size_t(nb) * code_block_bytes(M, 8));
-    for (std::size_t i = 0; i < codes8.size(); ++i) codes8[i] = std::uint8_t(i * 2654435761u >> 13);
-    std::vector<float> hist8(std::size_t(M) * 256 * kGroup), cents8(std::size_t(M) * 256 * dsub, 0.5f);
-    for (SimdLevel level : supported_simd_levels()) {
-        const PqKernels& k = pq_kernels(level);
-        const double s_hist = time_per_call(
-            [&](std::int64_t) {
-                k.values_hist(p.data(), T, kGroup, M, 8, codes8.data(), nb, hist8.data());
-                hist_times_codebook(hist8.data(), kGroup, M, 256, dsub, cents8.data(), out.data());
-            },
-            min_seconds(opt), reps(opt));
+    for (SimdLevel level : supported_simd_levels())  // 8-bit: the histogram path only (256 bins)
         rows.push_back({{"section", "values"}, {"case", fmt::format("GQA {} heads, M={}, 8-bit, T={}", kGroup, M, T)},
                         {"simd", simd_level_name(level)}, {"threads", 1},
-                        {"histogram_mtokens_per_s", T / s_hist / 1e6}, {"automatic_uses", "histogram"}});
-    }
+                        {"histogram_mtokens_per_s", T / histogram_seconds(pq_kernels(level), w8) / 1e6},
+                        {"automatic_uses", "histogram"}});
     return rows;
 }
 
