@@ -1,11 +1,10 @@
 #pragma once
-// The order of the 8-bit histogram pass (values_hist at nbits 8, both x86 levels): subspaces in
-// chunks of 8 across runs of up to 32 blocks, so a chunk's bins (8 x 256 x n_q floats: 32 KiB for
-// 4 heads) stay in L1 while every token of the run adds into them. Token by token over all
-// subspaces, M = 32 subspaces' bins (128 KiB at 4 heads) miss L1 on most adds. The ISA files
-// supply the vector ops: `load(w)` of one token's W weights and `add(bin, v)` into one bin.
-
-#include <immintrin.h>
+// The order of the 8-bit histogram pass (values_hist at nbits 8, in values_hist_avx2.cpp, which
+// the AVX-512 level uses too): subspaces in chunks of 8 across runs of up to 32 blocks, so a
+// chunk's bins (8 x 256 x n_q floats: 32 KiB for 4 heads) stay in L1 while every token of the run
+// adds into them. Token by token over all subspaces, M = 32 subspaces' bins (128 KiB at 4 heads)
+// miss L1 on most adds. The caller supplies the vector ops: `load(w)` of one token's W weights and
+// `add(bin, v)` into one bin.
 
 #include <algorithm>
 #include <cstdint>
@@ -14,16 +13,6 @@
 #include "aqpim/pq_codes.h"
 
 namespace aqpim {
-
-/// The ops for a full group of 4 or 8 heads (no mask), for both levels (AVX and up).
-struct Full4 {
-    __m128 load(const float* w) const { return _mm_load_ps(w); }
-    void add(float* bin, __m128 v) const { _mm_storeu_ps(bin, _mm_add_ps(_mm_loadu_ps(bin), v)); }
-};
-struct Full8 {
-    __m256 load(const float* w) const { return _mm256_load_ps(w); }
-    void add(float* bin, __m256 v) const { _mm256_storeu_ps(bin, _mm256_add_ps(_mm256_loadu_ps(bin), v)); }
-};
 
 inline constexpr std::int64_t kHist8RunBlocks = 32;
 inline constexpr int kHist8Chunk = 8;

@@ -1,6 +1,6 @@
 // AVX2 histogram value path: per token, the weights of up to 8 heads (one masked vector) are added
 // into bin hist[m][code][:] of every subspace; 4-bit token-outer, subspace-inner; 8-bit in chunks
-// of subspaces (values_hist_8bit.h).
+// of subspaces (values_hist_8bit.h); the AVX-512 level calls this 8-bit pass too.
 
 #include <immintrin.h>
 
@@ -16,6 +16,14 @@ namespace {
 
 // 8-bit codes, in the chunked order: heads in groups of 8 (a ymm), or 4 (an xmm) for the last
 // group when it has at most 4; vmaskmovps only where a group is not full.
+struct Full4 {
+    __m128 load(const float* w) const { return _mm_load_ps(w); }
+    void add(float* bin, __m128 v) const { _mm_storeu_ps(bin, _mm_add_ps(_mm_loadu_ps(bin), v)); }
+};
+struct Full8 {
+    __m256 load(const float* w) const { return _mm256_load_ps(w); }
+    void add(float* bin, __m256 v) const { _mm256_storeu_ps(bin, _mm256_add_ps(_mm256_loadu_ps(bin), v)); }
+};
 struct Masked4 {
     __m128i mask;
     __m128 load(const float* w) const { return _mm_load_ps(w); }

@@ -1,7 +1,7 @@
 // AVX-512 histogram value path: per token, the softmax weights of all heads (one masked vector)
 // are added into bin hist[m][code][:] of every subspace. 4-bit: token-outer, subspace-inner, so
-// consecutive read-modify-writes hit different bins (no store-forwarding chains); 8-bit: in chunks
-// of subspaces (values_hist_8bit.h), the 256-bin histograms being too large for L1 all at once.
+// consecutive read-modify-writes hit different bins (no store-forwarding chains); 8-bit: the AVX2
+// pass, in chunks of subspaces (values_hist_8bit.h).
 
 #include <immintrin.h>
 
@@ -9,56 +9,15 @@
 
 #include "aqpim/pq_codes.h"
 #include "pq/pq_kernels_isa.h"
-#include "pq/values_hist_8bit.h"
 
 namespace aqpim {
 
-namespace {
-
-// 8-bit codes: one masked vector of 4, 8 or 16 lanes per head group, in the chunked order.
-struct Masked4 {
-    __mmask8 mask;
-    __m128 load(const float* w) const { return _mm_load_ps(w); }
-    void add(float* bin, __m128 v) const { _mm_mask_storeu_ps(bin, mask, _mm_add_ps(_mm_maskz_loadu_ps(mask, bin), v)); }
-};
-struct Masked8 {
-    __mmask8 mask;
-    __m256 load(const float* w) const { return _mm256_load_ps(w); }
-    void add(float* bin, __m256 v) const {
-        _mm256_mask_storeu_ps(bin, mask, _mm256_add_ps(_mm256_maskz_loadu_ps(mask, bin), v));
-    }
-};
-struct Masked16 {
-    __mmask16 mask;
-    __m512 load(const float* w) const { return _mm512_load_ps(w); }
-    void add(float* bin, __m512 v) const {
-        _mm512_mask_storeu_ps(bin, mask, _mm512_add_ps(_mm512_maskz_loadu_ps(mask, bin), v));
-    }
-};
-
-void values_hist_8bit(const float* p, std::int64_t p_stride, int n_q, int M, const std::uint8_t* blocks,
-                      std::int64_t n_blocks, float* hist) {
-    for (int h0 = 0; h0 < n_q; h0 += 16) {
-        const int nh = std::min(16, n_q - h0);
-        const unsigned mask = (1u << nh) - 1;
-        if (nh == 4)
-            hist_8bit_heads<4>(p, p_stride, n_q, h0, M, blocks, n_blocks, hist, Full4{});
-        else if (nh == 8)
-            hist_8bit_heads<8>(p, p_stride, n_q, h0, M, blocks, n_blocks, hist, Full8{});
-        else if (nh < 4)
-            hist_8bit_heads<4>(p, p_stride, n_q, h0, M, blocks, n_blocks, hist, Masked4{__mmask8(mask)});
-        else if (nh < 8)
-            hist_8bit_heads<8>(p, p_stride, n_q, h0, M, blocks, n_blocks, hist, Masked8{__mmask8(mask)});
-        else
-            hist_8bit_heads<16>(p, p_stride, n_q, h0, M, blocks, n_blocks, hist, Masked16{__mmask16(mask)});
-    }
-}
-
-}  // namespace
-
 void values_hist_avx512(const float* p, std::int64_t p_stride, int n_q, int M, int nbits, const std::uint8_t* blocks,
                         std::int64_t n_blocks, float* hist) {
-    if (nbits == 8) return values_hist_8bit(p, p_stride, n_q, M, blocks, n_blocks, hist);
+    // 8-bit: the AVX2 pass (values_hist_avx2.cpp) serves this level too; it is bound by one bin
+    // read-modify-write per token and subspace, not by vector width (a 16-lane pass for 9-16 heads
+    // would halve the passes of those rare group sizes only).
+    if (nbits == 8) return values_hist_avx2(p, p_stride, n_q, M, 8, blocks, n_blocks, hist);
     const int ksub = 1 << nbits;
     const std::size_t block_bytes = code_block_bytes(M, nbits);
     alignas(64) std::uint8_t codes[kCodeBlock * 1024];  // [M][32] unpacked codes of one block (M <= 1024)
