@@ -2,7 +2,7 @@
 # One prepared run of the CUDA kernels on a lent H100/H200-class GPU machine (docs/cuda.md):
 # builds aqpim_cuda_check with nvcc and CMake alone (that machine has none of this project's Debian
 # libraries), runs the GPU checks, the benchmark, an Nsight Compute profile of one dense and one
-# PQ launch (batch 8, 32K), compute-sanitizer memcheck (and racecheck if time is left) on the
+# PQ launch (batch 8, 32K), the 8-bit kernel's benchmark, compute-sanitizer memcheck (and racecheck if time is left) on the
 # checks, and writes a short report. Bounded to finish within 8 minutes.
 #
 #   scripts/gpu-check.sh [--quick]      from the repository root; results in $OUT (or gpu-check-out/)
@@ -63,6 +63,11 @@ grep -E "Function properties|registers|spill" "$out/build.log" >"$out/ptxas.txt"
 
 step checks 120 "$out/checks.log" build-gpu/aqpim_cuda_check --check
 step bench "$(( $(left) > 200 ? $(left) - 140 : 60 ))" "$out/bench.log" build-gpu/aqpim_cuda_check "${bench_args[@]}"
+if (($(left) > 160)); then  # the 8-bit kernel at the target points
+    step bench8 90 "$out/bench8.log" build-gpu/aqpim_cuda_check --bench --quick --nbits 8
+else
+    echo "| bench8 | skipped: $(left)s left |  |" >>"$report"
+fi
 if command -v ncu >/dev/null && (($(left) > 100)); then
     step profile 60 "$out/profile.log" ncu --clock-control none -k 'regex:pq_attention_kernel|pq_attention_mma_kernel|dense_attention_kernel' \
         --set full build-gpu/aqpim_cuda_check --profile
@@ -102,6 +107,10 @@ fi
     echo "## benchmark"
     echo '```'
     grep -vE "^(PASS|FAIL)|^checks:" "$out/bench.log"
+    echo '```'
+    echo "## benchmark, 8-bit codes"
+    echo '```'
+    grep -vE "^(PASS|FAIL)|^checks:" "$out/bench8.log" 2>/dev/null
     echo '```'
     echo "total $(($(date +%s) - t0))s"
 } >>"$report"

@@ -23,7 +23,7 @@ namespace {
 
 struct CudaBenchArgs {
     std::vector<int> contexts{8192, 32768, 131072}, batches{1, 8, 32};
-    int n_kv = 8, group = 4, head_dim = 128, M = 32, page = 256, versions = 4, reps = 10;
+    int n_kv = 8, group = 4, head_dim = 128, M = 32, nbits = 4, page = 256, versions = 4, reps = 10;
     bool no_fallback = false, quick = false, json = false;
     std::string out;
 };
@@ -37,6 +37,7 @@ void run(const CudaBenchArgs& a) {
     opt.n_q = a.group;
     opt.D = a.head_dim;
     opt.M = a.M;
+    opt.nbits = a.nbits;
     opt.page = a.page;
     opt.versions = a.versions;
     opt.reps = a.quick ? 5 : a.reps;
@@ -51,6 +52,7 @@ void run(const CudaBenchArgs& a) {
     const nlohmann::ordered_json report = {
         {"device", {{"name", f.name}, {"sms", f.sms}, {"sm_clock_ghz", f.sm_clock_ghz}, {"peak_gbps", f.peak_gbps},
                     {"copy_gbps", f.copy_gbps}, {"smem_peak_gbps", f.smem_peak_gbps}, {"l2_mb", f.l2_mb}}},
+        {"nbits", a.nbits},
         {"rows", rows}};
     if (!a.out.empty()) {
         std::ofstream file(a.out);
@@ -86,7 +88,10 @@ void add_bench_cuda_command(CLI::App& bench) {
     cmd->add_option("--kv-heads", a->n_kv, "KV heads per layer")->check(CLI::Range(1, 128))->capture_default_str();
     cmd->add_option("--group", a->group, "query heads per KV head (GQA ratio)")->check(CLI::Range(1, 8))->capture_default_str();
     cmd->add_option("--head-dim", a->head_dim, "head_dim")->check(CLI::IsMember({64, 128}))->capture_default_str();
-    cmd->add_option("-m", a->M, "PQ subspaces of keys and values (4-bit codes)")->check(CLI::Range(1, 64))->capture_default_str();
+    cmd->add_option("-m", a->M, "PQ subspaces of keys and values")->check(CLI::Range(1, 64))->capture_default_str();
+    cmd->add_option("--nbits", a->nbits, "code width: 4, or 8 (the 8-bit kernel; needs head_dim / m <= 16)")
+        ->check(CLI::IsMember({4, 8}))
+        ->capture_default_str();
     cmd->add_option("--page", a->page, "tokens per page")->check(CLI::Range(32, 8192))->capture_default_str();
     cmd->add_option("--versions", a->versions, "codebook versions over the context")->check(CLI::Range(1, 256))
         ->capture_default_str();

@@ -18,6 +18,11 @@ void check_pq_attention_params(const PqAttentionParams& p) {
     for (int M : {p.Mk, p.Mv})
         AQPIM_CUDA_REQUIRE(M >= 1 && M <= 64 && p.shape.D % M == 0,
                            "M must divide head_dim and be <= 64, got M=" + std::to_string(M));
+    AQPIM_CUDA_REQUIRE(p.nbits == 4 || p.nbits == 8, "nbits must be 4 or 8, got " + std::to_string(p.nbits));
+    for (int M : {p.Mk, p.Mv})
+        AQPIM_CUDA_REQUIRE(p.nbits == 4 || p.shape.D / M <= kMaxDsub8,
+                           "8-bit codebooks need D / M <= " + std::to_string(kMaxDsub8) + ", got D=" +
+                               std::to_string(p.shape.D) + " M=" + std::to_string(M));
     AQPIM_CUDA_REQUIRE(p.page_tokens >= 32 && p.page_tokens % 32 == 0,
                        "page_tokens must be a positive multiple of 32, got " + std::to_string(p.page_tokens));
     AQPIM_CUDA_REQUIRE(p.chunk_pages >= 1 && std::int64_t(p.n_chunks) * p.chunk_pages >= p.max_pages,
@@ -28,8 +33,8 @@ void check_pq_attention_params(const PqAttentionParams& p) {
                            p.v_gain && p.part_ml && p.part_acc && p.out,
                        "a buffer of the PQ attention launch is missing");
     AQPIM_CUDA_REQUIRE(p.max_f16 == 0 || (p.k16 && p.v16), "f16 rows declared but k16/v16 missing");
-    // A rotated value codebook is taken back to the original space through a [D] buffer that
-    // overlays the flushed histograms [16][Mv]: D / Mv <= 16.
+    // A rotated 4-bit value codebook is taken back to the original space through a [D] buffer that
+    // overlays the flushed histograms [16][Mv]: D / Mv <= 16 (8-bit: the same bound, above).
     AQPIM_CUDA_REQUIRE(!p.v_rot || p.shape.D / p.Mv <= 16,
                        "rotated value codebooks need D / Mv <= 16, got D=" + std::to_string(p.shape.D) +
                            " Mv=" + std::to_string(p.Mv));

@@ -33,7 +33,8 @@ struct AttentionShape {
 
 struct PqAttentionParams {
     AttentionShape shape;
-    int Mk = 32, Mv = 32;  ///< subspaces of keys / values (4-bit codes)
+    int Mk = 32, Mv = 32;  ///< subspaces of keys / values
+    int nbits = 4;         ///< code width: 4 (16 centroids per subspace) or 8 (256; pq_attention_8bit.cu)
     int page_tokens = 256;
     int max_pages = 0;      ///< page table row length
     int n_versions = 1;     ///< codebook slots per (sequence, KV head)
@@ -51,7 +52,7 @@ struct PqAttentionParams {
     const int* n_f16 = nullptr;                  ///< [batch]
     const std::uint16_t* k16 = nullptr;          ///< [batch][n_kv][max_f16][D] f16 bits
     const std::uint16_t* v16 = nullptr;
-    // Codebooks [batch][n_versions][n_kv]: centroids [Mk|Mv][16][dsub], perm [D], gain [D], and a
+    // Codebooks [batch][n_versions][n_kv]: centroids [Mk|Mv][ksub][dsub], perm [D], gain [D], and a
     // rotation [D][D] per slot, or null for none (docs/cuda.md, "Rotated quantizers").
     const float* k_cb = nullptr;
     const std::int32_t* k_perm = nullptr;
@@ -86,6 +87,11 @@ struct DenseAttentionParams {
 void check_attention_shape(const AttentionShape& s);
 void check_pq_attention_params(const PqAttentionParams& p);
 
+/// Bytes of one 32-token block of the key (values = false) or value stream.
+AQPIM_HD int stream_block_bytes(const PqAttentionParams& p, bool values) {
+    return coded_block_bytes(values ? p.Mv : p.Mk, p.nbits);
+}
+
 /// Codebook slot of (b, version, kv) in the [batch][n_versions][n_kv] arrays.
 AQPIM_HD std::int64_t codebook_slot(const PqAttentionParams& p, int b, int version, int kv) {
     return (std::int64_t(b) * p.n_versions + version) * p.shape.n_kv + kv;
@@ -93,12 +99,12 @@ AQPIM_HD std::int64_t codebook_slot(const PqAttentionParams& p, int b, int versi
 
 /// The key (values = false) or value codebook of a slot.
 AQPIM_HD PqCodebookView codebook_view(const PqAttentionParams& p, std::int64_t slot, bool values) {
-    const int D = p.shape.D;
+    const int D = p.shape.D, ksub = ksub_of(p.nbits);
     const float* rot = values ? p.v_rot : p.k_rot;
-    return values ? PqCodebookView{p.v_cb + slot * kKsub * D, p.v_perm + slot * D, p.v_gain + slot * D,
-                                   rot ? rot + slot * D * D : nullptr, D}
-                  : PqCodebookView{p.k_cb + slot * kKsub * D, p.k_perm + slot * D, p.k_gain + slot * D,
-                                   rot ? rot + slot * D * D : nullptr, D};
+    return values ? PqCodebookView{p.v_cb + slot * ksub * D, p.v_perm + slot * D, p.v_gain + slot * D,
+                                   rot ? rot + slot * D * D : nullptr, D, ksub}
+                  : PqCodebookView{p.k_cb + slot * ksub * D, p.k_perm + slot * D, p.k_gain + slot * D,
+                                   rot ? rot + slot * D * D : nullptr, D, ksub};
 }
 
 }  // namespace aqpim::cuda

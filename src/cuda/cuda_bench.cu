@@ -15,6 +15,7 @@
 #include "cuda/device_check.h"
 #include "cuda/device_problem.h"
 #include "cuda/pq_attention.h"
+#include "cuda/pq_tile_8bit.h"
 
 namespace aqpim::cuda {
 
@@ -110,6 +111,18 @@ double pq_smem_bytes_per_token(PqValuePath path, int nq_template, int Mk, int Mv
     return lut + 8.0 * nq_template * Mv + 8.0 * nq_template + staging + key_codes + 4.0 * Mv;
 }
 
+/// The same count for the 8-bit kernel (pq_attention_8bit.cu): per token, the table lookups and the
+/// partial scores' read-modify-write per key group, the weights (softmax: two reads, one write;
+/// one read per value group), the histogram atomics (a read-modify-write per subspace and head); per
+/// segment, building the tables, zeroing the histograms and reading them at the flush.
+double pq8_smem_bytes_per_token(int nq_template, int Mk, int Mv) {
+    const int G = group_subspaces_8bit(nq_template), gk = (Mk + G - 1) / G, gv = (Mv + G - 1) / G;
+    const double per_token = 4.0 * nq_template * Mk + 8.0 * nq_template * gk + 12.0 * nq_template +
+                             4.0 * nq_template * gv + 8.0 * nq_template * Mv;
+    const double per_segment = 4.0 * nq_template * kKsub8 * (Mk + 2 * Mv);
+    return per_token + per_segment / segment_tokens_8bit(nq_template);
+}
+
 CudaBenchRow row(const char* section, const char* kernel, int batch, int ctx, double ms, double bytes,
                  const CudaDeviceFigures& f) {
     CudaBenchRow r;
@@ -151,6 +164,7 @@ HostPqProblem pq_problem(const CudaBenchOptions& opt, int batch, int ctx, int sm
     PqProblemSpec spec;
     spec.shape = bench_shape(opt, batch);
     spec.Mk = spec.Mv = opt.M;
+    spec.nbits = opt.nbits;
     spec.page_tokens = opt.page;
     spec.n_versions = opt.versions;
     const int coded = std::max(0, ctx - opt.sinks - opt.window);
@@ -161,12 +175,23 @@ HostPqProblem pq_problem(const CudaBenchOptions& opt, int batch, int ctx, int sm
     probe.shape = spec.shape;
     probe.Mk = spec.Mk;
     probe.Mv = spec.Mv;
+    probe.nbits = spec.nbits;
     // One more block per stream attends the f16 rows.
     const int chunks = std::max(1, chunks_per_stream(batch * opt.n_kv, pq_attention_blocks_per_sm(probe, path) * sms) - 1);
     spec.chunk_pages = std::max(1, (pages + chunks - 1) / chunks);
     spec.fill_data = false;
     spec.seed = opt.seed;
     return make_random_pq_problem(spec);
+}
+
+/// The value paths a benchmark of these codes times: both at 4 bits, the 8-bit kernel's one at 8.
+std::vector<PqValuePath> value_paths(const CudaBenchOptions& opt) {
+    if (opt.nbits == 8) return {PqValuePath::histogram};
+    return {PqValuePath::histogram, PqValuePath::mma};
+}
+
+const char* pq_row_name(const CudaBenchOptions& opt, PqValuePath path) {
+    return opt.nbits == 8 ? "pq8" : path == PqValuePath::mma ? "pq_mma" : "pq";
 }
 
 int device_sms() {
@@ -186,7 +211,7 @@ void run_cuda_profile_launches(const CudaBenchOptions& opt, int batch, int ctx) 
         launch_dense_attention(d.params(), nullptr);
         AQPIM_CUDA(cudaDeviceSynchronize());
     }
-    for (const PqValuePath path : {PqValuePath::histogram, PqValuePath::mma}) {
+    for (const PqValuePath path : value_paths(opt)) {
         const HostPqProblem h = pq_problem(opt, batch, ctx, sms, path);
         const DevicePqProblem d(h, opt.seed);
         launch_pq_attention(d.params(), nullptr, path);
@@ -217,15 +242,15 @@ CudaBenchReport run_cuda_bench(const CudaBenchOptions& opt) {
             }
             double pq_ms = 0;
             std::unique_ptr<DevicePqProblem> hist_problem;  // the encode below writes into its pool
-            for (const PqValuePath path : {PqValuePath::histogram, PqValuePath::mma}) {
+            for (const PqValuePath path : value_paths(opt)) {
                 const HostPqProblem hp = pq_problem(opt, batch, ctx, f.sms, path);
                 auto dp = std::make_unique<DevicePqProblem>(hp, opt.seed);
                 const Graph attn(stream, [&] { launch_pq_attention(dp->params(), stream, path); });
                 const double ms = timer.median_ms([&] { attn.launch(); }, opt.reps);
-                CudaBenchRow r = row("attention", path == PqValuePath::mma ? "pq_mma" : "pq", batch, ctx, ms,
-                                     double(dp->min_bytes()), f);
-                const double smem =
-                    pq_smem_bytes_per_token(path, nq_template, opt.M, opt.M) * hp.n_coded[0] * opt.n_kv * batch;
+                CudaBenchRow r = row("attention", pq_row_name(opt, path), batch, ctx, ms, double(dp->min_bytes()), f);
+                const double per_token = opt.nbits == 8 ? pq8_smem_bytes_per_token(nq_template, opt.M, opt.M)
+                                                        : pq_smem_bytes_per_token(path, nq_template, opt.M, opt.M);
+                const double smem = per_token * hp.n_coded[0] * opt.n_kv * batch;
                 r.smem_gbps = smem / (ms * 1e6);
                 r.pct_smem = 100.0 * r.smem_gbps / f.smem_peak_gbps;
                 r.vs_dense = dense_ms / ms;

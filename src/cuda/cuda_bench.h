@@ -13,7 +13,8 @@ struct CudaBenchOptions {
     std::vector<int> contexts{8192, 32768, 131072};  ///< tokens per sequence (sinks + coded + window)
     std::vector<int> batches{1, 8, 32};
     int n_kv = 8, n_q = 4, D = 128;  ///< Llama-3-8B-like layer: 32 query heads, 8 KV heads
-    int M = 32;                      ///< subspaces of keys and values (4-bit): 16 code bytes/token each
+    int M = 32;                      ///< subspaces of keys and values: 16 (4-bit) or 32 (8-bit) code bytes/token each
+    int nbits = 4;                   ///< code width; 8: the 8-bit kernel (row "pq8"), no tensor-core path
     int page = 256, versions = 4, sinks = 4, window = 64;
     int reps = 10;                   ///< timed repetitions (median reported)
     bool fallback = true;            ///< also time decompress + cuBLAS
@@ -32,7 +33,7 @@ struct CudaDeviceFigures {
 
 struct CudaBenchRow {
     std::string section;  ///< "attention" or "encode"
-    std::string kernel;   ///< pq, pq_mma, dense_f16, decompress_cublas; encode, pq+encode (graph)
+    std::string kernel;   ///< pq, pq_mma, pq8, dense_f16, decompress_cublas; encode, pq+encode (graph)
     int batch = 0, context = 0;
     double ms = 0;          ///< median kernel time (CUDA events; graph replay for pq and dense)
     double mbytes = 0;      ///< bytes that must move (each input read once), MB

@@ -42,10 +42,9 @@ __global__ void decompress_kernel(PqAttentionParams p, std::int64_t rows_cap, st
             for (int values = 0; values < 2; ++values) {
                 const int M = values ? p.Mv : p.Mk;
                 const PqCodebookView cb = codebook_view(p, cs, values);
-                const auto* block = reinterpret_cast<const std::uint32_t*>(
-                                        page + (values ? p.v_stream_off : p.k_stream_off)[kv]) +
-                                    std::int64_t(blk) * block_dwords(M);
-                const int code = code4(block, kGroupDwords, t, y / (D / M));
+                const std::uint8_t* block = page + (values ? p.v_stream_off : p.k_stream_off)[kv] +
+                                            std::int64_t(blk) * stream_block_bytes(p, values);
+                const int code = block_code(block, p.nbits, t, y / (D / M));
                 const float x = decoded_dim(cb, D / M, y, code);
                 (values ? v16 : k16)[out_base + row * D + value_dim(cb, y)] = __half_as_ushort(__float2half_rn(x));
             }
@@ -145,7 +144,8 @@ void DecompressFallback::run(const PqAttentionParams& p, cudaStream_t stream) {
 
 std::uint64_t DecompressFallback::bytes_moved(const PqAttentionParams& p, std::int64_t rows) const {
     const std::uint64_t streams = std::uint64_t(shape_.batch) * shape_.n_kv, D = shape_.D;
-    const std::uint64_t codes = streams * rows * std::uint64_t(block_bytes(p.Mk) + block_bytes(p.Mv)) / kBlockTokens;
+    const std::uint64_t codes =
+        streams * rows * std::uint64_t(stream_block_bytes(p, false) + stream_block_bytes(p, true)) / kBlockTokens;
     const std::uint64_t rows_rw = streams * rows_cap_ * D * 2 * 2 * 2;  // K and V written, then read
     const std::uint64_t sp = streams * shape_.n_q * rows_cap_ * (4 * 2 + 2 * 2);  // scores w+r, p w+r
     return codes + rows_rw + sp;

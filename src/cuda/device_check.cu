@@ -27,12 +27,18 @@ std::string describe(const PqProblemSpec& s) {
     return "B=" + std::to_string(s.shape.batch) + " kv=" + std::to_string(s.shape.n_kv) + " g=" +
            std::to_string(s.shape.n_q) + " D=" + std::to_string(s.shape.D) + " Mk=" + std::to_string(s.Mk) +
            " Mv=" + std::to_string(s.Mv) + " page=" + std::to_string(s.page_tokens) + " ver=" +
-           std::to_string(s.n_versions) + (s.rotated ? " rotated" : "") + " coded=" + n;
+           std::to_string(s.n_versions) + (s.rotated ? " rotated" : "") + (s.nbits == 8 ? " 8-bit" : "") + " coded=" + n;
 }
 
 /// A spec whose codebooks carry random dense rotations.
 PqProblemSpec rotated(PqProblemSpec s) {
     s.rotated = true;
+    return s;
+}
+
+/// The same spec with 8-bit codes.
+PqProblemSpec eight_bit(PqProblemSpec s) {
+    s.nbits = 8;
     return s;
 }
 
@@ -49,21 +55,22 @@ std::vector<PqProblemSpec> pq_specs() {
     };
 }
 
-}  // namespace
-
-std::string cuda_device_unavailable() {
-    int n = 0;
-    const cudaError_t err = cudaGetDeviceCount(&n);
-    if (err != cudaSuccess) {
-        cudaGetLastError();
-        return std::string("no GPU: cudaGetDeviceCount says ") + cudaGetErrorString(err);
-    }
-    return n > 0 ? "" : "no GPU: no CUDA device found";
+/// 8-bit codes: segments of 4096 / 1024 / 512 tokens (GQA instance 1 / 4 / 8), several per chunk,
+/// versions changing inside chunks, partial pages and blocks, a rotated problem.
+std::vector<PqProblemSpec> pq_8bit_specs() {
+    return {
+        eight_bit(pq_spec(1, 1, 1, 64, 16, 16, 32, 1, {32}, {0}, 1, 41)),
+        eight_bit(pq_spec(2, 2, 4, 128, 32, 32, 64, 2, {300, 451}, {20, 68}, 2, 42)),
+        eight_bit(pq_spec(3, 2, 3, 64, 16, 8, 32, 3, {2000, 37, 640}, {4}, 40, 43)),
+        eight_bit(pq_spec(1, 4, 8, 128, 16, 32, 256, 3, {5000}, {68}, 8, 44)),
+        eight_bit(pq_spec(2, 2, 1, 128, 64, 16, 64, 2, {9000, 90}, {5}, 100, 45)),
+        eight_bit(rotated(pq_spec(2, 2, 4, 128, 32, 16, 64, 2, {2500, 95}, {20}, 20, 46))),
+    };
 }
 
-std::vector<DeviceCheck> check_pq_attention(PqValuePath path) {
+std::vector<DeviceCheck> check_pq_specs(const std::vector<PqProblemSpec>& specs, PqValuePath path) {
     std::vector<DeviceCheck> out;
-    for (const PqProblemSpec& spec : pq_specs()) {
+    for (const PqProblemSpec& spec : specs) {
         const HostPqProblem h = make_random_pq_problem(spec);
         const std::vector<double> ref = reference_attention(h);
         const DevicePqProblem d(h);
@@ -77,6 +84,22 @@ std::vector<DeviceCheck> check_pq_attention(PqValuePath path) {
     }
     return out;
 }
+
+}  // namespace
+
+std::string cuda_device_unavailable() {
+    int n = 0;
+    const cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        return std::string("no GPU: cudaGetDeviceCount says ") + cudaGetErrorString(err);
+    }
+    return n > 0 ? "" : "no GPU: no CUDA device found";
+}
+
+std::vector<DeviceCheck> check_pq_attention(PqValuePath path) { return check_pq_specs(pq_specs(), path); }
+
+std::vector<DeviceCheck> check_pq_attention_8bit() { return check_pq_specs(pq_8bit_specs(), PqValuePath::histogram); }
 
 std::vector<DeviceCheck> check_dense_attention() {
     std::vector<DeviceCheck> out;
@@ -103,7 +126,9 @@ std::vector<DeviceCheck> check_encode() {
     std::vector<DeviceCheck> out;
     for (const PqProblemSpec& spec : {pq_spec(3, 4, 4, 128, 32, 64, 64, 2, {65, 1, 200}, {0}, 1, 21),
                                       pq_spec(2, 2, 1, 64, 16, 32, 32, 1, {32, 17}, {0}, 1, 22),
-                                      rotated(pq_spec(2, 2, 4, 128, 32, 32, 64, 2, {70, 9}, {0}, 1, 23))}) {
+                                      rotated(pq_spec(2, 2, 4, 128, 32, 32, 64, 2, {70, 9}, {0}, 1, 23)),
+                                      eight_bit(pq_spec(3, 4, 4, 128, 32, 16, 64, 2, {65, 1, 200}, {0}, 1, 24)),
+                                      eight_bit(rotated(pq_spec(2, 2, 1, 64, 16, 8, 32, 1, {32, 17}, {0}, 1, 25)))}) {
         HostPqProblem h = make_random_pq_problem(spec);
         const PqAttentionParams& p = h.dims;
         const int D = p.shape.D, n_kv = p.shape.n_kv, batch = p.shape.batch;
@@ -137,7 +162,7 @@ std::vector<DeviceCheck> check_encode() {
         for (std::size_t i = 0; i < got.size(); ++i) differ += got[i] != want.pool[i];
         // Device and host run the same nearest_code; only a near-tie under FMA contraction may
         // differ. Counted against the code bytes the step writes, not the whole pool.
-        const double written = double(batch) * n_kv * (p.Mk + p.Mv) / 2.0;
+        const double written = double(batch) * n_kv * (p.Mk + p.Mv) * p.nbits / 8.0;
         out.push_back({"pq_encode " + describe(spec) + " (differing bytes / code bytes written)",
                        double(differ) / written, 0.02});
     }
@@ -150,7 +175,8 @@ std::vector<DeviceCheck> check_decompress_fallback() {
     std::printf("skipped: decompress_cublas (built without cuBLAS)\n");
 #else
     for (const PqProblemSpec& spec : {pq_spec(2, 2, 4, 128, 32, 32, 64, 2, {300, 451}, {20, 68}, 2, 31),
-                                      pq_spec(1, 4, 8, 64, 16, 32, 256, 1, {3000}, {4}, 4, 32)}) {
+                                      pq_spec(1, 4, 8, 64, 16, 32, 256, 1, {3000}, {4}, 4, 32),
+                                      eight_bit(pq_spec(2, 2, 4, 128, 32, 16, 64, 2, {700, 90}, {20}, 2, 33))}) {
         const HostPqProblem h = make_random_pq_problem(spec);
         const std::vector<double> ref = reference_attention(h);
         const DevicePqProblem d(h);

@@ -23,9 +23,11 @@ struct DeviceCheck {
 /// Fused PQ attention (paged, several versions, f16 sinks/window, rotated codebooks) over D, GQA
 /// ratio, M, batch, through one value path.
 std::vector<DeviceCheck> check_pq_attention(PqValuePath path);
+/// The 8-bit kernel (pq_attention_8bit.cu): segments, versions inside chunks, GQA 1-8, a rotation.
+std::vector<DeviceCheck> check_pq_attention_8bit();
 /// Dense f16 flash-decoding kernel.
 std::vector<DeviceCheck> check_dense_attention();
-/// Encode kernel: codes equal to the host's nearest_code; no other byte of the pool changes.
+/// Encode kernel (4- and 8-bit): codes equal to the host's nearest_code; no other byte of the pool changes.
 std::vector<DeviceCheck> check_encode();
 /// Decompress + cuBLAS fallback (f16 rows and f16 weights: a looser tolerance).
 std::vector<DeviceCheck> check_decompress_fallback();

@@ -157,9 +157,10 @@ DevicePqProblem::DevicePqProblem(const HostPqProblem& h, std::uint64_t fill_seed
         for (int pg = 0; pg * d.page_tokens < h.n_coded[b]; ++pg) used[h.page_version[std::size_t(b) * d.max_pages + pg]] = true;
         versions_in_use += std::count(used.begin(), used.end(), true);
     }
-    const std::uint64_t code_bytes_per_token = std::uint64_t(block_bytes(d.Mk) + block_bytes(d.Mv)) / kBlockTokens;
+    const std::uint64_t code_bytes_per_token =
+        std::uint64_t(stream_block_bytes(d, false) + stream_block_bytes(d, true)) / kBlockTokens;
     // Per version in use, keys and values: centroids, perm and gain, and the D x D rotations if any.
-    const std::uint64_t codebook_bytes = std::uint64_t(2) * (16 * s.D * 4 + s.D * 8) +
+    const std::uint64_t codebook_bytes = std::uint64_t(2) * (ksub_of(d.nbits) * s.D * 4 + s.D * 8) +
                                          (h.k_rot.empty() ? 0 : std::uint64_t(s.D) * s.D * 4) +
                                          (h.v_rot.empty() ? 0 : std::uint64_t(s.D) * s.D * 4);
     min_bytes_ = std::uint64_t(coded) * s.n_kv * code_bytes_per_token + std::uint64_t(f16_rows) * s.n_kv * s.D * 4 +

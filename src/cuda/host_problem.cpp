@@ -83,18 +83,20 @@ PqAttentionParams HostPqProblem::view() const {
 }
 
 std::size_t HostPqProblem::stream_bytes(bool values) const {
-    return std::size_t(dims.page_tokens / kBlockTokens) * block_bytes(values ? dims.Mv : dims.Mk);
+    return std::size_t(dims.page_tokens / kBlockTokens) * stream_block_bytes(dims, values);
 }
 
 HostPqProblem make_random_pq_problem(const PqProblemSpec& spec) {
     const AttentionShape& s = spec.shape;
     check_attention_shape(s);
+    AQPIM_CUDA_REQUIRE(spec.nbits == 4 || spec.nbits == 8, "nbits must be 4 or 8, got " + std::to_string(spec.nbits));
     HostPqProblem h;
     PqAttentionParams& d = h.dims;
     d.shape = s;
     if (d.shape.scale == 0.0f) d.shape.scale = 1.0f / std::sqrt(float(s.D));
     d.Mk = spec.Mk;
     d.Mv = spec.Mv;
+    d.nbits = spec.nbits;
     d.page_tokens = spec.page_tokens;
     d.n_versions = spec.n_versions;
     d.chunk_pages = spec.chunk_pages;
@@ -146,7 +148,7 @@ HostPqProblem make_random_pq_problem(const PqProblemSpec& spec) {
     for (float& x : h.q) x = gauss(rng);
     const std::size_t n_slots = std::size_t(s.batch) * spec.n_versions * n_kv;
     for (auto* cb : {&h.k_cb, &h.v_cb}) {
-        cb->resize(n_slots * 16 * D);
+        cb->resize(n_slots * ksub_of(spec.nbits) * D);
         for (float& x : *cb) x = gauss(rng);
     }
     for (auto* g : {&h.k_gain, &h.v_gain}) {
@@ -188,12 +190,12 @@ std::vector<double> reference_attention(const HostPqProblem& h) {
                     for (int values = 0; values < 2; ++values) {
                         const int M = values ? p.Mv : p.Mk;
                         const PqCodebookView cb = codebook_view(p, cs, values);
-                        const auto* block = reinterpret_cast<const std::uint32_t*>(
-                                                p.pool + p.page_offset[pt] + (values ? p.v_stream_off : p.k_stream_off)[kv]) +
-                                            std::int64_t(in_page / kBlockTokens) * block_dwords(M);
+                        const std::uint8_t* block = p.pool + p.page_offset[pt] +
+                                                    (values ? p.v_stream_off : p.k_stream_off)[kv] +
+                                                    std::int64_t(in_page / kBlockTokens) * stream_block_bytes(p, values);
                         float* x = values ? v.data() : k.data();
                         for (int i = 0; i < D; ++i)
-                            y[i] = centroid_dim(cb, D / M, i, code4(block, kGroupDwords, in_page % kBlockTokens, i / (D / M)));
+                            y[i] = centroid_dim(cb, D / M, i, block_code(block, p.nbits, in_page % kBlockTokens, i / (D / M)));
                         for (int i = 0; i < D; ++i) {
                             if (cb.rot)
                                 x[i] = rotated_back(cb, y.data(), i);
@@ -246,7 +248,11 @@ void store_codes(HostPqProblem& p, int b, int kv, bool values, int t, const std:
     const std::int64_t pt = std::int64_t(b) * p.dims.max_pages + t / p.dims.page_tokens;
     const int in_page = t % p.dims.page_tokens, tb = in_page % kBlockTokens;
     std::uint8_t* block = p.pool.data() + p.page_offset[pt] + (values ? p.v_stream_off : p.k_stream_off)[kv] +
-                          std::size_t(in_page / kBlockTokens) * block_bytes(M);
+                          std::size_t(in_page / kBlockTokens) * stream_block_bytes(p.dims, values);
+    if (p.dims.nbits == 8) {
+        for (int m = 0; m < M; ++m) block[m * kBlockTokens + tb] = codes[m];
+        return;
+    }
     for (int m = 0; m < M; ++m) {
         std::uint32_t dw;
         std::memcpy(&dw, block + 4 * code4_dword(tb, m), 4);

@@ -1,6 +1,6 @@
 #pragma once
 // A decode-attention problem in host memory, in the exact layout the CUDA kernels read
-// (attention_params.h): queries, a shuffled page pool of 4-bit code blocks, page tables with
+// (attention_params.h): queries, a shuffled page pool of 4- or 8-bit code blocks, page tables with
 // codebook versions, f16 sinks/window rows and the codebooks. Used by the CPU tests, the device
 // tests and the standalone GPU check; reference_attention() is the double-precision
 // decode-then-attend answer every CUDA path is compared with.
@@ -15,6 +15,7 @@ namespace aqpim::cuda {
 struct PqProblemSpec {
     AttentionShape shape;            ///< scale 0: 1 / sqrt(D)
     int Mk = 32, Mv = 32;
+    int nbits = 4;                   ///< code width, 4 or 8
     int page_tokens = 256;
     int n_versions = 1;              ///< versions split the coded pages into equal contiguous runs
     std::vector<int> n_coded;        ///< [batch] coded tokens (one value: every sequence)
@@ -39,7 +40,7 @@ struct HostPqProblem {
     std::vector<std::int64_t> k_stream_off, v_stream_off;  ///< [n_kv]
     std::vector<int> n_coded, n_f16;           ///< [batch]
     std::vector<std::uint16_t> k16, v16;       ///< [batch][n_kv][max_f16][D]
-    std::vector<float> k_cb, v_cb;             ///< [batch][n_versions][n_kv][M][16][dsub]
+    std::vector<float> k_cb, v_cb;             ///< [batch][n_versions][n_kv][M][ksub][dsub]
     std::vector<std::int32_t> k_perm, v_perm;  ///< [batch][n_versions][n_kv][D]
     std::vector<float> k_gain, v_gain;         ///< [batch][n_versions][n_kv][D]
     std::vector<float> k_rot, v_rot;           ///< [batch][n_versions][n_kv][D][D], empty: no rotation

@@ -17,6 +17,7 @@ enum class PqValuePath { histogram, mma };
 const char* to_string(PqValuePath path);
 
 /// Fused PQ attention of every (sequence, KV head) and the reduction across chunks into p.out.
+/// 8-bit codes (p.nbits == 8) run pq_attention_8bit.cu, with `path` histogram (the only one).
 void launch_pq_attention(const PqAttentionParams& p, cudaStream_t stream, PqValuePath path = PqValuePath::histogram);
 /// Dynamic shared memory one block of the PQ kernel takes.
 std::size_t pq_attention_smem_bytes(const PqAttentionParams& p, PqValuePath path = PqValuePath::histogram);

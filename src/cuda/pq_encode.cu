@@ -1,4 +1,4 @@
-// Encode of one decode step's new keys and values into the paged 4-bit code pool.
+// Encode of one decode step's new keys and values into the paged 4- or 8-bit code pool.
 // Grid (n_kv, batch, 2: keys | values), one thread per subspace.
 
 #include "cuda/cuda_check.h"
@@ -20,9 +20,13 @@ __global__ void pq_encode_kernel(PqAttentionParams p, const float* k_new, const 
     const float* x = (values ? v_new : k_new) + (std::int64_t(b) * p.shape.n_kv + kv) * D;
     const int code = nearest_code(x, cb, D / M, m);
     const int in_page = i % p.page_tokens, t = in_page % kBlockTokens;
-    auto* block = reinterpret_cast<unsigned int*>(pool + p.page_offset[pt] + (values ? p.v_stream_off : p.k_stream_off)[kv]) +
-                  std::int64_t(in_page / kBlockTokens) * block_dwords(M);
-    atomicOr(block + code4_dword(t, m), unsigned(code) << code4_shift(t, m));
+    std::uint8_t* block = pool + p.page_offset[pt] + (values ? p.v_stream_off : p.k_stream_off)[kv] +
+                          std::int64_t(in_page / kBlockTokens) * stream_block_bytes(p, values);
+    if (p.nbits == 8) {  // a byte of its own
+        block[m * kBlockTokens + t] = std::uint8_t(code);
+        return;
+    }
+    atomicOr(reinterpret_cast<unsigned int*>(block) + code4_dword(t, m), unsigned(code) << code4_shift(t, m));
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // Per-thread arithmetic of the CUDA PQ kernels (encode, attention, decompress), shared with the
 // CPU tests. Layouts are the CPU's (aqpim/pq_codes.h, docs/pq-kernels.md): tokens in blocks of 32;
 // a 4-bit block is ceil(M/4) groups of 16 dwords, dword i of group g packing, for subspace 4g+j,
-// token i in bits [8j, 8j+4) and token i+16 in bits [8j+4, 8j+8).
+// token i in bits [8j, 8j+4) and token i+16 in bits [8j+4, 8j+8); an 8-bit block is M rows of 32
+// bytes, byte t of row m the code of token t in subspace m.
 //
 // Codebook versions are read in the quantizer's space (aqpim/pq.h): with P the permutation, s the
 // scale (gain, ones when scale folding is off) and R an optional rotation (D x D, row-major),
@@ -19,7 +20,9 @@
 namespace aqpim::cuda {
 
 inline constexpr int kBlockTokens = 32;
-inline constexpr int kKsub = 16;             ///< the CUDA kernels read 4-bit codes only
+inline constexpr int kKsub = 16;             ///< centroids per subspace of 4-bit codes
+inline constexpr int kKsub8 = 256;           ///< of 8-bit codes
+inline constexpr int kMaxDsub8 = 16;         ///< 8-bit codebooks need D / M <= 16 (the encode's subvector)
 inline constexpr int kGroupDwords = 16;      ///< dwords of one 4-subspace group in a block
 inline constexpr int kStageGroupDwords = 17;  ///< the same group in shared memory, padded by one dword
                                               ///< so the 8 groups a warp reads at once hit 8 banks
@@ -31,18 +34,32 @@ struct PqCodebookView {
     const float* gain = nullptr;         ///< [D] per-channel scale s (ones when off)
     const float* rot = nullptr;          ///< [D][D] rotation R, row-major; null when none
     int D = 0;                           ///< head_dim (read with rot)
+    int ksub = kKsub;                    ///< centroids per subspace: 16 (4-bit) or 256 (8-bit)
 };
+
+/// Centroids per subspace of nbits-bit codes (4 or 8).
+AQPIM_HD int ksub_of(int nbits) { return 1 << nbits; }
 
 /// Dwords of one 4-bit block: ceil(M/4) groups of 16.
 AQPIM_HD int block_dwords(int M) { return (M + 3) / 4 * kGroupDwords; }
 /// Bytes of one 4-bit block.
 AQPIM_HD int block_bytes(int M) { return block_dwords(M) * 4; }
+/// Bytes of one block of nbits-bit codes (4: packed groups; 8: M rows of 32 bytes).
+AQPIM_HD int coded_block_bytes(int M, int nbits) { return nbits == 8 ? M * kBlockTokens : block_bytes(M); }
 
 /// Sub-code m of token t (0..31) of a block whose groups are `group_stride` dwords apart
 /// (kGroupDwords in memory, kStageGroupDwords when staged in shared memory).
 AQPIM_HD int code4(const std::uint32_t* block, int group_stride, int t, int m) {
     const std::uint32_t dw = block[(m >> 2) * group_stride + (t & 15)];
     return int((dw >> (8 * (m & 3) + ((t >> 4) << 2))) & 15u);
+}
+
+/// Sub-code m of token t (0..31) of an 8-bit block.
+AQPIM_HD int code8(const std::uint8_t* block, int t, int m) { return block[m * kBlockTokens + t]; }
+
+/// Sub-code m of token t of a block in memory, either width.
+AQPIM_HD int block_code(const std::uint8_t* block, int nbits, int t, int m) {
+    return nbits == 8 ? code8(block, t, m) : code4(reinterpret_cast<const std::uint32_t*>(block), kGroupDwords, t, m);
 }
 
 /// Where sub-code m of token t goes: dword index in the block (memory layout) and bit shift.
@@ -81,10 +98,10 @@ AQPIM_HD float rotated_back(const PqCodebookView& v, const float* y, int d) {
     return v.gain[d] * s;
 }
 
-/// LUT[m][c] = qy[m*dsub : (m+1)*dsub] · C[m][c].
-AQPIM_HD float lut_entry(const float* qy, const float* cb, int dsub, int m, int c) {
+/// LUT[m][c] = qy[m*dsub : (m+1)*dsub] · C[m][c], C with ksub centroids per subspace.
+AQPIM_HD float lut_entry(const float* qy, const float* cb, int dsub, int m, int c, int ksub = kKsub) {
     const float* qm = qy + m * dsub;
-    const float* cm = cb + (m * kKsub + c) * dsub;
+    const float* cm = cb + (m * ksub + c) * dsub;
     float s = 0.0f;
     for (int d = 0; d < dsub; ++d) s += qm[d] * cm[d];
     return s;
@@ -139,27 +156,48 @@ AQPIM_HD float value_gain(const PqCodebookView& v, int i) { return v.gain[v.perm
 
 // ---- encode and decode -------------------------------------------------------------------------------
 
-/// Nearest of 16 centroids C[m][*] to the subvector m of y = forward(x) (ties: lowest index).
+/// Nearest of the ksub centroids C[m][*] to the subvector m of y = forward(x) (ties: lowest
+/// index), each distance summed over d in order, as ProductQuantizer::encode. 4-bit: the 16
+/// distances in registers, d outer; 8-bit: the subvector in registers (dsub <= kMaxDsub8), c outer.
 AQPIM_HD int nearest_code(const float* x, const PqCodebookView& k, int dsub, int m) {
-    float dist[kKsub];
-    for (int c = 0; c < kKsub; ++c) dist[c] = 0.0f;
-    for (int d = 0; d < dsub; ++d) {  // each distance summed over d in order
-        const float yd = to_quantizer_space(x, k, m * dsub + d);
-        for (int c = 0; c < kKsub; ++c) {
-            const float e = yd - k.cb[(m * kKsub + c) * dsub + d];
-            dist[c] += e * e;
+    if (k.ksub == kKsub) {
+        float dist[kKsub];
+        for (int c = 0; c < kKsub; ++c) dist[c] = 0.0f;
+        for (int d = 0; d < dsub; ++d) {
+            const float yd = to_quantizer_space(x, k, m * dsub + d);
+            for (int c = 0; c < kKsub; ++c) {
+                const float e = yd - k.cb[(m * kKsub + c) * dsub + d];
+                dist[c] += e * e;
+            }
+        }
+        int best = 0;
+        for (int c = 1; c < kKsub; ++c)
+            if (dist[c] < dist[best]) best = c;
+        return best;
+    }
+    float y[kMaxDsub8];
+    for (int d = 0; d < dsub && d < kMaxDsub8; ++d) y[d] = to_quantizer_space(x, k, m * dsub + d);
+    int best = 0;
+    float best_dist = 0.0f;
+    for (int c = 0; c < k.ksub; ++c) {
+        const float* cm = k.cb + (std::int64_t(m) * k.ksub + c) * dsub;
+        float dist = 0.0f;
+        for (int d = 0; d < dsub && d < kMaxDsub8; ++d) {
+            const float e = y[d] - cm[d];
+            dist += e * e;
+        }
+        if (c == 0 || dist < best_dist) {
+            best = c;
+            best_dist = dist;
         }
     }
-    int best = 0;
-    for (int c = 1; c < kKsub; ++c)
-        if (dist[c] < dist[best]) best = c;
     return best;
 }
 
 /// Centroid value of quantizer-space dim i for a code: y[i] = C[m][code][i - m dsub].
 AQPIM_HD float centroid_dim(const PqCodebookView& v, int dsub, int i, int code) {
     const int m = i / dsub;
-    return v.cb[(m * kKsub + code) * dsub + (i - m * dsub)];
+    return v.cb[(m * v.ksub + code) * dsub + (i - m * dsub)];
 }
 
 /// Original-space value of dim perm[i] of a decoded vector: gain[perm[i]] * C[m][code][d]

@@ -6,6 +6,7 @@ set(AQPIM_CUDA_KERNEL_SOURCES
   ${AQPIM_CUDA_DIR}/combine.cu
   ${AQPIM_CUDA_DIR}/pq_attention.cu
   ${AQPIM_CUDA_DIR}/pq_attention_mma.cu
+  ${AQPIM_CUDA_DIR}/pq_attention_8bit.cu
   ${AQPIM_CUDA_DIR}/dense_attention.cu
   ${AQPIM_CUDA_DIR}/pq_encode.cu
   ${AQPIM_CUDA_DIR}/decompress_fallback.cu

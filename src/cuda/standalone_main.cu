@@ -2,12 +2,13 @@
 // CLI11, GTest or OpenBLAS), so a GPU machine builds it with nvcc and CMake alone
 // (src/cuda/CMakeLists.txt; scripts/gpu-check.sh).
 //
-//   aqpim_cuda_check [--check] [--bench] [--quick]      (neither: both)
+//   aqpim_cuda_check [--check] [--bench] [--quick] [--nbits 4|8]   (neither: both; --nbits: the benchmark's codes)
 //   aqpim_cuda_check --profile                           one dense launch and one of each PQ value path, batch 8, 32K, for ncu
 //   --no-fallback: leave out the decompress + cuBLAS baseline (racecheck: cuBLAS's own kernels
 //   report hazards of their own)
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -22,12 +23,13 @@ using namespace aqpim::cuda;
 
 int run_checks(bool fallback) {
     int failed = 0, n = 0;
-    // The PQ checks last, the mma path after the histogram path: a fault in the newest kernel
-    // (which spoils the CUDA context) loses no other group's results.
+    // The PQ checks last, the mma path after the histogram path and the 8-bit kernel last: a fault
+    // in a newer kernel (which spoils the CUDA context) loses no other group's results.
     std::vector<std::vector<DeviceCheck> (*)()> groups{check_dense_attention, check_encode};
     if (fallback) groups.push_back(check_decompress_fallback);
     groups.push_back([] { return check_pq_attention(PqValuePath::histogram); });
     groups.push_back([] { return check_pq_attention(PqValuePath::mma); });
+    groups.push_back(check_pq_attention_8bit);
     for (auto group : groups) {
         std::vector<DeviceCheck> results;
         try {
@@ -48,9 +50,10 @@ int run_checks(bool fallback) {
     return failed;
 }
 
-void run_bench(bool quick, bool fallback) {
+void run_bench(bool quick, bool fallback, int nbits) {
     CudaBenchOptions opt;
     opt.fallback = fallback;
+    opt.nbits = nbits;
     if (quick) {  // the issue's target points
         opt.contexts = {32768, 131072};
         opt.batches = {8};
@@ -74,6 +77,7 @@ void run_bench(bool quick, bool fallback) {
 
 int main(int argc, char** argv) {
     bool check = false, bench = false, quick = false, profile = false, fallback = true;
+    int nbits = 4;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--check"))
             check = true;
@@ -85,8 +89,10 @@ int main(int argc, char** argv) {
             profile = true;
         else if (!std::strcmp(argv[i], "--no-fallback"))
             fallback = false;
+        else if (!std::strcmp(argv[i], "--nbits") && i + 1 < argc && (!std::strcmp(argv[i + 1], "4") || !std::strcmp(argv[i + 1], "8")))
+            nbits = std::atoi(argv[++i]);
         else {
-            std::fprintf(stderr, "usage: aqpim_cuda_check [--check] [--bench] [--quick] [--no-fallback] | --profile\n");
+            std::fprintf(stderr, "usage: aqpim_cuda_check [--check] [--bench] [--quick] [--nbits 4|8] [--no-fallback] | --profile\n");
             return 2;
         }
     }
@@ -99,7 +105,7 @@ int main(int argc, char** argv) {
     try {
         if (profile) run_cuda_profile_launches(CudaBenchOptions{}, 8, 32768);
         const int failed = check ? run_checks(fallback) : 0;
-        if (bench) run_bench(quick, fallback);
+        if (bench) run_bench(quick, fallback, nbits);
         return failed ? 1 : 0;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "error: %s\n", e.what());

@@ -33,6 +33,7 @@ std::vector<cuda::DeviceCheck> pq_mma_checks() { return cuda::check_pq_attention
 
 AQPIM_DEVICE_TEST(PqAttentionMatchesReference, pq_histogram_checks)
 AQPIM_DEVICE_TEST(PqAttentionMmaMatchesReference, pq_mma_checks)
+AQPIM_DEVICE_TEST(PqAttention8BitMatchesReference, cuda::check_pq_attention_8bit)
 AQPIM_DEVICE_TEST(DenseF16MatchesReference, cuda::check_dense_attention)
 AQPIM_DEVICE_TEST(EncodeWritesTheHostCodes, cuda::check_encode)
 AQPIM_DEVICE_TEST(DecompressFallbackMatchesReference, cuda::check_decompress_fallback)

@@ -1,0 +1,246 @@
+// Fused decode attention over 8-bit PQ codes (256 centroids per subspace), flash-decoding style.
+//
+// Same grid, partials, sinks-and-window block and combine as pq_attention.cu. A subspace's tables
+// are 16x larger than at 4 bits, so a block cannot hold every table and histogram at once: it
+// walks its chunk in segments (up to segment_tokens_8bit(NQ) coded tokens of pages of one codebook
+// version) and each segment's subspaces in groups whose tables take 32 KiB (pq_tile_8bit.h):
+//
+//   keys     per group: the group's tables LUT[m][c][h] built in shared memory from the queries in
+//            the version's quantizer space; each thread adds its tokens' lookups to their scores
+//            in a shared [tokens][NQ] buffer (thread t owns tokens t, t + 128, ...: a warp reads one
+//            32-byte code row per subspace, coalesced)
+//   softmax  the segment's max per head (block reduction), the scores become weights, the block's
+//            state is rescaled once per segment
+//   values   per group: histograms hist[m][c][h] (shared-memory atomics; two tokens of a warp meet
+//            in a bin with probability 1/256), then through the value codebook into the segment's
+//            values y [NQ][D] in quantizer space, and at the segment's end into the accumulator
+//            (perm and gain, or the rotation)
+//
+// No value vector is decoded and every code byte is read once from device memory.
+
+#include "cuda/pq_attention_8bit.h"
+#include "cuda/pq_block.cuh"
+#include "cuda/pq_tile_8bit.h"
+
+namespace aqpim::cuda {
+
+namespace {
+
+/// Dynamic shared memory of one block, in floats; every region 16-byte aligned.
+struct Pq8Smem {
+    int table, weights, qy, y, seg, red;  // offsets
+    int total;
+    __host__ __device__ Pq8Smem(int nq, int D) {
+        const int blocks = segment_tokens_8bit(nq) / kBlockTokens;
+        table = 0;                           // [g][256][nq] tables, then histograms
+        weights = table + kTable8Floats;     // [tokens][nq] scores, then weights
+        qy = weights + kSeg8Floats;          // [nq][D] queries in the version's key space
+        y = qy + up4(nq * D);                // [nq][D] the segment's values (quantizer space)
+        seg = y + up4(nq * D);               // [blocks] key and value block offsets (int64), valid tokens
+        red = seg + up4(blocks * 5);         // [2][warps][nq] block reductions
+        const int coded = red + up4(2 * kWarps * nq);
+        const int f16 = f16_chunk_floats(nq, D);
+        total = coded > f16 ? coded : f16;
+    }
+};
+
+template <int NQ, int D>
+__global__ void __launch_bounds__(kThreads) pq_attention_8bit_kernel(PqAttentionParams p) {
+    __shared__ BlockState<NQ, D> st;
+    extern __shared__ float4 dyn4[];
+    float* dyn = reinterpret_cast<float*>(dyn4);
+    const PqBlockIds id(p);
+    const int b = id.b, kv = id.kv, n_q = p.shape.n_q, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    block_state_init(st);
+    if (id.f16_block(p)) return attend_f16_chunk<NQ, D>(p, id.q, b, kv, id.part_slot, st, dyn4);
+
+    constexpr int kSegBlocks = segment_tokens_8bit(NQ) / kBlockTokens, kGroup = group_subspaces_8bit(NQ);
+    const Pq8Smem lay(NQ, D);
+    float* table = dyn + lay.table;
+    float* w = dyn + lay.weights;
+    float* qy = dyn + lay.qy;
+    float* y = dyn + lay.y;
+    auto* seg_k = reinterpret_cast<std::int64_t*>(dyn + lay.seg);  // pool offsets of the segment's blocks
+    std::int64_t* seg_v = seg_k + kSegBlocks;
+    int* seg_n = reinterpret_cast<int*>(seg_v + kSegBlocks);       // valid tokens of each block
+    float* red = dyn + lay.red;
+
+    const int Mk = p.Mk, Mv = p.Mv, dk = D / Mk, dv = D / Mv;
+    const int kbb = stream_block_bytes(p, false), vbb = stream_block_bytes(p, true);
+    const int n_coded = p.n_coded[b];
+    const int n_pages = (n_coded + p.page_tokens - 1) / p.page_tokens;
+    const int page_end = min((id.chunk + 1) * p.chunk_pages, n_pages);
+    PqCodebookView kcb{}, vcb{};
+    int cur = -1;
+    int pg = id.chunk * p.chunk_pages, blk = 0;  // the next block to attend: block blk of page pg
+    while (pg < page_end) {  // block-uniform: every thread walks the same pages
+        __syncthreads();     // the previous segment's readers of the lists, qy and y are done
+        const int ver = p.page_version[std::int64_t(b) * p.max_pages + pg];
+        if (ver != cur) {
+            cur = ver;
+            const std::int64_t cs = codebook_slot(p, b, ver, kv);
+            kcb = codebook_view(p, cs, false);
+            vcb = codebook_view(p, cs, true);
+            for (int i = tid; i < NQ * D; i += kThreads)
+                qy[i] = i / D < n_q ? query_in_quantizer_space(id.q + (i / D) * D, kcb, p.shape.scale, i % D) : 0.0f;
+        }
+        int n_blocks = 0;
+        while (pg < page_end && n_blocks < kSegBlocks) {
+            const std::int64_t pt = std::int64_t(b) * p.max_pages + pg;
+            if (p.page_version[pt] != cur) break;
+            const int page_tok = min(p.page_tokens, n_coded - pg * p.page_tokens);
+            const int page_blocks = (page_tok + kBlockTokens - 1) / kBlockTokens;
+            const int take = min(page_blocks - blk, kSegBlocks - n_blocks);
+            const std::int64_t page = p.page_offset[pt];
+            for (int j = tid; j < take; j += kThreads) {
+                seg_k[n_blocks + j] = page + p.k_stream_off[kv] + std::int64_t(blk + j) * kbb;
+                seg_v[n_blocks + j] = page + p.v_stream_off[kv] + std::int64_t(blk + j) * vbb;
+                seg_n[n_blocks + j] = min(kBlockTokens, page_tok - (blk + j) * kBlockTokens);
+            }
+            n_blocks += take;
+            blk += take;
+            if (blk == page_blocks) {
+                ++pg;
+                blk = 0;
+            }
+        }
+        const int n_tok = n_blocks * kBlockTokens;
+
+        // Keys, a group of subspaces at a time.
+        for (int m0 = 0; m0 < Mk; m0 += kGroup) {
+            const int g = min(kGroup, Mk - m0);
+            __syncthreads();  // the previous group's tables are read (and the lists and qy written)
+            for (int i = tid; i < g * kKsub8 * NQ; i += kThreads) {
+                const int h = i % NQ, r = i / NQ;  // r = (m - m0) * 256 + c
+                table[i] = lut_entry(qy + h * D, kcb.cb, dk, m0 + r / kKsub8, r % kKsub8, kKsub8);
+            }
+            __syncthreads();
+            for (int t = tid; t < n_tok; t += kThreads) {
+                const std::uint8_t* codes = p.pool + seg_k[t / kBlockTokens];
+                float s[NQ];
+                if (m0 == 0) {
+#pragma unroll
+                    for (int h = 0; h < NQ; ++h) s[h] = 0.0f;
+                } else {
+                    load_heads<NQ>(w + t * NQ, s);
+                }
+                for (int m = 0; m < g; ++m) {
+                    float e[NQ];
+                    load_heads<NQ>(table + (m * kKsub8 + code8(codes, t % kBlockTokens, m0 + m)) * NQ, e);
+#pragma unroll
+                    for (int h = 0; h < NQ; ++h) s[h] += e[h];
+                }
+                store_heads<NQ>(w + t * NQ, s);
+            }
+        }
+
+        // Softmax: the segment's max, the weights (in place of the scores), the state rescaled.
+        float mx[NQ];
+#pragma unroll
+        for (int h = 0; h < NQ; ++h) mx[h] = kNegInf;
+        for (int t = tid; t < n_tok; t += kThreads)
+            if (t % kBlockTokens < seg_n[t / kBlockTokens]) {
+                float s[NQ];
+                load_heads<NQ>(w + t * NQ, s);
+#pragma unroll
+                for (int h = 0; h < NQ; ++h) mx[h] = fmaxf(mx[h], s[h]);
+            }
+#pragma unroll
+        for (int h = 0; h < NQ; ++h) {
+            const float v = warp_max(mx[h]);
+            if (lane == 0) red[warp * NQ + h] = v;
+        }
+        __syncthreads();
+        float mnew[NQ], alpha[NQ], sum[NQ];
+#pragma unroll
+        for (int h = 0; h < NQ; ++h) {
+            float m = st.m[h];
+            for (int wi = 0; wi < kWarps; ++wi) m = fmaxf(m, red[wi * NQ + h]);
+            mnew[h] = m;
+            alpha[h] = rescale(st.m[h], m);
+            sum[h] = 0.0f;
+        }
+        for (int t = tid; t < n_tok; t += kThreads) {
+            const bool valid = t % kBlockTokens < seg_n[t / kBlockTokens];
+            float s[NQ];
+            load_heads<NQ>(w + t * NQ, s);
+#pragma unroll
+            for (int h = 0; h < NQ; ++h) {
+                s[h] = valid ? hd_exp(s[h] - mnew[h]) : 0.0f;
+                sum[h] += s[h];
+            }
+            store_heads<NQ>(w + t * NQ, s);
+        }
+#pragma unroll
+        for (int h = 0; h < NQ; ++h) {
+            const float v = warp_sum(sum[h]);
+            if (lane == 0) red[(kWarps + warp) * NQ + h] = v;
+        }
+#pragma unroll
+        for (int h = 0; h < NQ; ++h)
+            for (int d = tid; d < D; d += kThreads) st.acc[h][d] *= alpha[h];
+        __syncthreads();  // every thread has read st.m; the sums are in red
+        if (tid < NQ) {
+            float l = st.l[tid] * rescale(st.m[tid], mnew[tid]);
+            for (int wi = 0; wi < kWarps; ++wi) l += red[(kWarps + wi) * NQ + tid];
+            st.l[tid] = l;
+            st.m[tid] = mnew[tid];
+        }
+
+        // Values, a group of subspaces at a time: histograms of the weights, then y.
+        for (int m0 = 0; m0 < Mv; m0 += kGroup) {
+            const int g = min(kGroup, Mv - m0);
+            __syncthreads();  // the previous group's histograms (or the key tables) are read
+            for (int i = tid; i < g * kKsub8 * NQ; i += kThreads) table[i] = 0.0f;
+            __syncthreads();
+            for (int t = tid; t < n_tok; t += kThreads) {
+                const int tb = t % kBlockTokens;
+                if (tb >= seg_n[t / kBlockTokens]) continue;
+                const std::uint8_t* codes = p.pool + seg_v[t / kBlockTokens];
+                float wt[NQ];
+                load_heads<NQ>(w + t * NQ, wt);
+                for (int m = 0; m < g; ++m) {
+                    float* bin = table + (m * kKsub8 + code8(codes, tb, m0 + m)) * NQ;
+#pragma unroll
+                    for (int h = 0; h < NQ; ++h)
+                        if (h < n_q) atomicAdd(bin + h, wt[h]);
+                }
+            }
+            __syncthreads();
+            for (int o = tid; o < NQ * g * dv; o += kThreads) {
+                const int h = o % NQ, i = m0 * dv + o / NQ;
+                y[h * D + i] = hist8_times_centroids(table, NQ, h, m0, vcb.cb, dv, i);
+            }
+        }
+        __syncthreads();
+        for (int o = tid; o < NQ * D; o += kThreads) add_original_space(vcb, y + (o / D) * D, o % D, st.acc[o / D]);
+    }
+    __syncthreads();
+    write_partial(st, n_q, p.part_ml, p.part_acc, id.part_slot);
+}
+
+struct EightBitFamily {
+    template <int NQ, int D>
+    static auto* kernel(const PqAttentionParams&) {
+        return pq_attention_8bit_kernel<NQ, D>;
+    }
+    static std::size_t smem_bytes(int nq, int D, const PqAttentionParams&) { return std::size_t(Pq8Smem(nq, D).total) * 4; }
+};
+
+}  // namespace
+
+std::size_t pq_8bit_smem_bytes(const PqAttentionParams& p) {
+    return EightBitFamily::smem_bytes(group_instance(p.shape.n_q), p.shape.D, p);
+}
+
+int pq_8bit_blocks_per_sm(const PqAttentionParams& p) {
+    int blocks = 0;
+    dispatch_instance(p.shape, PqFamilyOccupancy<EightBitFamily>{p, blocks});
+    return blocks;
+}
+
+void launch_pq_8bit_kernel(const PqAttentionParams& p, cudaStream_t stream) {
+    dispatch_instance(p.shape, PqFamilyLaunch<EightBitFamily>{p, stream});
+}
+
+}  // namespace aqpim::cuda

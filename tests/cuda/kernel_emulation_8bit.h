@@ -1,0 +1,121 @@
+#pragma once
+// The 8-bit PQ attention kernel's decomposition (src/cuda/pq_attention_8bit.cu) run on the CPU
+// with its __host__ __device__ arithmetic (pq_tile.h, pq_tile_8bit.h): segments of at most
+// segment_tokens_8bit(nq) tokens of one codebook version, subspace groups of
+// group_subspaces_8bit(nq) for the tables and the histograms, one softmax rescale per segment,
+// values through y in quantizer space. Plug into emulation::pq_attention as its coded chunk.
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "cuda/attention_params.h"
+#include "cuda/pq_tile_8bit.h"
+#include "cuda/kernel_emulation.h"
+
+namespace aqpim::cuda::emulation {
+
+/// One segment: pool offsets of its key and value blocks, and their valid tokens.
+struct Segment8 {
+    std::vector<std::int64_t> k, v;
+    std::vector<int> n;
+};
+
+/// Attend one segment of version `cur` into st (block-level online softmax, as the kernel).
+inline void pq8_segment(const PqAttentionParams& p, const Segment8& seg, const PqCodebookView& kcb,
+                        const PqCodebookView& vcb, const std::vector<float>& qy, int nq, Block& st) {
+    const int D = p.shape.D, n_q = p.shape.n_q, G = group_subspaces_8bit(nq), dk = D / p.Mk, dv = D / p.Mv;
+    const int n_tok = int(seg.k.size()) * kBlockTokens;
+    std::vector<float> w(std::size_t(n_tok) * nq, 0.0f), table(kTable8Floats), y(std::size_t(nq) * D);
+    const auto valid = [&](int t) { return t % kBlockTokens < seg.n[t / kBlockTokens]; };
+    for (int m0 = 0; m0 < p.Mk; m0 += G) {
+        const int g = std::min(G, p.Mk - m0);
+        for (int i = 0; i < g * kKsub8 * nq; ++i) {
+            const int h = i % nq, r = i / nq;
+            table[i] = lut_entry(qy.data() + h * D, kcb.cb, dk, m0 + r / kKsub8, r % kKsub8, kKsub8);
+        }
+        for (int t = 0; t < n_tok; ++t) {
+            const std::uint8_t* codes = p.pool + seg.k[t / kBlockTokens];
+            for (int m = 0; m < g; ++m) {
+                const int c = code8(codes, t % kBlockTokens, m0 + m);
+                for (int h = 0; h < nq; ++h) w[std::size_t(t) * nq + h] += table[(m * kKsub8 + c) * nq + h];
+            }
+        }
+    }
+    for (int h = 0; h < nq; ++h) {
+        float mx = kNegInf;
+        for (int t = 0; t < n_tok; ++t)
+            if (valid(t)) mx = std::max(mx, w[std::size_t(t) * nq + h]);
+        const float mnew = std::max(st.m[h], mx), alpha = rescale(st.m[h], mnew);
+        float sum = 0.0f;
+        for (int t = 0; t < n_tok; ++t) {
+            float& x = w[std::size_t(t) * nq + h];
+            x = valid(t) ? hd_exp(x - mnew) : 0.0f;
+            sum += x;
+        }
+        for (int d = 0; d < D; ++d) st.acc[h * D + d] *= alpha;
+        st.l[h] = st.l[h] * alpha + sum;
+        st.m[h] = mnew;
+    }
+    for (int m0 = 0; m0 < p.Mv; m0 += G) {
+        const int g = std::min(G, p.Mv - m0);
+        std::fill(table.begin(), table.end(), 0.0f);
+        for (int t = 0; t < n_tok; ++t) {
+            if (!valid(t)) continue;
+            const std::uint8_t* codes = p.pool + seg.v[t / kBlockTokens];
+            for (int m = 0; m < g; ++m) {
+                const int c = code8(codes, t % kBlockTokens, m0 + m);
+                for (int h = 0; h < n_q; ++h) table[(m * kKsub8 + c) * nq + h] += w[std::size_t(t) * nq + h];
+            }
+        }
+        for (int o = 0; o < nq * g * dv; ++o) {
+            const int h = o % nq, i = m0 * dv + o / nq;
+            y[h * D + i] = hist8_times_centroids(table.data(), nq, h, m0, vcb.cb, dv, i);
+        }
+    }
+    for (int o = 0; o < nq * D; ++o) add_original_space(vcb, y.data() + (o / D) * D, o % D, st.acc.data() + (o / D) * D);
+}
+
+/// The 8-bit kernel's coded chunk `chunk` of (b, kv) into st.
+inline void pq8_chunk(const PqAttentionParams& p, int b, int kv, int chunk, int nq, Block& st) {
+    const int D = p.shape.D, seg_blocks = segment_tokens_8bit(nq) / kBlockTokens;
+    const int kbb = stream_block_bytes(p, false), vbb = stream_block_bytes(p, true);
+    const int n_coded = p.n_coded[b], n_pages = (n_coded + p.page_tokens - 1) / p.page_tokens;
+    const int page_end = std::min((chunk + 1) * p.chunk_pages, n_pages);
+    const float* q = p.q + (std::int64_t(b) * p.shape.n_kv + kv) * p.shape.n_q * D;
+    PqCodebookView kcb{}, vcb{};
+    std::vector<float> qy(std::size_t(nq) * D);
+    int cur = -1, pg = chunk * p.chunk_pages, blk = 0;
+    while (pg < page_end) {
+        const int ver = p.page_version[std::int64_t(b) * p.max_pages + pg];
+        if (ver != cur) {
+            cur = ver;
+            const std::int64_t cs = codebook_slot(p, b, ver, kv);
+            kcb = codebook_view(p, cs, false);
+            vcb = codebook_view(p, cs, true);
+            for (int i = 0; i < nq * D; ++i)
+                qy[i] = i / D < p.shape.n_q ? query_in_quantizer_space(q + (i / D) * D, kcb, p.shape.scale, i % D) : 0.0f;
+        }
+        Segment8 seg;
+        while (pg < page_end && int(seg.k.size()) < seg_blocks) {
+            const std::int64_t pt = std::int64_t(b) * p.max_pages + pg;
+            if (p.page_version[pt] != cur) break;
+            const int page_tok = std::min(p.page_tokens, n_coded - pg * p.page_tokens);
+            const int page_blocks = (page_tok + kBlockTokens - 1) / kBlockTokens;
+            const int take = std::min(page_blocks - blk, seg_blocks - int(seg.k.size()));
+            for (int j = 0; j < take; ++j) {
+                seg.k.push_back(p.page_offset[pt] + p.k_stream_off[kv] + std::int64_t(blk + j) * kbb);
+                seg.v.push_back(p.page_offset[pt] + p.v_stream_off[kv] + std::int64_t(blk + j) * vbb);
+                seg.n.push_back(std::min(kBlockTokens, page_tok - (blk + j) * kBlockTokens));
+            }
+            blk += take;
+            if (blk == page_blocks) {
+                ++pg;
+                blk = 0;
+            }
+        }
+        pq8_segment(p, seg, kcb, vcb, qy, nq, st);
+    }
+}
+
+}  // namespace aqpim::cuda::emulation
