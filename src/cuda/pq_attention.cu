@@ -16,8 +16,6 @@
 // codebook (original space, via perm and gain) into the block's state.
 
 #include "cuda/pq_attention.h"
-#include "cuda/pq_attention_8bit.h"
-#include "cuda/pq_attention_mma.h"
 #include "cuda/pq_block.cuh"
 
 namespace aqpim::cuda {
@@ -220,31 +218,30 @@ struct HistogramFamily {
 
 const char* to_string(PqValuePath path) { return path == PqValuePath::mma ? "mma" : "histogram"; }
 
+namespace {
+
+/// The kernel that serves codes of p's width through `path`.
+PqKernelFamily family_for(const PqAttentionParams& p, PqValuePath path) {
+    if (p.nbits == 8) return pq_8bit_family();
+    return path == PqValuePath::mma ? pq_mma_family() : family_of<HistogramFamily>();
+}
+
+}  // namespace
+
 std::size_t pq_attention_smem_bytes(const PqAttentionParams& p, PqValuePath path) {
-    if (p.nbits == 8) return pq_8bit_smem_bytes(p);
-    if (path == PqValuePath::mma) return pq_mma_smem_bytes(p);
-    return HistogramFamily::smem_bytes(group_instance(p.shape.n_q), p.shape.D, p);
+    return family_for(p, path).smem_bytes(p);
 }
 
 int pq_attention_blocks_per_sm(const PqAttentionParams& p, PqValuePath path) {
     check_attention_shape(p.shape);
-    if (p.nbits == 8) return pq_8bit_blocks_per_sm(p);
-    if (path == PqValuePath::mma) return pq_mma_blocks_per_sm(p);
-    int blocks = 0;
-    dispatch_instance(p.shape, PqFamilyOccupancy<HistogramFamily>{p, blocks});
-    return blocks;
+    return family_for(p, path).blocks_per_sm(p);
 }
 
 void launch_pq_attention(const PqAttentionParams& p, cudaStream_t stream, PqValuePath path) {
     check_pq_attention_params(p);
     AQPIM_CUDA_REQUIRE(p.nbits == 4 || path == PqValuePath::histogram,
                        "the tensor-core value path reads 4-bit codes; 8-bit codes take the histogram path");
-    if (p.nbits == 8)
-        launch_pq_8bit_kernel(p, stream);
-    else if (path == PqValuePath::mma)
-        launch_pq_mma_kernel(p, stream);
-    else
-        dispatch_instance(p.shape, PqFamilyLaunch<HistogramFamily>{p, stream});
+    family_for(p, path).launch(p, stream);
     launch_combine(p.shape, p.n_chunks + 1, p.part_ml, p.part_acc, p.out, stream);
 }
 

@@ -24,7 +24,6 @@
 // into the block's state.
 
 #include "cuda/mma_tile.h"
-#include "cuda/pq_attention_mma.h"
 #include "cuda/pq_block.cuh"
 #include "cuda/require.h"
 
@@ -331,19 +330,13 @@ void require_mma_device() {
 
 }  // namespace
 
-std::size_t pq_mma_smem_bytes(const PqAttentionParams& p) {
-    return MmaFamily::smem_bytes(group_instance(p.shape.n_q), p.shape.D, p);
-}
-
-int pq_mma_blocks_per_sm(const PqAttentionParams& p) {
-    int blocks = 0;
-    dispatch_instance(p.shape, PqFamilyOccupancy<MmaFamily>{p, blocks});
-    return blocks;
-}
-
-void launch_pq_mma_kernel(const PqAttentionParams& p, cudaStream_t stream) {
-    require_mma_device();
-    dispatch_instance(p.shape, PqFamilyLaunch<MmaFamily>{p, stream});
+PqKernelFamily pq_mma_family() {
+    PqKernelFamily f = family_of<MmaFamily>();
+    f.launch = [](const PqAttentionParams& p, cudaStream_t stream) {
+        require_mma_device();
+        family_of<MmaFamily>().launch(p, stream);
+    };
+    return f;
 }
 
 }  // namespace aqpim::cuda

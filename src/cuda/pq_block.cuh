@@ -8,6 +8,7 @@
 
 #include "cuda/attention_common.cuh"
 #include "cuda/cuda_check.h"
+#include "cuda/pq_kernel_families.h"
 
 namespace aqpim::cuda {
 
@@ -178,6 +179,18 @@ struct PqFamilyOccupancy {
         AQPIM_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, bytes));
     }
 };
+
+/// A kernel family's launch, shared memory and occupancy, for the instance serving each launch.
+template <class Family>
+PqKernelFamily family_of() {
+    return {[](const PqAttentionParams& p, cudaStream_t stream) { dispatch_instance(p.shape, PqFamilyLaunch<Family>{p, stream}); },
+            [](const PqAttentionParams& p) { return Family::smem_bytes(group_instance(p.shape.n_q), p.shape.D, p); },
+            [](const PqAttentionParams& p) {
+                int blocks = 0;
+                dispatch_instance(p.shape, PqFamilyOccupancy<Family>{p, blocks});
+                return blocks;
+            }};
+}
 
 /// The end of a coded block: flush what the last version added (if any page was attended) and
 /// write the block's partial.

@@ -12,6 +12,7 @@
 //            codebook into the segment's values y [nq][D] (quantizer space)
 //   end:     y to the original space (perm and gain, or the rotation) into the block's accumulator
 
+#include "cuda/attention_params.h"
 #include "cuda/pq_tile.h"
 
 namespace aqpim::cuda {
@@ -23,6 +24,38 @@ inline constexpr int kTable8Floats = 8192;  ///< a subspace group's tables / his
 AQPIM_HD constexpr int segment_tokens_8bit(int nq) { return kSeg8Floats / nq; }
 /// Subspaces per group of tables / histograms.
 AQPIM_HD constexpr int group_subspaces_8bit(int nq) { return kTable8Floats / (kKsub8 * nq); }
+
+/// The next segment of (b, kv)'s chunk ending at page page_end: from block blk of page pg, the
+/// blocks of the pages of version cur, at most max_blocks. Calls on_block(j, key block offset, value
+/// block offset, valid tokens) for the segment's blocks j = first, first + stride, ... (the kernel's
+/// threads share them out), moves pg and blk past the segment and returns its block count.
+template <class OnBlock>
+AQPIM_HD int next_segment(const PqAttentionParams& p, int b, int kv, int page_end, int cur, int max_blocks, int first,
+                          int stride, int& pg, int& blk, const OnBlock& on_block) {
+    const int kbb = stream_block_bytes(p, false), vbb = stream_block_bytes(p, true);
+    const int n_coded = p.n_coded[b];
+    int n_blocks = 0;
+    while (pg < page_end && n_blocks < max_blocks) {
+        const std::int64_t pt = std::int64_t(b) * p.max_pages + pg;
+        if (p.page_version[pt] != cur) break;
+        const int page_tok = n_coded - pg * p.page_tokens < p.page_tokens ? n_coded - pg * p.page_tokens : p.page_tokens;
+        const int page_blocks = (page_tok + kBlockTokens - 1) / kBlockTokens;
+        const int take = page_blocks - blk < max_blocks - n_blocks ? page_blocks - blk : max_blocks - n_blocks;
+        const std::int64_t page = p.page_offset[pt];
+        for (int j = first; j < take; j += stride) {
+            const int valid = page_tok - (blk + j) * kBlockTokens;
+            on_block(n_blocks + j, page + p.k_stream_off[kv] + std::int64_t(blk + j) * kbb,
+                     page + p.v_stream_off[kv] + std::int64_t(blk + j) * vbb, valid < kBlockTokens ? valid : kBlockTokens);
+        }
+        n_blocks += take;
+        blk += take;
+        if (blk == page_blocks) {
+            ++pg;
+            blk = 0;
+        }
+    }
+    return n_blocks;
+}
 
 /// Dim i (quantizer space) of Σ_c hist[m - m0][c] C[m][c] for head h, hist [g][256][nq] holding
 /// subspaces m0 .. m0 + g - 1 (m = i / dsub).

@@ -17,6 +17,12 @@ namespace aqpim::cuda_test {
 
 using namespace aqpim::cuda;
 
+/// A CudaCodebook as the kernels' view of one codebook slot.
+inline PqCodebookView view_of(const CudaCodebook& cb, int D) {
+    return {cb.centroids.data(), cb.perm.data(), cb.gain.data(), cb.rotation.empty() ? nullptr : cb.rotation.data(),
+            D,                   ksub_of(cb.nbits)};
+}
+
 inline ProductQuantizer trained_pq(int D, int M, bool scale, std::uint64_t seed, Rotation rotation = Rotation::none,
                                    int nbits = 4) {
     PQParams p;

@@ -24,7 +24,7 @@ struct Segment8 {
 /// Attend one segment of version `cur` into st (block-level online softmax, as the kernel).
 inline void pq8_segment(const PqAttentionParams& p, const Segment8& seg, const PqCodebookView& kcb,
                         const PqCodebookView& vcb, const std::vector<float>& qy, int nq, Block& st) {
-    const int D = p.shape.D, n_q = p.shape.n_q, G = group_subspaces_8bit(nq), dk = D / p.Mk, dv = D / p.Mv;
+    const int D = p.shape.D, G = group_subspaces_8bit(nq), dk = D / p.Mk, dv = D / p.Mv;
     const int n_tok = int(seg.k.size()) * kBlockTokens;
     std::vector<float> w(std::size_t(n_tok) * nq, 0.0f), table(kTable8Floats), y(std::size_t(nq) * D);
     const auto valid = [&](int t) { return t % kBlockTokens < seg.n[t / kBlockTokens]; };
@@ -60,12 +60,13 @@ inline void pq8_segment(const PqAttentionParams& p, const Segment8& seg, const P
     for (int m0 = 0; m0 < p.Mv; m0 += G) {
         const int g = std::min(G, p.Mv - m0);
         std::fill(table.begin(), table.end(), 0.0f);
+        // Warp m % 4 adds subspace m's tokens block by block, a bin's lanes in lane order: per bin,
+        // tokens in order (padding tokens weigh 0).
         for (int t = 0; t < n_tok; ++t) {
-            if (!valid(t)) continue;
             const std::uint8_t* codes = p.pool + seg.v[t / kBlockTokens];
             for (int m = 0; m < g; ++m) {
                 const int c = code8(codes, t % kBlockTokens, m0 + m);
-                for (int h = 0; h < n_q; ++h) table[(m * kKsub8 + c) * nq + h] += w[std::size_t(t) * nq + h];
+                for (int h = 0; h < nq; ++h) table[(m * kKsub8 + c) * nq + h] += w[std::size_t(t) * nq + h];
             }
         }
         for (int o = 0; o < nq * g * dv; ++o) {
@@ -79,7 +80,6 @@ inline void pq8_segment(const PqAttentionParams& p, const Segment8& seg, const P
 /// The 8-bit kernel's coded chunk `chunk` of (b, kv) into st.
 inline void pq8_chunk(const PqAttentionParams& p, int b, int kv, int chunk, int nq, Block& st) {
     const int D = p.shape.D, seg_blocks = segment_tokens_8bit(nq) / kBlockTokens;
-    const int kbb = stream_block_bytes(p, false), vbb = stream_block_bytes(p, true);
     const int n_coded = p.n_coded[b], n_pages = (n_coded + p.page_tokens - 1) / p.page_tokens;
     const int page_end = std::min((chunk + 1) * p.chunk_pages, n_pages);
     const float* q = p.q + (std::int64_t(b) * p.shape.n_kv + kv) * p.shape.n_q * D;
@@ -97,23 +97,12 @@ inline void pq8_chunk(const PqAttentionParams& p, int b, int kv, int chunk, int 
                 qy[i] = i / D < p.shape.n_q ? query_in_quantizer_space(q + (i / D) * D, kcb, p.shape.scale, i % D) : 0.0f;
         }
         Segment8 seg;
-        while (pg < page_end && int(seg.k.size()) < seg_blocks) {
-            const std::int64_t pt = std::int64_t(b) * p.max_pages + pg;
-            if (p.page_version[pt] != cur) break;
-            const int page_tok = std::min(p.page_tokens, n_coded - pg * p.page_tokens);
-            const int page_blocks = (page_tok + kBlockTokens - 1) / kBlockTokens;
-            const int take = std::min(page_blocks - blk, seg_blocks - int(seg.k.size()));
-            for (int j = 0; j < take; ++j) {
-                seg.k.push_back(p.page_offset[pt] + p.k_stream_off[kv] + std::int64_t(blk + j) * kbb);
-                seg.v.push_back(p.page_offset[pt] + p.v_stream_off[kv] + std::int64_t(blk + j) * vbb);
-                seg.n.push_back(std::min(kBlockTokens, page_tok - (blk + j) * kBlockTokens));
-            }
-            blk += take;
-            if (blk == page_blocks) {
-                ++pg;
-                blk = 0;
-            }
-        }
+        next_segment(p, b, kv, page_end, cur, seg_blocks, 0, 1, pg, blk,
+                     [&](int, std::int64_t k_off, std::int64_t v_off, int valid) {
+                         seg.k.push_back(k_off);
+                         seg.v.push_back(v_off);
+                         seg.n.push_back(valid);
+                     });
         pq8_segment(p, seg, kcb, vcb, qy, nq, st);
     }
 }

@@ -1,5 +1,5 @@
-// The CUDA path for 8-bit codes, on the CPU: the byte layout against aqpim/pq_codes.h, the encode's
-// nearest of 256 centroids against ProductQuantizer::encode, 256-entry tables against build_lut,
+// The CUDA path for 8-bit codes, on the CPU: the byte layout against aqpim/pq_codes.h, 256-entry
+// tables against build_lut (the encode's nearest of 256 centroids: test_cuda_tile.cpp),
 // and whole problems through the 8-bit kernel's decomposition (segments, subspace groups,
 // histograms, tests/cuda/kernel_emulation_8bit.h) against attend_pq_spans and the
 // double-precision reference.
@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <stdexcept>
-#include <tuple>
 #include <vector>
 
 #include "aqpim/error.h"
@@ -52,31 +51,6 @@ TEST(CudaTile8, CodesReadAndWrittenInTheCpuByteLayout) {
                 h.pool.data() + h.page_offset[t / 64] + (values ? h.v_stream_off : h.k_stream_off)[1];
             for (int m = 0; m < M; ++m) EXPECT_EQ(code_at(stream, t % 64, M, 8, m), c[m]) << "t=" << t << " m=" << m;
         }
-}
-
-PqCodebookView view_of(const CudaCodebook& cb, int D) {
-    return {cb.centroids.data(), cb.perm.data(),     cb.gain.data(), cb.rotation.empty() ? nullptr : cb.rotation.data(),
-            D,                   ksub_of(cb.nbits)};
-}
-
-TEST(CudaTile8, NearestOf256MatchesProductQuantizerEncode) {
-    for (auto [D, M, scale, rot] : {std::tuple{128, 32, true, Rotation::none}, std::tuple{128, 16, false, Rotation::none},
-                                    std::tuple{64, 16, true, Rotation::none}, std::tuple{128, 32, true, Rotation::hadamard}}) {
-        const ProductQuantizer pq = trained_pq(D, M, scale, 7, rot, 8);
-        const CudaCodebook cb = cuda_codebook(pq);
-        ASSERT_EQ(cb.nbits, 8);
-        ASSERT_EQ(cb.centroids.size(), std::size_t(256) * D);
-        const PqCodebookView view = view_of(cb, D);
-        const int n = 200;
-        const auto x = test::gaussian(std::size_t(n) * D, 9, 3.0f);
-        std::vector<std::uint8_t> codes(std::size_t(n) * M);
-        pq.encode(x.data(), n, codes.data());
-        int differ = 0;
-        for (int i = 0; i < n; ++i)
-            for (int m = 0; m < M; ++m) differ += nearest_code(x.data() + std::size_t(i) * D, view, D / M, m) != codes[i * M + m];
-        // The CPU ranks by |c|^2 - 2 y.c, the kernel by sum (y - c)^2: only near-ties may differ.
-        EXPECT_LE(differ, n * M / 200) << "D=" << D << " M=" << M << " rotation " << int(rot);
-    }
 }
 
 TEST(CudaTile8, TablesOf256MatchBuildLut) {

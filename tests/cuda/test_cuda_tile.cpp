@@ -56,18 +56,17 @@ TEST(CudaTile, Code4ReadsThePackedLayout) {
     }
 }
 
-PqCodebookView view_of(const CudaCodebook& cb, int D) {
-    return {cb.centroids.data(), cb.perm.data(), cb.gain.data(), cb.rotation.empty() ? nullptr : cb.rotation.data(), D};
-}
-
 TEST(CudaTile, NearestCodeMatchesProductQuantizerEncode) {
-    for (auto [D, M, scale, rot] :
-         {std::tuple{128, 32, true, Rotation::none}, std::tuple{128, 64, false, Rotation::none},
-          std::tuple{64, 16, true, Rotation::none}, std::tuple{128, 32, true, Rotation::hadamard},
-          std::tuple{64, 16, false, Rotation::random_orthogonal}}) {
-        const ProductQuantizer pq = trained_pq(D, M, scale, 7, rot);
+    for (auto [D, M, scale, rot, nbits] :
+         {std::tuple{128, 32, true, Rotation::none, 4}, std::tuple{128, 64, false, Rotation::none, 4},
+          std::tuple{64, 16, true, Rotation::none, 4}, std::tuple{128, 32, true, Rotation::hadamard, 4},
+          std::tuple{64, 16, false, Rotation::random_orthogonal, 4}, std::tuple{128, 32, true, Rotation::none, 8},
+          std::tuple{128, 16, false, Rotation::none, 8}, std::tuple{64, 16, true, Rotation::none, 8},
+          std::tuple{128, 32, true, Rotation::hadamard, 8}}) {
+        const ProductQuantizer pq = trained_pq(D, M, scale, 7, rot, nbits);
         const CudaCodebook cb = cuda_codebook(pq);
         EXPECT_EQ(cb.rotation.empty(), rot == Rotation::none);
+        ASSERT_EQ(cb.centroids.size(), std::size_t(ksub_of(nbits)) * D);
         const PqCodebookView view = view_of(cb, D);
         const int n = 300;
         const auto x = test::gaussian(std::size_t(n) * D, 9, 3.0f);
@@ -77,8 +76,10 @@ TEST(CudaTile, NearestCodeMatchesProductQuantizerEncode) {
         for (int i = 0; i < n; ++i)
             for (int m = 0; m < M; ++m) differ += nearest_code(x.data() + std::size_t(i) * D, view, D / M, m) != codes[i * M + m];
         // Same nearest centroid up to float rounding of near-ties (x / s here, x * (1 / s) there;
-        // a dense product here, the fast Hadamard transform there).
-        EXPECT_LE(differ, n * M / 1000) << "D=" << D << " M=" << M << " rotation " << int(rot);
+        // a dense product here, the fast Hadamard transform there; at 8 bits the CPU ranks by
+        // |c|^2 - 2 y.c, the kernel by the sum of (y - c)^2, and 256 centroids have closer ties).
+        EXPECT_LE(differ, n * M / (nbits == 8 ? 200 : 1000)) << "D=" << D << " M=" << M << " rotation " << int(rot)
+                                                              << " nbits " << nbits;
     }
 }
 
