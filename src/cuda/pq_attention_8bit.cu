@@ -98,11 +98,9 @@ __global__ void __launch_bounds__(kThreads) pq_attention_8bit_kernel(PqAttention
         const int ver = p.page_version[std::int64_t(b) * p.max_pages + pg];
         if (ver != cur) {
             cur = ver;
-            const std::int64_t cs = codebook_slot(p, b, ver, kv);
-            kcb = codebook_view(p, cs, false);
-            vcb = codebook_view(p, cs, true);
-            for (int i = tid; i < NQ * D; i += kThreads)
-                qy[i] = i / D < n_q ? query_in_quantizer_space(id.q + (i / D) * D, kcb, p.shape.scale, i % D) : 0.0f;
+            kcb = codebook_view(p, codebook_slot(p, b, ver, kv), false);
+            vcb = codebook_view(p, codebook_slot(p, b, ver, kv), true);
+            for (int i = tid; i < NQ * D; i += kThreads) qy[i] = group_query_element(p, id.q, kcb, i);
         }
         const int n_blocks = next_segment(p, b, kv, page_end, cur, kSegBlocks, tid, kThreads, pg, blk,
                                           [&](int j, std::int64_t k_off, std::int64_t v_off, int valid) {

@@ -25,6 +25,13 @@ AQPIM_HD constexpr int segment_tokens_8bit(int nq) { return kSeg8Floats / nq; }
 /// Subspaces per group of tables / histograms.
 AQPIM_HD constexpr int group_subspaces_8bit(int nq) { return kTable8Floats / (kKsub8 * nq); }
 
+/// Element i of the GQA group's queries qy [nq][D] (q [n_q][D]) in the key codebook's space, zeros
+/// past n_q.
+AQPIM_HD float group_query_element(const PqAttentionParams& p, const float* q, const PqCodebookView& kcb, int i) {
+    const int D = p.shape.D;
+    return i / D < p.shape.n_q ? query_in_quantizer_space(q + (i / D) * D, kcb, p.shape.scale, i % D) : 0.0f;
+}
+
 /// The next segment of (b, kv)'s chunk ending at page page_end: from block blk of page pg, the
 /// blocks of the pages of version cur, at most max_blocks. Calls on_block(j, key block offset, value
 /// block offset, valid tokens) for the segment's blocks j = first, first + stride, ... (the kernel's

@@ -90,11 +90,9 @@ inline void pq8_chunk(const PqAttentionParams& p, int b, int kv, int chunk, int 
         const int ver = p.page_version[std::int64_t(b) * p.max_pages + pg];
         if (ver != cur) {
             cur = ver;
-            const std::int64_t cs = codebook_slot(p, b, ver, kv);
-            kcb = codebook_view(p, cs, false);
-            vcb = codebook_view(p, cs, true);
-            for (int i = 0; i < nq * D; ++i)
-                qy[i] = i / D < p.shape.n_q ? query_in_quantizer_space(q + (i / D) * D, kcb, p.shape.scale, i % D) : 0.0f;
+            kcb = codebook_view(p, codebook_slot(p, b, ver, kv), false);
+            vcb = codebook_view(p, codebook_slot(p, b, ver, kv), true);
+            for (int i = 0; i < nq * D; ++i) qy[i] = group_query_element(p, q, kcb, i);
         }
         Segment8 seg;
         next_segment(p, b, kv, page_end, cur, seg_blocks, 0, 1, pg, blk,
