@@ -72,7 +72,8 @@ void run(const CudaBenchArgs& a) {
         fmt::print("{:<10} {:<18} {:>5} {:>7} {:>9.4f} {:>9.1f} {:>8.1f} {:>6.1f} {:>6.1f} {:>9.1f} {:>6.1f} {:>8.2f}\n",
                    r.section, r.kernel, r.batch, r.context, r.ms, r.mbytes, r.gbps, r.pct_peak, r.pct_copy,
                    r.smem_gbps, r.pct_smem, r.vs_dense);
-    fmt::print("(attention rows: vs_dense = dense f16 time / this time; encode rows: added % of the PQ attention time)\n");
+    fmt::print("(attention rows: vs_dense = dense f16 time / this time; encode rows: added % of the PQ attention time; "
+               "combine rows: % of the dense time)\n");
 }
 #endif
 

@@ -8,14 +8,8 @@ namespace aqpim::cuda {
 __global__ void combine_partials_kernel(int n_kv, int n_q, int D, int n_parts, const float* part_ml,
                                         const float* part_acc, float* out) {
     const int head = blockIdx.x, b = blockIdx.y, kv = head / n_q, h = head % n_q, d = threadIdx.x;
-    const std::int64_t base = (std::int64_t(b) * n_kv + kv) * n_parts;
-    float m = kNegInf, l = 0.0f, a = 0.0f;
-    for (int c = 0; c < n_parts; ++c) {
-        const std::int64_t slot = (base + c) * n_q + h;
-        const MergeFactors f = merge_stats(m, l, part_ml[slot * 2], part_ml[slot * 2 + 1]);
-        a = a * f.a + part_acc[slot * D + d] * f.b;
-    }
-    out[(std::int64_t(b) * n_kv * n_q + head) * D + d] = l > 0.0f ? a / l : 0.0f;
+    out[(std::int64_t(b) * n_kv * n_q + head) * D + d] =
+        combine_element(part_ml, part_acc, n_q, D, n_parts, (std::int64_t(b) * n_kv + kv) * n_parts, h, d);
 }
 
 void launch_combine(const AttentionShape& shape, int n_parts, const float* part_ml, const float* part_acc, float* out,

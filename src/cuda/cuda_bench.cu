@@ -240,6 +240,17 @@ CudaBenchReport run_cuda_bench(const CudaBenchOptions& opt) {
                 CudaBenchRow r = row("attention", "dense_f16", batch, ctx, dense_ms, double(d.min_bytes()), f);
                 r.vs_dense = 1.0;
                 rep.rows.push_back(r);
+                // The reduction across the dense kernel's chunks alone: its share of the dense time.
+                const DenseAttentionParams& dp = d.params();
+                const Graph comb(stream, [&] {
+                    launch_combine(dp.shape, dp.n_chunks, dp.part_ml, dp.part_acc, dp.out, stream);
+                });
+                const double comb_ms = timer.median_ms([&] { comb.launch(); }, opt.reps);
+                const double heads = double(batch) * opt.n_kv * opt.n_q;
+                CudaBenchRow c = row("combine", "combine (dense chunks)", batch, ctx, comb_ms,
+                                     heads * (dp.n_chunks * (opt.D + 2.0) + opt.D) * 4, f);
+                c.vs_dense = 100.0 * comb_ms / dense_ms;
+                rep.rows.push_back(c);
             }
             double pq_ms = 0;
             std::unique_ptr<DevicePqProblem> hist_problem;  // the encode below writes into its pool

@@ -32,7 +32,7 @@ struct CudaDeviceFigures {
 };
 
 struct CudaBenchRow {
-    std::string section;  ///< "attention" or "encode"
+    std::string section;  ///< "attention", "combine" or "encode"
     std::string kernel;   ///< pq, pq_mma, pq8, dense_f16, decompress_cublas; encode, pq+encode (graph)
     int batch = 0, context = 0;
     double ms = 0;          ///< median kernel time (CUDA events; graph replay for pq and dense)
@@ -42,7 +42,8 @@ struct CudaBenchRow {
     double pct_copy = 0;    ///< of copy_gbps
     double smem_gbps = 0;   ///< shared-memory bytes the PQ kernel moves, per second (counted, not profiled)
     double pct_smem = 0;    ///< of smem_peak_gbps
-    double vs_dense = 0;    ///< dense_f16 time / this time (attention); added % of attention time (encode)
+    double vs_dense = 0;    ///< dense_f16 time / this time (attention); % of the PQ attention time (encode) or
+                            ///< of the dense time (combine)
 };
 
 struct CudaBenchReport {

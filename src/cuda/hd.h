@@ -8,9 +8,11 @@
 #if defined(__CUDACC__)
 #include <cuda_fp16.h>
 #define AQPIM_HD __host__ __device__ __forceinline__
+#define AQPIM_UNROLL _Pragma("unroll")
 #else
 #include <cmath>
 #define AQPIM_HD inline
+#define AQPIM_UNROLL
 #endif
 
 #include "aqpim/half.h"

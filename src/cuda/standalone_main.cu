@@ -70,7 +70,7 @@ void run_bench(bool quick, bool fallback, int nbits) {
         std::printf("%-10s %-20s %5d %7d %9.4f %10.1f %8.1f %7.1f %7.1f %9.1f %7.1f %9.2f\n", r.section.c_str(),
                     r.kernel.c_str(), r.batch, r.context, r.ms, r.mbytes, r.gbps, r.pct_peak, r.pct_copy, r.smem_gbps,
                     r.pct_smem, r.vs_dense);
-    std::printf("(encode rows: vs_dense = added %% of the PQ attention time)\n");
+    std::printf("(encode rows: vs_dense = added %% of the PQ attention time; combine rows: %% of the dense time)\n");
 }
 
 }  // namespace

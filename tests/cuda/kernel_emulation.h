@@ -207,15 +207,19 @@ inline std::vector<float> pq_attention(const HostPqProblem& h, int f16_tile_rows
                 }
                 parts.push_back(std::move(st));
             }
-            for (int hq = 0; hq < n_q; ++hq)  // combine_partials_kernel
-                for (int d = 0; d < D; ++d) {
-                    float m = kNegInf, l = 0.0f, a = 0.0f;
-                    for (const Block& st : parts) {
-                        const MergeFactors f = merge_stats(m, l, st.m[hq], st.l[hq]);
-                        a = a * f.a + st.acc[hq * D + d] * f.b;
-                    }
-                    out[((std::size_t(b) * p.shape.n_kv + kv) * n_q + hq) * D + d] = l > 0.0f ? a / l : 0.0f;
+            // write_partial of every chunk (heads < n_q), then combine_partials_kernel's arithmetic.
+            const int n_parts = int(parts.size());
+            std::vector<float> part_ml(std::size_t(n_parts) * n_q * 2), part_acc(std::size_t(n_parts) * n_q * D);
+            for (int c = 0; c < n_parts; ++c)
+                for (int hq = 0; hq < n_q; ++hq) {
+                    part_ml[(std::size_t(c) * n_q + hq) * 2] = parts[c].m[hq];
+                    part_ml[(std::size_t(c) * n_q + hq) * 2 + 1] = parts[c].l[hq];
+                    std::copy_n(parts[c].acc.begin() + hq * D, D, part_acc.begin() + (std::size_t(c) * n_q + hq) * D);
                 }
+            for (int hq = 0; hq < n_q; ++hq)
+                for (int d = 0; d < D; ++d)
+                    out[((std::size_t(b) * p.shape.n_kv + kv) * n_q + hq) * D + d] =
+                        combine_element(part_ml.data(), part_acc.data(), n_q, D, n_parts, 0, hq, d);
         }
     return out;
 }

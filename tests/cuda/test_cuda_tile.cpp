@@ -145,6 +145,41 @@ TEST(CudaTile, MergeStatsMatchesAttentionPartialMerge) {
     EXPECT_EQ(rescale(kNegInf, 1.0f), 0.0f);
 }
 
+TEST(CudaTile, CombineLoadsInBatchesAndMergesInOrder) {
+    // combine_element against AttentionPartial::merge, partial by partial, for counts around the
+    // batch size and long lists; every fifth partial is an empty chunk (max -inf, sum 0).
+    const int n_q = 3, D = 8;
+    for (int n_parts : {1, 7, 8, 9, 16, 130}) {
+        std::mt19937_64 rng{std::uint64_t(n_parts)};
+        std::normal_distribution<float> g(0.0f, 2.0f);
+        std::vector<float> ml(std::size_t(n_parts + 2) * n_q * 2), acc(std::size_t(n_parts + 2) * n_q * D);
+        for (float& x : acc) x = g(rng);
+        for (std::size_t i = 0; i < ml.size(); i += 2) {
+            const bool empty = (i / 2 / n_q) % 5 == 3;
+            ml[i] = empty ? kNegInf : g(rng);
+            ml[i + 1] = empty ? 0.0f : std::abs(g(rng)) + 0.1f;
+        }
+        const int base = 2;  // partials of an earlier stream come first
+        for (int h = 0; h < n_q; ++h) {
+            AttentionPartial want(1, D);
+            for (int c = 0; c < n_parts; ++c) {
+                AttentionPartial part(1, D);
+                const std::size_t slot = std::size_t(base + c) * n_q + h;
+                part.max = {ml[slot * 2]};
+                part.sum = {ml[slot * 2 + 1]};
+                part.acc.assign(acc.begin() + slot * D, acc.begin() + (slot + 1) * D);
+                want.merge(part);
+            }
+            std::vector<float> out(D);
+            want.finalize(out.data());
+            for (int d = 0; d < D; ++d)
+                EXPECT_NEAR(combine_element(ml.data(), acc.data(), n_q, D, n_parts, base, h, d), out[d],
+                            1e-5f * (1.0f + std::abs(out[d])))
+                    << "n_parts=" << n_parts << " h=" << h << " d=" << d;
+        }
+    }
+}
+
 TEST(CudaTile, ReferenceAndKernelDecompositionMatchTheCpuEngine) {
     struct Case {
         int batch, n_kv, n_q, D, Mk, Mv, page, versions;
