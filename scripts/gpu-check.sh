@@ -69,7 +69,7 @@ else
     echo "| bench8 | skipped: $(left)s left |  |" >>"$report"
 fi
 if command -v ncu >/dev/null && (($(left) > 100)); then
-    step profile 60 "$out/profile.log" ncu --clock-control none -k 'regex:pq_attention_kernel|pq_attention_mma_kernel|dense_attention_kernel' \
+    step profile 60 "$out/profile.log" ncu --clock-control none -k 'regex:pq_attention_kernel|pq_attention_mma_kernel|pq_attention_8bit_kernel|dense_attention_kernel' \
         --set full build-gpu/aqpim_cuda_check --profile
 else
     echo "| profile | skipped: $(command -v ncu >/dev/null && echo "$(left)s left" || echo "no ncu") |  |" >>"$report"
@@ -102,7 +102,7 @@ fi
     echo '```'
     echo "## profile (ncu, batch 8, 32K): speed of light, shared memory, pipes"
     echo '```'
-    grep -E "pq_attention_kernel|pq_attention_mma_kernel|dense_attention_kernel|Memory Throughput|DRAM Throughput|Duration|Compute \(SM\) Throughput|Shared|Bank|L1/TEX Hit|Issue Slots Busy|Executed Ipc Active|Achieved Occupancy|Registers Per|One or More Eligible|Stall|Pipe" "$out/profile.log" 2>/dev/null | head -120
+    grep -E "pq_attention_kernel|pq_attention_mma_kernel|pq_attention_8bit_kernel|dense_attention_kernel|Memory Throughput|DRAM Throughput|Duration|Compute \(SM\) Throughput|Shared|Bank|L1/TEX Hit|Issue Slots Busy|Executed Ipc Active|Achieved Occupancy|Registers Per|One or More Eligible|Stall|Pipe" "$out/profile.log" 2>/dev/null | head -160
     echo '```'
     echo "## benchmark"
     echo '```'

@@ -218,6 +218,13 @@ void run_cuda_profile_launches(const CudaBenchOptions& opt, int batch, int ctx) 
         launch_pq_attention(d.params(), nullptr, path);
         AQPIM_CUDA(cudaDeviceSynchronize());
     }
+    if (opt.nbits == 4) {  // and the 8-bit kernel on the same shape
+        CudaBenchOptions eight = opt;
+        eight.nbits = 8;
+        const DevicePqProblem d(pq_problem(eight, batch, ctx, sms, PqValuePath::histogram), opt.seed);
+        launch_pq_attention(d.params(), nullptr);
+        AQPIM_CUDA(cudaDeviceSynchronize());
+    }
 }
 
 CudaBenchReport run_cuda_bench(const CudaBenchOptions& opt) {

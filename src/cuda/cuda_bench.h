@@ -54,8 +54,9 @@ struct CudaBenchReport {
 /// Runs the sweeps on device 0. Throws std::runtime_error when there is no usable GPU.
 CudaBenchReport run_cuda_bench(const CudaBenchOptions& opt);
 
-/// One plain launch (no graph, no timing) of the dense f16 kernel, then of each PQ value path, on
-/// the benchmark's problem of this batch and context: what a profiler (ncu) is pointed at.
+/// One plain launch (no graph, no timing) of the dense f16 kernel, then of each PQ value path (and,
+/// for 4-bit options, of the 8-bit kernel), on the benchmark's problem of this batch and context:
+/// what a profiler (ncu) is pointed at.
 void run_cuda_profile_launches(const CudaBenchOptions& opt, int batch, int ctx);
 
 }  // namespace aqpim::cuda

@@ -3,7 +3,7 @@
 // (src/cuda/CMakeLists.txt; scripts/gpu-check.sh).
 //
 //   aqpim_cuda_check [--check] [--bench] [--quick] [--nbits 4|8]   (neither: both; --nbits: the benchmark's codes)
-//   aqpim_cuda_check --profile                           one dense launch and one of each PQ value path, batch 8, 32K, for ncu
+//   aqpim_cuda_check --profile                           one dense launch, one of each PQ value path and one 8-bit, batch 8, 32K, for ncu
 //   --no-fallback: leave out the decompress + cuBLAS baseline (racecheck: cuBLAS's own kernels
 //   report hazards of their own)
 
