@@ -116,6 +116,28 @@ std::unique_ptr<KvCache> make_pq_kv_cache(const PqKvParams& params, const KvShap
 std::unique_ptr<KvCache> make_pq_kv_cache(const KvSchemeSpec& spec, const KvShape& shape,
                                           const KvCacheOptions& options = {});
 
+/// One layer of one sequence of a PQ cache as a decode step at its last position reads it, in the
+/// cache's own layout: what the CUDA kernels' launch needs (aqpim/cuda_pq.h builds the launch's
+/// problem from views; docs/cuda.md). Page pointers point into the cache: valid until its next
+/// append or removal of the sequence.
+struct PqLayerReadView {
+    int nbits = 4, page_tokens = 0, head_dim = 0;
+    std::size_t page_bytes = 0;                     ///< bytes of one code page
+    std::int64_t n_coded = 0;                       ///< coded indices [0, n_coded) are read from codes
+    std::vector<const std::uint8_t*> pages;         ///< code page k: coded indices [k * page, (k + 1) * page)
+    std::vector<int> page_version;                  ///< the codebook version that coded page k
+    std::vector<std::size_t> k_off, v_off;          ///< [n_kv] the head's key / value blocks in a page (empty
+                                                    ///< before the first codebooks)
+    std::vector<std::vector<ProductQuantizer>> k, v;  ///< [version][n_kv] (cb=f16: centroids widened)
+    std::int64_t n_f16 = 0;                         ///< rows read in f16: the sinks, then the tail
+    std::vector<std::vector<std::uint16_t>> f16_k, f16_v;  ///< [n_kv] of [n_f16][head_dim] f16 bits
+};
+
+/// The view of layer il of sequence seq_id (one version per page: refresh is a multiple of page).
+/// Throws aqpim::Error naming the reason when `cache` is not a PQ cache, the layer is dense f16, the
+/// sequence holds no token, or the tail is stored other than as f16 (wq=).
+PqLayerReadView pq_layer_read_view(const KvCache& cache, int seq_id, int il);
+
 // ---- schedule: which tokens are coded, by which version --------------------------------------------
 
 /// Pure functions of token counts; the cache and its accounting both use them. k counts

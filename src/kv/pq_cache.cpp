@@ -193,6 +193,7 @@ public:
     std::uint64_t sequence_bytes(std::int64_t n_tokens) const override { return footprint(n_tokens); }
     /// Sinks, then coded runs split at version and page boundaries, then the f16 tail (window and
     /// tokens waiting for their version); a dense f16 layer is one span.
+    PqLayerReadView read_view(int seq_id, int il) const;
     std::vector<KvSpan> layout(int seq_id, int il) const override {
         const LayerState& l = layer(seq_id, il);
         if (L_.dense[il]) return {KvSpan{0, l.n, -1, -1}};
@@ -648,8 +649,69 @@ KvMemory PqKvCache::memory() const {
     return m;
 }
 
+// ---- the layout as the CUDA kernels read it ------------------------------------------------------------
+
+PqLayerReadView PqKvCache::read_view(int seq_id, int il) const {
+    const LayerState& l = layer(seq_id, il);
+    const Sequence& s = sequence(seq_id);
+    AQPIM_CHECK(!L_.dense[il], "kv cache {}: layer {} is dense f16, not coded", scheme(), il);
+    AQPIM_CHECK(l.n > 0, "kv cache {}: layer {} of sequence {} holds no token", scheme(), il, seq_id);
+    AQPIM_CHECK(p_.window_type == "f16", "kv cache {}: the CUDA kernels read the window in f16, not wq={}", scheme(),
+                p_.window_type);
+    const int n_kv = shape().n_kv_head, D = shape().head_dim;
+    const std::int64_t P = p_.page, S = std::min<std::int64_t>(p_.sinks, l.n), c = L_.sched.coded(l.n);
+    PqLayerReadView v;
+    v.nbits = p_.nbits;
+    v.page_tokens = p_.page;
+    v.head_dim = D;
+    v.page_bytes = L_.code_page_bytes;
+    v.n_coded = c;
+    v.k_off = l.k_off;
+    v.v_off = l.v_off;
+    for (std::int64_t k = 0; k * P < c; ++k) {
+        const int j = L_.sched.version_of(k * P);
+        AQPIM_ASSERT(j == L_.sched.version_of(std::min(c, (k + 1) * P) - 1));  // refresh: whole pages
+        v.pages.push_back(code_pool_->page(s.code_pages[std::size_t(k)]));
+        v.page_version.push_back(j);
+    }
+    for (const PqLayerVersion& ver : l.versions) {
+        auto& vk = v.k.emplace_back();
+        auto& vv = v.v.emplace_back();
+        for (int ih = 0; ih < n_kv; ++ih) {
+            ProductQuantizer wide;
+            vk.push_back(ver.quantizer(false, ih, wide));
+            vv.push_back(ver.quantizer(true, ih, wide));
+        }
+    }
+    // f16 rows: the sinks, then the tail from the first position not read from codes.
+    const std::int64_t f = S + c;
+    v.n_f16 = S + (l.n - f);
+    v.f16_k.resize(n_kv);
+    v.f16_v.resize(n_kv);
+    for (int ih = 0; ih < n_kv; ++ih) {
+        for (const bool value : {false, true}) {
+            std::vector<std::uint16_t>& rows = value ? v.f16_v[ih] : v.f16_k[ih];
+            const f16_t* sink = (value ? l.sink_v : l.sink_k)[ih].data();
+            rows.assign(sink, sink + S * D);
+            if (l.n > f) {
+                const TailRows& tail = (value ? l.tail_v : l.tail_k)[ih];
+                AQPIM_ASSERT(tail.first() <= f);
+                const f16_t* row = tail.f16_row(f);
+                rows.insert(rows.end(), row, row + (l.n - f) * D);
+            }
+        }
+    }
+    return v;
+}
+
 }  // namespace
 }  // namespace kv
+
+PqLayerReadView pq_layer_read_view(const KvCache& cache, int seq_id, int il) {
+    const auto* pq = dynamic_cast<const kv::PqKvCache*>(&cache);
+    AQPIM_CHECK(pq != nullptr, "kv cache {}: not a PQ cache; the CUDA kernels read PQ caches only", cache.scheme());
+    return pq->read_view(seq_id, il);
+}
 
 std::unique_ptr<KvCache> make_pq_kv_cache(const PqKvParams& params, const KvShape& shape, const KvCacheOptions& options) {
     params.validate(shape);
