@@ -27,12 +27,19 @@ std::string describe(const PqProblemSpec& s) {
     return "B=" + std::to_string(s.shape.batch) + " kv=" + std::to_string(s.shape.n_kv) + " g=" +
            std::to_string(s.shape.n_q) + " D=" + std::to_string(s.shape.D) + " Mk=" + std::to_string(s.Mk) +
            " Mv=" + std::to_string(s.Mv) + " page=" + std::to_string(s.page_tokens) + " ver=" +
-           std::to_string(s.n_versions) + (s.rotated ? " rotated" : "") + (s.nbits == 8 ? " 8-bit" : "") + " coded=" + n;
+           std::to_string(s.n_versions) + (s.rotated ? " rotated" : "") + (s.nbits == 8 ? " 8-bit" : "") +
+           (s.code_values > 0 ? " codes<" + std::to_string(s.code_values) : "") + " coded=" + n;
 }
 
 /// A spec whose codebooks carry random dense rotations.
 PqProblemSpec rotated(PqProblemSpec s) {
     s.rotated = true;
+    return s;
+}
+
+/// The same spec with every code drawn from [0, n): many tokens of a block share a bin.
+PqProblemSpec few_codes(PqProblemSpec s, int n) {
+    s.code_values = n;
     return s;
 }
 
@@ -52,6 +59,7 @@ std::vector<PqProblemSpec> pq_specs() {
         pq_spec(2, 1, 7, 128, 16, 32, 128, 1, {129, 0}, {0, 5}, 1, 6),
         rotated(pq_spec(2, 2, 4, 128, 32, 32, 64, 3, {700, 95}, {20}, 2, 7)),
         rotated(pq_spec(2, 3, 1, 64, 16, 8, 32, 2, {300, 64}, {5}, 3, 8)),
+        few_codes(pq_spec(2, 2, 4, 128, 32, 32, 64, 2, {600, 77}, {9}, 3, 9), 2),
     };
 }
 
@@ -65,6 +73,9 @@ std::vector<PqProblemSpec> pq_8bit_specs() {
         eight_bit(pq_spec(1, 4, 8, 128, 16, 32, 256, 3, {5000}, {68}, 8, 44)),
         eight_bit(pq_spec(2, 2, 1, 128, 64, 16, 64, 2, {9000, 90}, {5}, 100, 45)),
         eight_bit(rotated(pq_spec(2, 2, 4, 128, 32, 16, 64, 2, {2500, 95}, {20}, 20, 46))),
+        // codes from {0, 1, 2}: every warp's lanes meet in a bin, ~11 turns per update
+        eight_bit(few_codes(pq_spec(2, 2, 4, 128, 32, 32, 64, 2, {1500, 200}, {10}, 8, 47), 3)),
+        eight_bit(few_codes(pq_spec(1, 2, 8, 64, 16, 16, 32, 1, {700}, {3}, 10, 48), 1)),  // one code: 32 turns
     };
 }
 

@@ -138,7 +138,13 @@ HostPqProblem make_random_pq_problem(const PqProblemSpec& spec) {
     }
     if (spec.fill_data) {
         h.pool.resize(std::size_t(n_pages_total) * h.page_bytes);
-        for (auto& byte : h.pool) byte = std::uint8_t(rng());
+        const unsigned n_values = spec.code_values > 0 ? unsigned(spec.code_values) : 256u;
+        for (auto& byte : h.pool) {
+            const unsigned r = unsigned(rng());
+            byte = spec.nbits == 8 || spec.code_values <= 0
+                       ? std::uint8_t(r % n_values)
+                       : std::uint8_t((r & 15u) % n_values | ((r >> 4 & 15u) % n_values) << 4);
+        }
         h.k16.resize(std::size_t(s.batch) * n_kv * d.max_f16 * D);
         h.v16.resize(h.k16.size());
         for (auto& x : h.k16) x = f32_to_fp16_scalar(gauss(rng));

@@ -22,6 +22,8 @@ struct PqProblemSpec {
     std::vector<int> n_f16;          ///< [batch] f16 rows (one value: every sequence)
     int chunk_pages = 4;
     bool rotated = false;            ///< a random dense rotation for every codebook (keys and values)
+    int code_values = 0;             ///< > 0: every code drawn from [0, code_values) (collisions in
+                                     ///< the value histograms); 0: from every code
     bool fill_data = true;           ///< false: leave pool and f16 rows empty (filled on the device)
     std::uint64_t seed = 1;
 };

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "aqpim/error.h"
@@ -102,14 +103,17 @@ TEST(CudaTile8, KernelDecompositionOnRandomProblems) {
     // Random 256-centroid codebooks, gains, permutations and rotations: many chunks and segments,
     // versions changing inside chunks, sequences of different lengths, pages not a multiple of
     // a segment.
-    for (const bool rotated : {false, true}) {
+    // Then codes from {0, 1, 2} only (every bin shared by many tokens).
+    for (const auto& [rotated, code_values] : {std::pair{false, 0}, std::pair{true, 0}, std::pair{false, 3}}) {
         PqProblemSpec spec = pq_spec(3, 2, 5, 128, 32, 16, 96, 4, {3000, 37, 1300}, {64, 4, 17}, 13, 1);
         spec.nbits = 8;
         spec.rotated = rotated;
+        spec.code_values = code_values;
         const HostPqProblem h = make_random_pq_problem(spec);
         const std::vector<double> ref = reference_attention(h);
         const std::vector<float> emu = emulation::pq_attention(h, 8, emulation::pq8_chunk);
-        EXPECT_LT(max_relative_error(emu.data(), ref.data(), ref.size()), 2e-5) << "rotated " << rotated;
+        EXPECT_LT(max_relative_error(emu.data(), ref.data(), ref.size()), 2e-5) << "rotated " << rotated << " codes < "
+                                                                                << code_values;
     }
 }
 

@@ -232,10 +232,18 @@ TEST(CudaTile, RotatedQuantizersThroughBothKernelDecompositions) {
 TEST(CudaTile, KernelDecompositionOnRandomProblems) {
     // Random codebooks, gains and permutations (no training): many chunks, versions changing
     // inside chunks, sequences of different lengths.
-    const HostPqProblem h = make_random_pq_problem(pq_spec(3, 2, 5, 128, 32, 64, 64, 4, {1000, 37, 640}, {64, 4, 17}, 3, 1));
-    const std::vector<double> ref = reference_attention(h);
-    const std::vector<float> emu = emulation::pq_attention(h, 8);
-    EXPECT_LT(max_relative_error(emu.data(), ref.data(), ref.size()), 2e-5);
+    // Then codes from {0, 1} only: the histogram path's token pairs mostly share a bin.
+    for (const int code_values : {0, 2}) {
+        PqProblemSpec spec = pq_spec(3, 2, 5, 128, 32, 64, 64, 4, {1000, 37, 640}, {64, 4, 17}, 3, 1);
+        spec.code_values = code_values;
+        const HostPqProblem h = make_random_pq_problem(spec);
+        for (std::size_t i = 0; code_values > 0 && i < h.pool.size(); i += 97) {
+            ASSERT_LT(h.pool[i] & 15, code_values);
+        }
+        const std::vector<double> ref = reference_attention(h);
+        const std::vector<float> emu = emulation::pq_attention(h, 8);
+        EXPECT_LT(max_relative_error(emu.data(), ref.data(), ref.size()), 2e-5) << "codes < " << code_values;
+    }
 }
 
 TEST(CudaTile, RejectsWhatTheKernelsCannotRead) {
