@@ -102,6 +102,9 @@ void add_bench_cuda_command(CLI::App& bench) {
     cmd->add_flag("--json", a->json, "print JSON instead of a table");
     cmd->add_option("-o,--out", a->out, "also write the JSON to this file");
     cmd->callback([a] {
+        AQPIM_CHECK(a->head_dim % a->M == 0, "-m {} must divide --head-dim {}", a->M, a->head_dim);
+        AQPIM_CHECK(a->nbits == 4 || a->head_dim / a->M <= 16,
+                    "--nbits 8 needs head_dim / m <= 16 (the 8-bit encode's subvector), got {} / {}", a->head_dim, a->M);
 #if AQPIM_HAVE_CUDA
         run(*a);
 #else

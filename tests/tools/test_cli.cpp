@@ -35,6 +35,15 @@ TEST(Cli, BadOptionsFailClearly) {
     EXPECT_NE(r.exit_code, 0) << r.output;
     r = run_cli("frobnicate");
     EXPECT_NE(r.exit_code, 0) << r.output;
+    // bench cuda checks its shape before it looks for a GPU.
+    r = run_cli("bench cuda --nbits 8 -m 4");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("--nbits 8 needs head_dim / m <= 16"), std::string::npos) << r.output;
+    r = run_cli("bench cuda -m 48");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("-m 48 must divide"), std::string::npos) << r.output;
+    r = run_cli("bench cuda --nbits 6");
+    EXPECT_NE(r.exit_code, 0) << r.output;
 }
 
 TEST(Cli, DemoOnSyntheticDataReportsEveryConfiguration) {
