@@ -71,6 +71,7 @@ std::vector<PqProblemSpec> pq_8bit_specs() {
         eight_bit(pq_spec(2, 2, 4, 128, 32, 32, 64, 2, {300, 451}, {20, 68}, 2, 42)),
         eight_bit(pq_spec(3, 2, 3, 64, 16, 8, 32, 3, {2000, 37, 640}, {4}, 40, 43)),
         eight_bit(pq_spec(1, 4, 8, 128, 16, 32, 256, 3, {5000}, {68}, 8, 44)),
+        eight_bit(pq_spec(2, 2, 2, 128, 32, 32, 64, 2, {1500, 90}, {10}, 8, 49)),  // GQA 2: float2 heads
         eight_bit(pq_spec(2, 2, 1, 128, 64, 16, 64, 2, {9000, 90}, {5}, 100, 45)),
         eight_bit(rotated(pq_spec(2, 2, 4, 128, 32, 16, 64, 2, {2500, 95}, {20}, 20, 46))),
         // codes from {0, 1, 2}: every warp's lanes meet in a bin, ~11 turns per update

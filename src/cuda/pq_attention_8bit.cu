@@ -34,8 +34,8 @@ struct Pq8Smem {
         const int blocks = segment_tokens_8bit(nq) / kBlockTokens;
         table = 0;                           // [g][256][nq] tables, then histograms
         weights = table + kTable8Floats;     // [tokens][nq] scores, then weights
-        qy = weights + kSeg8Floats;          // [nq][D] queries in the version's key space
-        y = qy + up4(nq * D);                // [nq][D] the segment's values (quantizer space)
+        qy = weights + kSeg8Floats;          // [nq][D + 1] queries in the version's key space
+        y = qy + up4(nq * (D + 1));          // [nq][D] the segment's values (quantizer space)
         seg = y + up4(nq * D);               // [blocks] key and value block offsets (int64), valid tokens
         red = seg + up4(blocks * 5);         // [2][warps][nq] block reductions
         const int coded = red + up4(2 * kWarps * nq);
@@ -76,6 +76,7 @@ __global__ void __launch_bounds__(kThreads) pq_attention_8bit_kernel(PqAttention
     if (id.f16_block(p)) return attend_f16_chunk<NQ, D>(p, id.q, b, kv, id.part_slot, st, dyn4);
 
     constexpr int kSegBlocks = segment_tokens_8bit(NQ) / kBlockTokens, kGroup = group_subspaces_8bit(NQ);
+    constexpr int kQyStride = D + 1;  // the heads' rows of qy in different banks while the tables are built
     const Pq8Smem lay(NQ, D);
     float* table = dyn + lay.table;
     float* w = dyn + lay.weights;
@@ -100,7 +101,7 @@ __global__ void __launch_bounds__(kThreads) pq_attention_8bit_kernel(PqAttention
             cur = ver;
             kcb = codebook_view(p, codebook_slot(p, b, ver, kv), false);
             vcb = codebook_view(p, codebook_slot(p, b, ver, kv), true);
-            for (int i = tid; i < NQ * D; i += kThreads) qy[i] = group_query_element(p, id.q, kcb, i);
+            for (int i = tid; i < NQ * D; i += kThreads) qy[i / D * kQyStride + i % D] = group_query_element(p, id.q, kcb, i);
         }
         const int n_blocks = next_segment(p, b, kv, page_end, cur, kSegBlocks, tid, kThreads, pg, blk,
                                           [&](int j, std::int64_t k_off, std::int64_t v_off, int valid) {
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(kThreads) pq_attention_8bit_kernel(PqAttention
             __syncthreads();  // the previous group's tables are read (and the lists and qy written)
             for (int i = tid; i < g * kKsub8 * NQ; i += kThreads) {
                 const int h = i % NQ, r = i / NQ;  // r = (m - m0) * 256 + c
-                table[i] = lut_entry(qy + h * D, kcb.cb, dk, m0 + r / kKsub8, r % kKsub8, kKsub8);
+                table[i] = lut_entry(qy + h * kQyStride, kcb.cb, dk, m0 + r / kKsub8, r % kKsub8, kKsub8);
             }
             __syncthreads();
             for (int t = tid; t < n_tok; t += kThreads) {
@@ -184,12 +185,14 @@ __global__ void __launch_bounds__(kThreads) pq_attention_8bit_kernel(PqAttention
         for (int h = 0; h < NQ; ++h)
             for (int d = tid; d < D; d += kThreads) st.acc[h][d] *= alpha[h];
         __syncthreads();  // every thread has read st.m; the sums are in red
-        if (tid < NQ) {
-            float l = st.l[tid] * rescale(st.m[tid], mnew[tid]);
-            for (int wi = 0; wi < kWarps; ++wi) l += red[(kWarps + wi) * NQ + tid];
-            st.l[tid] = l;
-            st.m[tid] = mnew[tid];
-        }
+#pragma unroll
+        for (int h = 0; h < NQ; ++h)  // compile-time indices: mnew stays in registers
+            if (tid == h) {
+                float l = st.l[h] * alpha[h];
+                for (int wi = 0; wi < kWarps; ++wi) l += red[(kWarps + wi) * NQ + h];
+                st.l[h] = l;
+                st.m[h] = mnew[h];
+            }
 
         // Values, a group of subspaces at a time: histograms of the weights, then y. Warp w owns
         // the group's subspaces w, w + 4, ... for every token: its lanes take a 32-token block at
