@@ -63,7 +63,7 @@ std::vector<PqProblemSpec> pq_specs() {
     };
 }
 
-/// 8-bit codes: segments of 4096 / 1024 / 512 tokens (GQA instance 1 / 4 / 8), several per chunk,
+/// 8-bit codes: segments of 4096 / 2048 / 1024 / 1024 tokens (GQA instance 1 / 2 / 4 / 8), several per chunk,
 /// versions changing inside chunks, partial pages and blocks, a rotated problem.
 std::vector<PqProblemSpec> pq_8bit_specs() {
     return {

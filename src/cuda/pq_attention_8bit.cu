@@ -34,7 +34,7 @@ struct Pq8Smem {
         const int blocks = segment_tokens_8bit(nq) / kBlockTokens;
         table = 0;                           // [g][256][nq] tables, then histograms
         weights = table + kTable8Floats;     // [tokens][nq] scores, then weights
-        qy = weights + kSeg8Floats;          // [nq][D + 1] queries in the version's key space
+        qy = weights + segment_floats_8bit(nq);  // [nq][D + 1] queries in the version's key space
         y = qy + up4(nq * (D + 1));          // [nq][D] the segment's values (quantizer space)
         seg = y + up4(nq * D);               // [blocks] key and value block offsets (int64), valid tokens
         red = seg + up4(blocks * 5);         // [2][warps][nq] block reductions

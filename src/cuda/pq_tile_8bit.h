@@ -17,11 +17,14 @@
 
 namespace aqpim::cuda {
 
-inline constexpr int kSeg8Floats = 4096;    ///< a segment's scores / weights [tokens][nq]: 16 KiB
 inline constexpr int kTable8Floats = 8192;  ///< a subspace group's tables / histograms [g][256][nq]: 32 KiB
 
+/// Floats of a segment's scores / weights [tokens][nq]: 16 KiB, 32 KiB for groups of 8 heads, whose
+/// instance holds 2 blocks per SM by its registers anyway (255: docs/cuda.md), so their segments
+/// stay 1024 tokens long and the per-segment table builds cost half as much per token.
+AQPIM_HD constexpr int segment_floats_8bit(int nq) { return nq >= 8 ? 8192 : 4096; }
 /// Coded tokens of one segment (whole 32-token blocks) for a group instance of nq heads.
-AQPIM_HD constexpr int segment_tokens_8bit(int nq) { return kSeg8Floats / nq; }
+AQPIM_HD constexpr int segment_tokens_8bit(int nq) { return segment_floats_8bit(nq) / nq; }
 /// Subspaces per group of tables / histograms.
 AQPIM_HD constexpr int group_subspaces_8bit(int nq) { return kTable8Floats / (kKsub8 * nq); }
 

@@ -84,7 +84,7 @@ TEST(CudaTile8, KernelDecompositionMatchesTheCpuEngine) {
     const Case cases[] = {
         {2, 2, 4, 128, 32, 32, 64, 2, {300, 451}, 20, 2, Rotation::none},   // partial last page and block
         {1, 1, 3, 64, 16, 8, 32, 3, {2000}, 5, 40, Rotation::none},         // two segments per chunk, versions inside
-        {1, 2, 8, 128, 16, 32, 128, 1, {1500}, 0, 8, Rotation::none},       // GQA 8: segments of 512, groups of 4
+        {1, 2, 8, 128, 16, 32, 128, 1, {1500}, 0, 12, Rotation::none},      // GQA 8: segments of 1024, groups of 4
         {1, 1, 1, 128, 64, 16, 256, 2, {5000}, 3, 20, Rotation::none},      // GQA 1: segments of 4096, M = 64
         {1, 2, 4, 128, 32, 16, 64, 2, {700}, 9, 4, Rotation::hadamard},     // rotated keys and values
     };
