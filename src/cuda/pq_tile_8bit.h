@@ -68,14 +68,19 @@ AQPIM_HD int next_segment(const PqAttentionParams& p, int b, int kv, int page_en
 }
 
 /// Dim i (quantizer space) of Σ_c hist[m - m0][c] C[m][c] for head h, hist [g][256][nq] holding
-/// subspaces m0 .. m0 + g - 1 (m = i / dsub).
+/// subspaces m0 .. m0 + g - 1 (m = i / dsub). Eight partial sums: the centroids come from L2, and
+/// eight independent loads per step keep 32 round trips in a row instead of 256.
 AQPIM_HD float hist8_times_centroids(const float* hist, int nq, int h, int m0, const float* cb, int dsub, int i) {
+    constexpr int kWays = 8;
     const int m = i / dsub, d = i - m * dsub;
     const float* row = hist + std::int64_t(m - m0) * kKsub8 * nq + h;
     const float* cm = cb + std::int64_t(m) * kKsub8 * dsub + d;
-    float s = 0.0f;
-    for (int c = 0; c < kKsub8; ++c) s += row[c * nq] * cm[c * dsub];
-    return s;
+    float s[kWays] = {};
+    for (int c = 0; c < kKsub8; c += kWays) {
+        AQPIM_UNROLL
+        for (int k = 0; k < kWays; ++k) s[k] += row[(c + k) * nq] * cm[(c + k) * dsub];
+    }
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 /// Add quantizer-space values y [D] of one head into acc [D] (original space):
