@@ -6,9 +6,9 @@
 // version) and each segment's subspaces in groups whose tables take 32 KiB (pq_tile_8bit.h):
 //
 //   keys     per group: the group's tables LUT[m][c][h] built in shared memory from the queries in
-//            the version's quantizer space; each thread adds its tokens' lookups to their scores
-//            in a shared [tokens][NQ] buffer (thread t owns tokens t, t + 128, ...: a warp reads one
-//            32-byte code row per subspace, coalesced)
+//            the version's quantizer space; the group's code rows of a run of blocks staged in
+//            shared memory (16-byte cp.async copies, all in flight at once); each thread adds its
+//            tokens' lookups to their scores in a shared [tokens][NQ] buffer
 //   softmax  the segment's max per head (block reduction), the scores become weights, the block's
 //            state is rescaled once per segment
 //   values   per group: histograms hist[m][c][h] (warp w owns subspaces w, w + 4, ...; a lane adds
@@ -17,7 +17,8 @@
 //            values y [NQ][D] in quantizer space, and at the segment's end into the accumulator
 //            (perm and gain, or the rotation)
 //
-// No value vector is decoded and every code byte is read once from device memory.
+// No value vector is decoded and every code byte is read once from device memory, in 8 KiB of
+// copies in flight per block rather than one dependent byte load per token and subspace.
 
 #include "cuda/pq_block.cuh"
 #include "cuda/pq_tile_8bit.h"
@@ -28,7 +29,7 @@ namespace {
 
 /// Dynamic shared memory of one block, in floats; every region 16-byte aligned.
 struct Pq8Smem {
-    int table, weights, qy, y, seg, red;  // offsets
+    int table, weights, qy, y, seg, red, stage;  // offsets
     int total;
     __host__ __device__ Pq8Smem(int nq, int D) {
         const int blocks = segment_tokens_8bit(nq) / kBlockTokens;
@@ -38,7 +39,8 @@ struct Pq8Smem {
         y = qy + up4(nq * (D + 1));          // [nq][D] the segment's values (quantizer space)
         seg = y + up4(nq * D);               // [blocks] key and value block offsets (int64), valid tokens
         red = seg + up4(blocks * 5);         // [2][warps][nq] block reductions
-        const int coded = red + up4(2 * kWarps * nq);
+        stage = red + up4(2 * kWarps * nq);  // [blocks][g][32] code rows of the group
+        const int coded = stage + kStage8Bytes / 4;
         const int f16 = f16_chunk_floats(nq, D);
         total = coded > f16 ? coded : f16;
     }
@@ -65,6 +67,20 @@ __device__ __forceinline__ void add_in_turns(float* bin, int key, const float (&
     }
 }
 
+/// Stage rows m0 .. m0 + g - 1 of segment blocks [j0, j1) (pool offsets seg) into `stage`: every
+/// 16-byte copy in flight at once, then wait for them. Called by the whole block; the caller
+/// synchronises before (the stage's previous readers) and this synchronises after.
+__device__ __forceinline__ void stage_rows(const std::uint8_t* pool, const std::int64_t* seg, int j0, int j1, int m0,
+                                           int g, std::uint8_t* stage) {
+    for (int q = threadIdx.x; q < (j1 - j0) * g * 2; q += kThreads) {
+        const StageChunk c = stage_chunk(seg, j0, m0, g, q);
+        cp_async_16(stage + c.dst, pool + c.src, true);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+}
+
 template <int NQ, int D>
 __global__ void __launch_bounds__(kThreads) pq_attention_8bit_kernel(PqAttentionParams p) {
     __shared__ BlockState<NQ, D> st;
@@ -86,6 +102,7 @@ __global__ void __launch_bounds__(kThreads) pq_attention_8bit_kernel(PqAttention
     std::int64_t* seg_v = seg_k + kSegBlocks;
     int* seg_n = reinterpret_cast<int*>(seg_v + kSegBlocks);       // valid tokens of each block
     float* red = dyn + lay.red;
+    auto* stage = reinterpret_cast<std::uint8_t*>(dyn + lay.stage);
 
     const int Mk = p.Mk, Mv = p.Mv, dk = D / Mk, dv = D / Mv;
     const int n_coded = p.n_coded[b];
@@ -111,33 +128,39 @@ __global__ void __launch_bounds__(kThreads) pq_attention_8bit_kernel(PqAttention
                                           });
         const int n_tok = n_blocks * kBlockTokens;
 
-        // Keys, a group of subspaces at a time.
+        // Keys, a group of subspaces at a time: its tables, then its code rows staged a run of
+        // blocks at a time and every token's lookups added to its score.
         for (int m0 = 0; m0 < Mk; m0 += kGroup) {
-            const int g = min(kGroup, Mk - m0);
+            const int g = min(kGroup, Mk - m0), run = stage_blocks_8bit(g);
             __syncthreads();  // the previous group's tables are read (and the lists and qy written)
             for (int i = tid; i < g * kKsub8 * NQ; i += kThreads) {
                 const int h = i % NQ, r = i / NQ;  // r = (m - m0) * 256 + c
                 table[i] = lut_entry(qy + h * kQyStride, kcb.cb, dk, m0 + r / kKsub8, r % kKsub8, kKsub8);
             }
-            __syncthreads();
-            for (int t = tid; t < n_tok; t += kThreads) {
-                const std::uint8_t* codes = p.pool + seg_k[t / kBlockTokens];
-                float s[NQ];
-                if (m0 == 0) {
+            for (int j0 = 0; j0 < n_blocks; j0 += run) {
+                const int j1 = min(n_blocks, j0 + run);
+                __syncthreads();  // the tables are built, the stage's previous rows read
+                stage_rows(p.pool, seg_k, j0, j1, m0, g, stage);
+                for (int t = j0 * kBlockTokens + tid; t < j1 * kBlockTokens; t += kThreads) {
+                    const int j_rel = t / kBlockTokens - j0, tb = t % kBlockTokens;
+                    float s[NQ];
+                    if (m0 == 0) {
 #pragma unroll
-                    for (int h = 0; h < NQ; ++h) s[h] = 0.0f;
-                } else {
-                    load_heads<NQ>(w + t * NQ, s);
-                }
-                for (int m = 0; m < g; ++m) {
-                    float e[NQ];
-                    load_heads<NQ>(table + (m * kKsub8 + code8(codes, t % kBlockTokens, m0 + m)) * NQ, e);
+                        for (int h = 0; h < NQ; ++h) s[h] = 0.0f;
+                    } else {
+                        load_heads<NQ>(w + t * NQ, s);
+                    }
+                    for (int m = 0; m < g; ++m) {
+                        float e[NQ];
+                        load_heads<NQ>(table + (m * kKsub8 + staged_code(stage, j_rel, g, m, tb)) * NQ, e);
 #pragma unroll
-                    for (int h = 0; h < NQ; ++h) s[h] += e[h];
+                        for (int h = 0; h < NQ; ++h) s[h] += e[h];
+                    }
+                    store_heads<NQ>(w + t * NQ, s);
                 }
-                store_heads<NQ>(w + t * NQ, s);
             }
         }
+        __syncthreads();  // every token's score is written (by whichever thread took it)
 
         // Softmax: the segment's max, the weights (in place of the scores), the state rescaled.
         float mx[NQ];
@@ -202,14 +225,18 @@ __global__ void __launch_bounds__(kThreads) pq_attention_8bit_kernel(PqAttention
             const int g = min(kGroup, Mv - m0);
             __syncthreads();  // the previous group's histograms (or the key tables) are read
             for (int i = tid; i < g * kKsub8 * NQ; i += kThreads) table[i] = 0.0f;
-            __syncthreads();
-            for (int j = 0; j < n_blocks && warp < g; ++j) {  // warp-uniform
-                const std::uint8_t* codes = p.pool + seg_v[j];
-                float wt[NQ];
-                load_heads<NQ>(w + (j * kBlockTokens + lane) * NQ, wt);
-                for (int m = warp; m < g; m += kWarps) {
-                    const int c = code8(codes, lane, m0 + m);
-                    add_in_turns<NQ>(table + (m * kKsub8 + c) * NQ, c, wt, lane);
+            const int run = stage_blocks_8bit(g);
+            for (int j0 = 0; j0 < n_blocks; j0 += run) {
+                const int j1 = min(n_blocks, j0 + run);
+                __syncthreads();  // the histograms are zeroed, the stage's previous rows read
+                stage_rows(p.pool, seg_v, j0, j1, m0, g, stage);
+                for (int j = j0; j < j1 && warp < g; ++j) {  // warp-uniform
+                    float wt[NQ];
+                    load_heads<NQ>(w + (j * kBlockTokens + lane) * NQ, wt);
+                    for (int m = warp; m < g; m += kWarps) {
+                        const int c = staged_code(stage, j - j0, g, m, lane);
+                        add_in_turns<NQ>(table + (m * kKsub8 + c) * NQ, c, wt, lane);
+                    }
                 }
             }
             __syncthreads();

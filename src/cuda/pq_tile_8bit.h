@@ -6,6 +6,8 @@
 // pages of one codebook version and, per segment, the subspaces in groups whose tables (or
 // histograms) take 32 KiB:
 //
+//   codes:   a group's code rows of a run of the segment's blocks staged in shared memory (8 KiB,
+//            16-byte copies all in flight at once), then read from there
 //   keys:    per group: tables [g][256][nq] built, every token's partial score += its g lookups
 //   softmax: the segment's max per head, weights into the score buffer, the block's state rescaled
 //   values:  per group: histograms [g][256][nq] (shared-memory atomics), then through the value
@@ -18,6 +20,26 @@
 namespace aqpim::cuda {
 
 inline constexpr int kTable8Floats = 8192;  ///< a subspace group's tables / histograms [g][256][nq]: 32 KiB
+
+inline constexpr int kStage8Bytes = 8192;  ///< code rows staged at once
+
+/// Segment blocks whose rows of a group of g subspaces fit the stage at once.
+AQPIM_HD constexpr int stage_blocks_8bit(int g) { return kStage8Bytes / (g * kBlockTokens); }  // g <= 32: >= 8
+
+/// 16-byte chunk q of the staged rows m0 .. m0 + g - 1 of segment blocks j0, j0 + 1, ...: its byte
+/// offset in the stage ([block - j0][m - m0][32]) and in the pool (seg: the blocks' pool offsets).
+struct StageChunk {
+    int dst;
+    std::int64_t src;
+};
+AQPIM_HD StageChunk stage_chunk(const std::int64_t* seg, int j0, int m0, int g, int q) {
+    const int half = q & 1, r = q >> 1;  // r = (j - j0) * g + (m - m0)
+    return {r * kBlockTokens + half * 16, seg[j0 + r / g] + std::int64_t(m0 + r % g) * kBlockTokens + half * 16};
+}
+/// Code of token t (0..31) of staged block j - j0 in subspace m - m0.
+AQPIM_HD int staged_code(const std::uint8_t* stage, int j_rel, int g, int m_rel, int t) {
+    return stage[(j_rel * g + m_rel) * kBlockTokens + t];
+}
 
 /// Floats of a segment's scores / weights [tokens][nq]: 16 KiB, 32 KiB for groups of 8 heads, whose
 /// instance holds 2 blocks per SM by its registers anyway (255: docs/cuda.md), so their segments
