@@ -114,12 +114,12 @@ double pq_smem_bytes_per_token(PqValuePath path, int nq_template, int Mk, int Mv
 /// The same count for the 8-bit kernel (pq_attention_8bit.cu): per token, the table lookups and the
 /// partial scores' read-modify-write per key group, the weights (softmax: two reads, one write;
 /// one read per warp and value group), the histogram read-modify-writes (one per subspace, all
-/// heads; a second turn where codes meet is not counted); per segment, building the tables,
-/// zeroing the histograms and reading them at the flush.
+/// heads; a second turn where codes meet is not counted), the staged code bytes (written, read);
+/// per segment, building the tables, zeroing the histograms and reading them at the flush.
 double pq8_smem_bytes_per_token(int nq_template, int Mk, int Mv) {
     const int G = group_subspaces_8bit(nq_template), gk = (Mk + G - 1) / G, gv = (Mv + G - 1) / G;
     const double per_token = 4.0 * nq_template * Mk + 8.0 * nq_template * gk + 12.0 * nq_template +
-                             4.0 * nq_template * kWarps * gv + 8.0 * nq_template * Mv;
+                             4.0 * nq_template * kWarps * gv + 8.0 * nq_template * Mv + 2.0 * (Mk + Mv);
     const double per_segment = 4.0 * nq_template * kKsub8 * (Mk + 2 * Mv);
     return per_token + per_segment / segment_tokens_8bit(nq_template);
 }
