@@ -29,30 +29,30 @@ inline void pq8_segment(const PqAttentionParams& p, const Segment8& seg, const P
     const int n_tok = int(seg.k.size()) * kBlockTokens;
     std::vector<float> w(std::size_t(n_tok) * nq, 0.0f), table(kTable8Floats), y(std::size_t(nq) * D);
     const auto valid = [&](int t) { return t % kBlockTokens < seg.n[t / kBlockTokens]; };
-    // The group's code rows of blocks [j0, j1) staged as the kernel stages them (stage_rows).
+    // fn(token, m - m0, code) for every token of the segment and subspace m0 .. m0 + g - 1, the codes
+    // read through the stage as the kernel stages them (stage_rows): runs of blocks, in order.
     std::vector<std::uint8_t> stage(kStage8Bytes);
-    const auto stage_rows = [&](const std::vector<std::int64_t>& blocks, int j0, int j1, int m0, int g) {
-        for (int q = 0; q < (j1 - j0) * g * 2; ++q) {
-            const StageChunk c = stage_chunk(blocks.data(), j0, m0, g, q);
-            std::copy_n(p.pool + c.src, 16, stage.begin() + c.dst);
+    const int n_blocks = int(seg.k.size());
+    const auto for_staged_codes = [&](const std::vector<std::int64_t>& blocks, int m0, int g, auto fn) {
+        for (int j0 = 0; j0 < n_blocks; j0 += stage_blocks_8bit(g)) {
+            const int j1 = std::min(n_blocks, j0 + stage_blocks_8bit(g));
+            for (int q = 0; q < (j1 - j0) * g * 2; ++q) {
+                const StageChunk c = stage_chunk(blocks.data(), j0, m0, g, q);
+                std::copy_n(p.pool + c.src, 16, stage.begin() + c.dst);
+            }
+            for (int t = j0 * kBlockTokens; t < j1 * kBlockTokens; ++t)
+                for (int m = 0; m < g; ++m) fn(t, m, staged_code(stage.data(), t / kBlockTokens - j0, g, m, t % kBlockTokens));
         }
     };
-    const int n_blocks = int(seg.k.size());
     for (int m0 = 0; m0 < p.Mk; m0 += G) {
         const int g = std::min(G, p.Mk - m0);
         for (int i = 0; i < g * kKsub8 * nq; ++i) {
             const int h = i % nq, r = i / nq;
             table[i] = lut_entry(qy.data() + h * D, kcb.cb, dk, m0 + r / kKsub8, r % kKsub8, kKsub8);
         }
-        for (int j0 = 0; j0 < n_blocks; j0 += stage_blocks_8bit(g)) {
-            const int j1 = std::min(n_blocks, j0 + stage_blocks_8bit(g));
-            stage_rows(seg.k, j0, j1, m0, g);
-            for (int t = j0 * kBlockTokens; t < j1 * kBlockTokens; ++t)
-                for (int m = 0; m < g; ++m) {
-                    const int c = staged_code(stage.data(), t / kBlockTokens - j0, g, m, t % kBlockTokens);
-                    for (int h = 0; h < nq; ++h) w[std::size_t(t) * nq + h] += table[(m * kKsub8 + c) * nq + h];
-                }
-        }
+        for_staged_codes(seg.k, m0, g, [&](int t, int m, int c) {
+            for (int h = 0; h < nq; ++h) w[std::size_t(t) * nq + h] += table[(m * kKsub8 + c) * nq + h];
+        });
     }
     for (int h = 0; h < nq; ++h) {
         float mx = kNegInf;
@@ -74,15 +74,9 @@ inline void pq8_segment(const PqAttentionParams& p, const Segment8& seg, const P
         std::fill(table.begin(), table.end(), 0.0f);
         // Warp m % 4 adds subspace m's tokens block by block, a bin's lanes in lane order: per bin,
         // tokens in order (padding tokens weigh 0).
-        for (int j0 = 0; j0 < n_blocks; j0 += stage_blocks_8bit(g)) {
-            const int j1 = std::min(n_blocks, j0 + stage_blocks_8bit(g));
-            stage_rows(seg.v, j0, j1, m0, g);
-            for (int t = j0 * kBlockTokens; t < j1 * kBlockTokens; ++t)
-                for (int m = 0; m < g; ++m) {
-                    const int c = staged_code(stage.data(), t / kBlockTokens - j0, g, m, t % kBlockTokens);
-                    for (int h = 0; h < nq; ++h) table[(m * kKsub8 + c) * nq + h] += w[std::size_t(t) * nq + h];
-                }
-        }
+        for_staged_codes(seg.v, m0, g, [&](int t, int m, int c) {
+            for (int h = 0; h < nq; ++h) table[(m * kKsub8 + c) * nq + h] += w[std::size_t(t) * nq + h];
+        });
         for (int o = 0; o < nq * g * dv; ++o) {
             const int h = o % nq, i = m0 * dv + o / nq;
             y[h * D + i] = hist8_times_centroids(table.data(), nq, h, m0, vcb.cb, dv, i);
