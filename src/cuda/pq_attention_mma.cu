@@ -334,7 +334,7 @@ PqKernelFamily pq_mma_family() {
     PqKernelFamily f = family_of<MmaFamily>();
     f.launch = [](const PqAttentionParams& p, cudaStream_t stream) {
         require_mma_device();
-        family_of<MmaFamily>().launch(p, stream);
+        dispatch_instance(p.shape, PqFamilyLaunch<MmaFamily>{p, stream});
     };
     return f;
 }
