@@ -6,12 +6,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "aqpim/error.h"
+#include "aqpim/file_io.h"
 
 #if AQPIM_HAVE_CUDA
 #include "cuda/cuda_bench.h"
@@ -54,11 +54,7 @@ void run(const CudaBenchArgs& a) {
                     {"copy_gbps", f.copy_gbps}, {"smem_peak_gbps", f.smem_peak_gbps}, {"l2_mb", f.l2_mb}}},
         {"nbits", a.nbits},
         {"rows", rows}};
-    if (!a.out.empty()) {
-        std::ofstream file(a.out);
-        AQPIM_CHECK(file.good(), "cannot write '{}'", a.out);
-        file << report.dump(2) << "\n";
-    }
+    if (!a.out.empty()) write_output_file(a.out, report.dump(2) + "\n", "-o");
     if (a.json) {
         fmt::print("{}\n", report.dump(2));
         return;

@@ -2,13 +2,13 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "aqpim/error.h"
+#include "aqpim/file_io.h"
 #include "aqpim/simd.h"
 #include "aqpim/threads.h"
 #include "bench.h"
@@ -104,11 +104,7 @@ void add_bench_command(CLI::App& app) {
         add("attention", bench_attention);
         json report = {{"simd", simd_level_name(active_simd_level())}, {"threads", opt.max_threads}, {"quick", opt.quick},
                        {"rows", rows}};
-        if (!args->out.empty()) {
-            std::ofstream f(args->out);
-            AQPIM_CHECK(f.good(), "cannot write '{}'", args->out);
-            f << report.dump(2) << "\n";
-        }
+        if (!args->out.empty()) write_output_file(args->out, report.dump(2) + "\n", "-o");
         if (args->json)
             fmt::print("{}\n", report.dump(2));
         else

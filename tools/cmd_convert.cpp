@@ -3,10 +3,10 @@
 
 #include <fmt/format.h>
 
-#include <filesystem>
 
 #include "aqpim/convert.h"
 #include "aqpim/error.h"
+#include "aqpim/file_io.h"
 #include "aqpim/model.h"
 #include "aqpim/timer.h"
 #include "commands.h"
@@ -15,36 +15,16 @@ namespace aqpim::cli {
 
 namespace {
 
-namespace fs = std::filesystem;
 
 struct ConvertArgs {
     std::string model, tokenizer, type = "source", name, out;
 };
 
-/// Throws unless `out` is a new file or an existing one that is none of the inputs.
-void check_output(const ConvertArgs& a) {
-    AQPIM_CHECK(!fs::is_directory(a.out), "convert: output {} is a directory; give a file name", a.out);
-    if (!fs::exists(a.out)) return;
-    std::vector<fs::path> inputs;
-    if (fs::is_directory(a.model)) {
-        for (const auto& e : fs::directory_iterator(a.model))
-            if (e.is_regular_file()) inputs.push_back(e.path());
-    } else {
-        inputs.push_back(a.model);
-    }
-    if (!a.tokenizer.empty()) inputs.push_back(a.tokenizer);
-    for (const fs::path& in : inputs) {
-        std::error_code ec;
-        AQPIM_CHECK(!fs::equivalent(a.out, in, ec), "convert: refusing to overwrite the input {} with the output",
-                    in.string());
-    }
-}
-
 void run_convert(const ConvertArgs& a) {
     ConvertOptions opt;
     opt.matrix_type = parse_convert_type(a.type);  // bad --type fails before any loading
     opt.name = a.name;
-    check_output(a);
+    check_output_not_input(a.out, {a.model, a.tokenizer}, "convert: output");
     Timer timer;
     LoadOptions lo;
     lo.tokenizer_path = a.tokenizer;

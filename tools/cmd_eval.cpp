@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "aqpim/error.h"
+#include "aqpim/file_io.h"
 #include "aqpim/eval.h"
 #include "aqpim/kv_scheme.h"
 #include "commands.h"
@@ -150,6 +151,7 @@ void add_eval_command(CLI::App& app) {
         AQPIM_CHECK(a->plot.empty() || (a->generate == 0 && !a->fidelity),
                     "--plot is for the perplexity mode (not --generate or --fidelity)");
         AQPIM_CHECK(a->generate > 0 || !a->text_path.empty(), "eval needs -f TEXT (or --generate N)");
+        if (!a->plot.empty()) check_output_not_input(a->plot, {opts->model, opts->tokenizer, a->text_path}, "--plot");
         const Plotter plotter = a->plot.empty() ? Plotter{} : check_plot(a->plot);
 
         const LoadedModel model = load_model_for_cli(*opts);

@@ -5,18 +5,20 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <optional>
 
 #include "aqpim/error.h"
+#include "aqpim/file_io.h"
 #include "aqpim/kv_pq.h"
 #include "aqpim/kv_scheme.h"
+#include "aqpim/model.h"
 #include "aqpim/pim_attention.h"
 #include "aqpim/pim_baseline.h"
 #include "aqpim/preset.h"
 #include "aqpim/pim_trace.h"
 #include "aqpim/pim_validate.h"
+#include "cli_checks.h"
 #include "commands.h"
 #include "pimsim_report.h"
 
@@ -91,6 +93,8 @@ std::vector<PimPlacement> placements(const std::string& s) {
 
 void run_pimsim(const PimsimArgs& args) {
     if (!args.validate.empty()) return run_validation(args);
+    for (const std::string* out : {&args.trace_file, &args.plot})
+        if (!out->empty()) check_output_not_input(*out, {args.dram, args.kv_trace}, out == &args.plot ? "--plot" : "--trace-commands");
     PimsimArgs a = args;
     std::optional<PimTraceStep> traced;
     if (!a.kv_trace.empty()) {
@@ -156,17 +160,16 @@ void run_pimsim(const PimsimArgs& args) {
 
     PimChannel::Options opt;
     opt.refresh = !a.no_refresh;
-    std::ofstream trace;
+    std::optional<OutputFile> trace;
     if (!a.trace_file.empty()) {
-        trace.open(a.trace_file);
-        AQPIM_CHECK(trace.good(), "--trace-commands: cannot write '{}'", a.trace_file);
-        trace << "# aqpim pimsim command trace: cycle command pch rank bg bank row col (busiest channel)\n";
+        trace.emplace(a.trace_file, "--trace-commands");
+        trace->stream() << "# aqpim pimsim command trace: cycle command pch rank bg bank row col (busiest channel)\n";
     }
     for (const PimPlacement p : placements(a.placement)) {
         for (const std::string w : {"fp16", "pq"}) {
             if (a.workload != "all" && a.workload != w) continue;
             PimChannel::Options o = opt;
-            if (trace.is_open() && rep.runs.empty()) o.trace = &trace;  // the first simulation only
+            if (trace && rep.runs.empty()) o.trace = &trace->stream();  // the first simulation only
             const auto t0 = std::chrono::steady_clock::now();
             PimsimRun run;
             run.workload = w;
@@ -216,10 +219,9 @@ void run_pimsim(const PimsimArgs& args) {
     }
     if (a.json) fmt::print("{}\n", pimsim_json(rep).dump(2));
     else print_pimsim_table(rep);
+    if (trace) trace->commit();
     if (!a.plot.empty()) {
-        std::ofstream out(a.plot);
-        AQPIM_CHECK(out.good(), "--plot: cannot write '{}'", a.plot);
-        out << pimsim_json(rep).dump(2) << '\n';
+        write_output_file(a.plot, pimsim_json(rep).dump(2) + "\n", "--plot");
         if (!a.json) fmt::print("\nwrote {} (render with: python3 scripts/plot_pimsim.py {})\n", a.plot, a.plot);
     }
 }
@@ -233,21 +235,32 @@ void add_pimsim_command(CLI::App& app) {
     c->add_option("--placement", a->placement, "bank | bank_group | buffer | all")->capture_default_str();
     c->add_option("--workload", a->workload, "fp16 | pq | all")->capture_default_str();
     c->add_option("--model", a->model, "name shown in the report")->capture_default_str();
-    c->add_option("--layers", a->layers, "layers (default: Llama-3-8B)")->capture_default_str();
-    c->add_option("--heads", a->heads, "query heads")->capture_default_str();
-    c->add_option("--kv-heads", a->kv_heads, "KV heads")->capture_default_str();
-    c->add_option("--head-dim", a->head_dim, "head dimension")->capture_default_str();
-    c->add_option("--weight-bytes", a->weight_bytes, "model weight bytes on the GPU (capacity wall)")->capture_default_str();
-    c->add_option("--batch", a->batch, "sequences decoded together")->capture_default_str();
-    c->add_option("-c,--context", a->context, "tokens per sequence")->capture_default_str();
-    c->add_option("--devices", a->devices, "PIM stacks/chips the KV heads are spread over")->capture_default_str();
+    c->add_option("--layers", a->layers, "layers (default: Llama-3-8B)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, ModelLimits::layers));
+    c->add_option("--heads", a->heads, "query heads")->capture_default_str()->check(CLI::Range(1, ModelLimits::heads));
+    c->add_option("--kv-heads", a->kv_heads, "KV heads")->capture_default_str()->check(CLI::Range(1, ModelLimits::heads));
+    c->add_option("--head-dim", a->head_dim, "head dimension")
+        ->capture_default_str()
+        ->check(CLI::Range(1, ModelLimits::head_dim));
+    c->add_option("--weight-bytes", a->weight_bytes, "model weight bytes on the GPU (capacity wall)")
+        ->capture_default_str()
+        ->check(finite_range(0, 1e15));
+    c->add_option("--batch", a->batch, "sequences decoded together")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+    c->add_option("-c,--context", a->context, "tokens per sequence")
+        ->capture_default_str()
+        ->check(CLI::Range(1, ModelLimits::context));
+    c->add_option("--devices", a->devices, "PIM stacks/chips the KV heads are spread over")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 4096));
     c->add_flag("--no-power-cap", a->no_power_cap, "use the uncapped all-bank / same-bank MAC gaps");
     c->add_flag("--no-refresh", a->no_refresh, "leave refresh out");
     c->add_option("--kv", a->kv, "PQ scheme as for `aqpim run --kv` (pq:m=32,nbits=4,...)")->capture_default_str();
     c->add_option("--pq-mapping", a->pq_mapping, "PQ codes in the banks: token | subspace (docs/pimsim.md)")
         ->capture_default_str();
     c->add_option("--gpu", a->gpu, "device preset (presets/device) for the GPU and offload baselines");
-    c->add_option("--pim-capacity", a->pim_capacity, "bytes of PIM for the capacity view (default: the devices')");
+    c->add_option("--pim-capacity", a->pim_capacity, "bytes of PIM for the capacity view (default: the devices')")
+        ->check(finite_range(0, 1e15, true));
     c->add_option("--validate", a->validate, "check against a published simulator: attacc");
     c->add_option("--kv-trace", a->kv_trace, "replay a decode step of `aqpim run --trace FILE` (model, scheme, PQ state from it)");
     c->add_option("--trace-step", a->trace_step, "which step of --kv-trace (default: the last)");

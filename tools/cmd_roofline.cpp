@@ -4,12 +4,13 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <unistd.h>
 
 #include "aqpim/error.h"
+#include "aqpim/file_io.h"
 #include "aqpim/preset.h"
+#include "cli_checks.h"
 #include "commands.h"
 #include "roofline_reports.h"
 
@@ -91,7 +92,7 @@ std::string plot_python(const std::string& file) {
 void plot(const std::string& python, const Report& report, const std::string& file) {
     const std::string script = plot_script();
     const std::string data = fs::path(file).replace_extension(".json").string();
-    std::ofstream(data) << report.to_json().dump(1) << "\n";
+    write_output_file(data, report.to_json().dump(1) + "\n", "--plot");
     const int rc = std::system((quoted(python) + " " + quoted(script) + " " + quoted(data) + " " + quoted(file)).c_str());
     AQPIM_CHECK(rc == 0, "--plot {}: {} failed (exit status {})", file, script, rc);
     fmt::print(stderr, "plot written to {} (data: {})\n", file, data);
@@ -173,15 +174,19 @@ void add_roofline_command(CLI::App& app) {
     cmd->add_option("-b,--batch", a->run.batch, "sequences decoded together")->capture_default_str();
     cmd->add_option("-c,--context", a->run.context, "tokens each sequence holds at the decode step")->capture_default_str();
     cmd->add_option("-p,--prompt", a->run.prompt, "prefill length")->capture_default_str();
-    cmd->add_option("--wbits", a->run.weight_bits, "bits per weight (default: the model's; 4.5 = Q4_0, 8.5 = Q8_0)");
+    cmd->add_option("--wbits", a->run.weight_bits, "bits per weight (default: the model's; 4.5 = Q4_0, 8.5 = Q8_0)")
+        ->check(finite_range(1, 32));
     cmd->add_option("--abits", a->run.act_bits, "bits per activation (<= 8 with <= 8-bit weights: integer roof)")->capture_default_str();
     cmd->add_option("--kv", a->run.kv_scheme, "KV scheme (f16, int8, int4, q8_0, q4_0, kivi2, pq[:...]): exact bits from the cache's accounting")->capture_default_str();
     cmd->add_option("--tp", a->run.tp, "tensor-parallel devices")->capture_default_str();
     cmd->add_option("--pp", a->run.pp, "pipeline stages")->capture_default_str();
-    cmd->add_option("--eff-bw", a->run.eff_bandwidth, "achievable fraction of memory bandwidth (default: the device's)");
-    cmd->add_option("--eff-compute", a->run.eff_compute, "achievable fraction of compute (default: the device's)");
+    cmd->add_option("--eff-bw", a->run.eff_bandwidth, "achievable fraction of memory bandwidth (default: the device's)")
+        ->check(finite_range(0, 1, true));
+    cmd->add_option("--eff-compute", a->run.eff_compute, "achievable fraction of compute (default: the device's)")
+        ->check(finite_range(0, 1, true));
     auto launch_us = std::make_shared<double>(-1);
-    cmd->add_option("--launch-us", *launch_us, "fixed cost per kernel launch in microseconds (default: the device's; 0 = pure roofline)");
+    cmd->add_option("--launch-us", *launch_us, "fixed cost per kernel launch in microseconds (default: the device's; 0 = pure roofline)")
+        ->check(finite_range(0, 999));
     cmd->add_option("--batches", a->batches, "batch sizes of --table batch")->capture_default_str();
     cmd->add_option("--contexts", a->contexts, "contexts of --table context")->capture_default_str();
     cmd->add_option("--kv-list", a->kv_list, "KV schemes of --table quant, ';'-separated")->capture_default_str();
@@ -198,6 +203,9 @@ void add_roofline_command(CLI::App& app) {
         AQPIM_CHECK(a->model_file.empty() || a->preset.empty(), "-m and --preset: choose one");
         AQPIM_CHECK(*launch_us < 0 || *launch_us < 1000, "--launch-us {}: must be below 1000", *launch_us);
         a->run.kernel_overhead = *launch_us < 0 ? -1 : *launch_us * 1e-6;
+        if (!a->plot.empty())
+            for (const std::string& out : {a->plot, fs::path(a->plot).replace_extension(".json").string()})
+                check_output_not_input(out, {a->preset, a->model_file, a->device, a->validation}, "--plot");
         const std::string python = a->plot.empty() ? "" : plot_python(a->plot);
         const Report r = build_report(*a);
         fmt::print("{}", a->json ? r.to_json().dump(2) + "\n" : a->csv ? r.csv() : r.text());

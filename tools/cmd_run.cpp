@@ -29,6 +29,7 @@ void add_run_command(CLI::App& app) {
     cmd->add_flag("--ignore-eos", [gen](std::int64_t) { gen->stop_at_eos = false; }, "keep generating after EOS");
     cmd->callback([=] {
         gen->sampler.validate();
+        if (!trace_path->empty()) check_output_not_input(*trace_path, {opts->model, opts->tokenizer}, "--trace");
         const LoadedModel model = load_model_for_cli(*opts);
         AQPIM_CHECK(model.tokenizer, "model {} has no vocabulary; pass --tokenizer", opts->model);
         Transformer transformer(model.weights);
@@ -49,6 +50,7 @@ void add_run_command(CLI::App& app) {
             if (trace) trace->record((*step)++, {0});
         };
         const GenerateResult r = generate(transformer, *model.tokenizer, *cache, ids, *gen);
+        if (trace) trace->finish();
         std::fputs("\n", stdout);
         std::fflush(stdout);
 

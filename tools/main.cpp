@@ -37,7 +37,10 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+        // Bad options read like every other error: one line naming what is wrong, exit status 1.
+        std::fprintf(stderr, "aqpim: error: %s\nRun with --help for more information.\n", e.what());
+        return 1;
     } catch (const aqpim::Error& e) {
         std::fprintf(stderr, "aqpim: error: %s\n", e.what());
         return 1;

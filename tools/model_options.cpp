@@ -4,10 +4,9 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
-#include <sstream>
 
 #include "aqpim/error.h"
+#include "aqpim/file_io.h"
 #include "aqpim/kv_scheme.h"
 
 namespace aqpim::cli {
@@ -39,13 +38,7 @@ std::unique_ptr<KvCache> make_cli_kv_cache(const ModelOptions& opts, const KvSha
     return make_kv_cache(parse_kv_scheme(opts.kv), shape, o);
 }
 
-std::string read_text_file(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    AQPIM_CHECK(f.good(), "-f {}: cannot open", path);
-    std::ostringstream s;
-    s << f.rdbuf();
-    return s.str();
-}
+std::string read_text_file(const std::string& path) { return read_whole_file(path, "-f"); }
 
 void warn_past_training_context(const ModelConfig& config, std::int64_t n_tokens) {
     if (n_tokens > config.n_ctx_train)

@@ -5,10 +5,10 @@
 // docs/pimsim.md "KV trace".
 
 #include <cstdint>
-#include <fstream>
 #include <string>
 #include <vector>
 
+#include "aqpim/file_io.h"
 #include "aqpim/kv_cache.h"
 
 namespace aqpim {
@@ -38,11 +38,13 @@ public:
     KvTraceWriter(const std::string& path, const KvCache& cache, const std::string& model, int n_head);
     /// One line per layer: the layout of every listed sequence now, before decode step `step` appends.
     void record(std::int64_t step, const std::vector<int>& seq_ids);
+    /// Put the complete trace under its name (until then it is a temporary file beside it, removed
+    /// if the run fails).
+    void finish() { out_.commit(); }
 
 private:
     const KvCache& cache_;
-    std::ofstream out_;
-    std::string path_;
+    OutputFile out_;
 };
 
 /// Read a trace; malformed input is an aqpim::Error naming the file and line.

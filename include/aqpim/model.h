@@ -28,6 +28,18 @@ struct RopeScaling {
     int original_context = 8192;
 };
 
+/// The largest shapes a model may state, and so whatever describes one (a KV trace, pimsim's
+/// options): beyond them no real model exists and sizes computed from them overflow or allocate
+/// absurd amounts.
+struct ModelLimits {
+    static constexpr int dim = 1 << 17;        ///< n_embd (n_ff: 4x)
+    static constexpr int layers = 1024;
+    static constexpr int heads = 4096;         ///< query or KV heads
+    static constexpr int head_dim = 1024;
+    static constexpr int vocab = 1 << 22;
+    static constexpr int context = 1 << 24;    ///< tokens of one sequence
+};
+
 struct ModelConfig {
     ModelArch arch = ModelArch::llama;
     std::string name;           ///< general.name or the directory/file name

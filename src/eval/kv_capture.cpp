@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "aqpim/error.h"
+#include "aqpim/file_io.h"
 #include "aqpim/safetensors.h"
 #include "aqpim/threads.h"
 #include "model/hf_config.h"
@@ -14,13 +15,7 @@ namespace aqpim {
 namespace {
 
 nlohmann::json read_json(const std::string& path) {
-    std::ifstream f(path);
-    AQPIM_CHECK(f.good(), "cannot open '{}'", path);
-    try {
-        return nlohmann::json::parse(f);
-    } catch (const nlohmann::json::exception& e) {
-        AQPIM_FAIL("{}: not valid JSON: {}", path, e.what());
-    }
+    return parse_json(read_whole_file(path, "JSON file"), path);
 }
 
 // y [n_out] = W [n_out][n_in] x
@@ -100,7 +95,7 @@ std::vector<std::int32_t> read_token_ids(const std::string& path) {
     ids.reserve(j.size());
     for (const auto& v : j) {
         AQPIM_CHECK(v.is_number_integer() && v.get<std::int64_t>() >= 0 && v.get<std::int64_t>() < (1ll << 31),
-                    "{}: bad token id {}", path, v.dump());
+                    "{}: bad token id {}", path, json_excerpt(v));
         ids.push_back(std::int32_t(v.get<std::int64_t>()));
     }
     return ids;

@@ -6,13 +6,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <limits>
-#include <memory>
 
 #include "aqpim/error.h"
+#include "aqpim/file_io.h"
 #include "aqpim/gguf.h"
 
 namespace aqpim {
@@ -49,12 +47,6 @@ std::vector<std::uint8_t> encoded_array(GgufValueType elem, std::size_t n) {
 }
 
 std::uint64_t align_up(std::uint64_t x, std::uint64_t a) { return (x + a - 1) / a * a; }
-
-struct FileCloser {
-    void operator()(std::FILE* f) const {
-        if (f) std::fclose(f);
-    }
-};
 
 }  // namespace
 
@@ -214,47 +206,34 @@ std::uint64_t GgufWriter::file_bytes() const {
 }
 
 void GgufWriter::write(const std::string& path) const {
-    const std::string tmp = path + ".tmp";
-    std::unique_ptr<std::FILE, FileCloser> f(std::fopen(tmp.c_str(), "wb"));
-    AQPIM_CHECK(f != nullptr, "gguf writer: cannot create '{}': {}", tmp, std::strerror(errno));
+    OutputFile file(path, "gguf writer: output");
+    std::ostream& out = file.stream();
     auto put_bytes = [&](const std::uint8_t* p, std::size_t n) {
-        if (n != 0 && std::fwrite(p, 1, n, f.get()) != n)
-            AQPIM_FAIL("gguf writer: writing '{}' failed: {}", tmp, std::strerror(errno));
+        out.write(reinterpret_cast<const char*>(p), std::streamsize(n));
+        AQPIM_CHECK(out.good(), "gguf writer: writing '{}' failed: {}", path, std::strerror(errno));
     };
-    try {
-        const auto head = header();
-        put_bytes(head.data(), head.size());
-        std::vector<std::uint8_t> buf;
-        std::uint64_t pos = 0;  // in the data section
-        for (const auto& t : tensors_) {
-            if (pos < t.offset) {
-                const std::vector<std::uint8_t> pad(std::size_t(t.offset - pos), 0);
-                put_bytes(pad.data(), pad.size());
-                pos = t.offset;
-            }
-            const std::uint64_t row_bytes = ggml_row_bytes(t.type, t.ne[0]);
-            const std::int64_t n_rows = std::int64_t(t.n_bytes / row_bytes);
-            const std::int64_t chunk = std::max<std::int64_t>(1, std::int64_t(kChunkBytes / row_bytes));
-            for (std::int64_t r = 0; r < n_rows; r += chunk) {
-                const std::int64_t n = std::min(chunk, n_rows - r);
-                buf.assign(std::size_t(n) * row_bytes, 0);
-                t.generate(r, n, buf.data());
-                put_bytes(buf.data(), buf.size());
-            }
-            pos += t.n_bytes;
+    const auto head = header();
+    put_bytes(head.data(), head.size());
+    std::vector<std::uint8_t> buf;
+    std::uint64_t pos = 0;  // in the data section
+    for (const auto& t : tensors_) {
+        if (pos < t.offset) {
+            const std::vector<std::uint8_t> pad(std::size_t(t.offset - pos), 0);
+            put_bytes(pad.data(), pad.size());
+            pos = t.offset;
         }
-        if (std::fflush(f.get()) != 0) AQPIM_FAIL("gguf writer: writing '{}' failed: {}", tmp, std::strerror(errno));
-        std::FILE* raw = f.release();
-        if (std::fclose(raw) != 0) AQPIM_FAIL("gguf writer: closing '{}' failed: {}", tmp, std::strerror(errno));
-        std::error_code ec;
-        std::filesystem::rename(tmp, path, ec);
-        AQPIM_CHECK(!ec, "gguf writer: cannot rename '{}' to '{}': {}", tmp, path, ec.message());
-    } catch (...) {
-        f.reset();
-        std::error_code ec;
-        std::filesystem::remove(tmp, ec);
-        throw;
+        const std::uint64_t row_bytes = ggml_row_bytes(t.type, t.ne[0]);
+        const std::int64_t n_rows = std::int64_t(t.n_bytes / row_bytes);
+        const std::int64_t chunk = std::max<std::int64_t>(1, std::int64_t(kChunkBytes / row_bytes));
+        for (std::int64_t r = 0; r < n_rows; r += chunk) {
+            const std::int64_t n = std::min(chunk, n_rows - r);
+            buf.assign(std::size_t(n) * row_bytes, 0);
+            t.generate(r, n, buf.data());
+            put_bytes(buf.data(), buf.size());
+        }
+        pos += t.n_bytes;
     }
+    file.commit();
 }
 
 }  // namespace aqpim

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "aqpim/error.h"
+#include "aqpim/file_io.h"
 
 namespace aqpim {
 
@@ -27,11 +28,11 @@ int int_field(const json& obj, const char* key, const std::string& path, std::op
         AQPIM_CHECK(fallback.has_value(), "{}: missing required field '{}'", path, key);
         return *fallback;
     }
-    AQPIM_CHECK(v->is_number_integer(), "{}: field '{}' is {}, expected an integer", path, key, v->dump());
+    AQPIM_CHECK(v->is_number_integer(), "{}: field '{}' is {}, expected an integer", path, key, json_excerpt(*v));
     const std::int64_t x = v->is_number_unsigned()
                                ? std::int64_t(std::min<std::uint64_t>(v->get<std::uint64_t>(), std::uint64_t(hi) + 1))
                                : v->get<std::int64_t>();
-    AQPIM_CHECK(x >= lo && x <= hi, "{}: field '{}' = {} is out of range [{}, {}]", path, key, v->dump(), lo, hi);
+    AQPIM_CHECK(x >= lo && x <= hi, "{}: field '{}' = {} is out of range [{}, {}]", path, key, json_excerpt(*v), lo, hi);
     return int(x);
 }
 
@@ -41,39 +42,39 @@ double float_field(const json& obj, const char* key, const std::string& path, st
         AQPIM_CHECK(fallback.has_value(), "{}: missing required field '{}'", path, key);
         return *fallback;
     }
-    AQPIM_CHECK(v->is_number(), "{}: field '{}' is {}, expected a number", path, key, v->dump());
+    AQPIM_CHECK(v->is_number(), "{}: field '{}' is {}, expected a number", path, key, json_excerpt(*v));
     const double x = v->get<double>();
-    AQPIM_CHECK(std::isfinite(x), "{}: field '{}' = {} is not finite", path, key, v->dump());
+    AQPIM_CHECK(std::isfinite(x), "{}: field '{}' = {} is not finite", path, key, json_excerpt(*v));
     return x;
 }
 
 bool bool_field(const json& obj, const char* key, const std::string& path, bool fallback) {
     const json* v = field(obj, key);
     if (!v) return fallback;
-    AQPIM_CHECK(v->is_boolean(), "{}: field '{}' is {}, expected true or false", path, key, v->dump());
+    AQPIM_CHECK(v->is_boolean(), "{}: field '{}' is {}, expected true or false", path, key, json_excerpt(*v));
     return v->get<bool>();
 }
 
 std::optional<std::string> string_field(const json& obj, const char* key, const std::string& path) {
     const json* v = field(obj, key);
     if (!v) return std::nullopt;
-    AQPIM_CHECK(v->is_string(), "{}: field '{}' is {}, expected a string", path, key, v->dump());
+    AQPIM_CHECK(v->is_string(), "{}: field '{}' is {}, expected a string", path, key, json_excerpt(*v));
     return v->get<std::string>();
 }
 
 ModelArch arch_of(const json& cfg, const std::string& path) {
     if (const json* a = field(cfg, "architectures")) {
         AQPIM_CHECK(a->is_array() && !a->empty(), "{}: field 'architectures' is {}, expected a non-empty array",
-                    path, a->dump());
+                    path, json_excerpt(*a));
         for (const auto& name : *a) {
-            AQPIM_CHECK(name.is_string(), "{}: field 'architectures' holds {}, expected strings", path, name.dump());
+            AQPIM_CHECK(name.is_string(), "{}: field 'architectures' holds {}, expected strings", path, json_excerpt(name));
             const std::string s = name.get<std::string>();
             if (s == "LlamaForCausalLM" || s == "MistralForCausalLM") return ModelArch::llama;
             if (s == "Qwen2ForCausalLM") return ModelArch::qwen2;
         }
         AQPIM_FAIL("{}: architectures {} are not supported (supported: LlamaForCausalLM, MistralForCausalLM, "
                    "Qwen2ForCausalLM)",
-                   path, a->dump());
+                   path, json_excerpt(*a));
     }
     const auto type = string_field(cfg, "model_type", path);
     AQPIM_CHECK(type.has_value(), "{}: missing required field 'architectures' (or 'model_type')", path);
@@ -86,7 +87,7 @@ RopeScaling rope_scaling_of(const json& cfg, const std::string& path) {
     RopeScaling rs;
     const json* r = field(cfg, "rope_scaling");
     if (!r) return rs;
-    AQPIM_CHECK(r->is_object(), "{}: field 'rope_scaling' is {}, expected an object or null", path, r->dump());
+    AQPIM_CHECK(r->is_object(), "{}: field 'rope_scaling' is {}, expected an object or null", path, json_excerpt(*r));
     std::optional<std::string> type = string_field(*r, "rope_type", path);
     if (!type) type = string_field(*r, "type", path);
     AQPIM_CHECK(type.has_value(), "{}: rope_scaling has no 'rope_type' (or 'type')", path);
@@ -151,15 +152,7 @@ ModelConfig parse_hf_config(const json& cfg, const std::string& path) {
 }
 
 ModelConfig read_hf_config(const std::string& path) {
-    std::ifstream f(path);
-    AQPIM_CHECK(f.good(), "cannot open '{}'", path);
-    json cfg;
-    try {
-        cfg = json::parse(f);
-    } catch (const json::exception& e) {
-        AQPIM_FAIL("{}: not valid JSON: {}", path, e.what());
-    }
-    return parse_hf_config(cfg, path);
+    return parse_hf_config(parse_json(read_whole_file(path, "model config"), path), path);
 }
 
 }  // namespace aqpim

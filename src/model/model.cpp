@@ -3,6 +3,7 @@
 #include "aqpim/model.h"
 
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -23,25 +24,34 @@ const char* model_arch_name(ModelArch arch) {
 void ModelConfig::validate() const {
     // Bounds far beyond any published model, low enough that sizes computed from them never
     // overflow 64 bits.
-    constexpr int kMaxDim = 1 << 17, kMaxLayers = 1024, kMaxHeads = 4096, kMaxVocab = 1 << 22;
     const auto in_range = [](const char* field, long long v, long long hi) {
         AQPIM_CHECK(v >= 1 && v <= hi, "model config: {} = {} is out of range [1, {}]", field, v, hi);
     };
-    in_range("n_embd", n_embd, kMaxDim);
-    in_range("n_ff", n_ff, 4 * kMaxDim);
-    in_range("n_layer", n_layer, kMaxLayers);
-    in_range("n_head", n_head, kMaxHeads);
-    in_range("n_kv_head", n_kv_head, kMaxHeads);
-    in_range("head_dim", head_dim, 1024);
-    in_range("n_vocab", n_vocab, kMaxVocab);
-    in_range("n_ctx_train", n_ctx_train, 1 << 24);
+    in_range("n_embd", n_embd, ModelLimits::dim);
+    in_range("n_ff", n_ff, 4 * ModelLimits::dim);
+    in_range("n_layer", n_layer, ModelLimits::layers);
+    in_range("n_head", n_head, ModelLimits::heads);
+    in_range("n_kv_head", n_kv_head, ModelLimits::heads);
+    in_range("head_dim", head_dim, ModelLimits::head_dim);
+    in_range("n_vocab", n_vocab, ModelLimits::vocab);
+    in_range("n_ctx_train", n_ctx_train, ModelLimits::context);
     AQPIM_CHECK(n_head % n_kv_head == 0, "model config: n_head = {} is not a multiple of n_kv_head = {}", n_head,
                 n_kv_head);
     AQPIM_CHECK(head_dim % 2 == 0, "model config: head_dim = {} must be even for RoPE", head_dim);
     AQPIM_CHECK(rms_eps > 0.0f && rms_eps < 1.0f, "model config: rms_eps = {} is not in (0, 1)", rms_eps);
-    AQPIM_CHECK(rope_theta > 0.0f, "model config: rope_theta = {} must be positive", rope_theta);
-    AQPIM_CHECK(rope_scaling.factor > 0.0f, "model config: rope scaling factor = {} must be positive",
-                rope_scaling.factor);
+    // RoPE: a base below 1 or an infinite one makes every angle 0 or NaN; no model uses either.
+    AQPIM_CHECK(std::isfinite(rope_theta) && rope_theta >= 1.0f, "model config: rope_theta = {} is not a finite "
+                "number >= 1", rope_theta);
+    const RopeScaling& rs = rope_scaling;
+    for (const auto& [field, v] : {std::pair{"rope scaling factor", rs.factor}, {"low_freq_factor", rs.low_freq_factor},
+                                   {"high_freq_factor", rs.high_freq_factor}})
+        AQPIM_CHECK(std::isfinite(v) && v > 0.0f && v <= 1e6f, "model config: {} = {} is not in (0, 1e6]", field, v);
+    AQPIM_CHECK(rs.kind != RopeScaling::Kind::llama3 || rs.high_freq_factor > rs.low_freq_factor,
+                "model config: llama3 rope scaling needs high_freq_factor ({}) > low_freq_factor ({})",
+                rs.high_freq_factor, rs.low_freq_factor);
+    AQPIM_CHECK(rs.original_context >= 1 && rs.original_context <= ModelLimits::context,
+                "model config: rope scaling original context = {} is out of range [1, {}]", rs.original_context,
+                ModelLimits::context);
 }
 
 std::int64_t ModelConfig::n_params() const {
@@ -124,11 +134,14 @@ LoadedModel load_model(const std::string& path, const LoadOptions& options) {
     LoadedModel m;
     if (fs::is_directory(path)) {
         m = load_safetensors_model(path);
-    } else if (starts_with_gguf_magic(path)) {
-        m = load_gguf_model(path);
     } else {
-        const std::string tok = options.tokenizer_path.empty() ? find_llama2c_tokenizer(path) : options.tokenizer_path;
-        return load_llama2c_model(path, tok);
+        // Opening a FIFO or device to look for a magic number could block forever.
+        AQPIM_CHECK(fs::is_regular_file(path), "model {}: not a regular file or a directory", path);
+        const std::uintmax_t size = fs::file_size(path);
+        AQPIM_CHECK(size >= 8, "model {}: {} bytes, too short for a GGUF file or a llama2.c checkpoint", path, size);
+        if (starts_with_gguf_magic(path)) m = load_gguf_model(path);
+        else if (options.tokenizer_path.empty()) return load_llama2c_model(path, find_llama2c_tokenizer(path));
+        else m = load_llama2c_model(path, "");
     }
     if (!options.tokenizer_path.empty()) m.tokenizer = load_tokenizer_file(options.tokenizer_path, m.weights.config.n_vocab);
     return m;

@@ -2,10 +2,12 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "aqpim/error.h"
+#include "aqpim/file_io.h"
 #include "aqpim/half.h"
 
 namespace aqpim {
@@ -48,12 +50,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
                 header_len, size);
     data_start_ = 8 + header_len;
     const std::uint64_t data_size = size - data_start_;
-    nlohmann::json header;
-    try {
-        header = nlohmann::json::parse(file_.data() + 8, file_.data() + 8 + header_len);
-    } catch (const nlohmann::json::exception& e) {
-        AQPIM_FAIL("{}: header is not valid JSON: {}", path, e.what());
-    }
+    const nlohmann::json header = parse_json(
+        std::string_view(reinterpret_cast<const char*>(file_.data()) + 8, std::size_t(header_len)), path + ": header");
     AQPIM_CHECK(header.is_object(), "{}: header is not a JSON object", path);
     for (auto it = header.begin(); it != header.end(); ++it) {
         if (it.key() == "__metadata__") continue;
@@ -72,15 +70,15 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
         std::uint64_t n = 1;
         for (const auto& d : t["shape"]) {
             AQPIM_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<std::int64_t>() >= 0),
-                        "{}: tensor '{}' has a bad dimension {}", path, name, d.dump());
+                        "{}: tensor '{}' has a bad dimension {}", path, name, json_excerpt(d));
             const std::uint64_t v = d.get<std::uint64_t>();
             AQPIM_CHECK(v <= (std::uint64_t(1) << 40) && (v == 0 || n <= (std::uint64_t(1) << 50) / v),
-                        "{}: tensor '{}' shape {} is absurdly large", path, name, t["shape"].dump());
+                        "{}: tensor '{}' shape {} is absurdly large", path, name, json_excerpt(t["shape"]));
             n *= v;
             info.shape.push_back(std::int64_t(v));
         }
         for (const auto& o : t["data_offsets"])
-            AQPIM_CHECK(o.is_number_unsigned(), "{}: tensor '{}' has a bad data offset {}", path, name, o.dump());
+            AQPIM_CHECK(o.is_number_unsigned(), "{}: tensor '{}' has a bad data offset {}", path, name, json_excerpt(o));
         info.begin = t["data_offsets"][0].get<std::uint64_t>();
         const std::uint64_t end = t["data_offsets"][1].get<std::uint64_t>();
         AQPIM_CHECK(info.begin <= end && end <= data_size,
@@ -89,8 +87,20 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
         info.n_bytes = end - info.begin;
         AQPIM_CHECK(info.n_bytes == n * std::uint64_t(eb),
                     "{}: tensor '{}' has {} bytes but shape {} of {} needs {}", path, name, info.n_bytes,
-                    t["shape"].dump(), info.dtype_name, n * eb);
+                    json_excerpt(t["shape"]), info.dtype_name, n * eb);
         tensors_.emplace(name, std::move(info));
+    }
+    // Tensors may not share bytes (the format lays them out one after another).
+    std::vector<std::pair<std::uint64_t, const std::string*>> by_begin;
+    for (const auto& [name, t] : tensors_)
+        if (t.n_bytes > 0) by_begin.emplace_back(t.begin, &name);
+    std::sort(by_begin.begin(), by_begin.end());
+    for (std::size_t i = 1; i < by_begin.size(); ++i) {
+        const SafetensorInfo& prev = tensors_.at(*by_begin[i - 1].second);
+        AQPIM_CHECK(by_begin[i].first >= prev.begin + prev.n_bytes,
+                    "{}: tensors '{}' and '{}' overlap in the data (data_offsets [{}, {}] and from {})", path,
+                    *by_begin[i - 1].second, *by_begin[i].second, prev.begin, prev.begin + prev.n_bytes,
+                    by_begin[i].first);
     }
 }
 

@@ -9,10 +9,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "aqpim/error.h"
+#include "aqpim/file_io.h"
 #include "aqpim/model.h"
 #include "aqpim/safetensors.h"
 #include "model/hf_config.h"
@@ -29,6 +31,8 @@ public:
     explicit TensorIndex(const fs::path& dir);
 
     bool has(const std::string& name) const { return by_tensor_.count(name) != 0; }
+    const std::string& where() const { return where_; }
+    const std::map<std::string, const SafetensorsFile*>& tensors() const { return by_tensor_; }
     /// The file holding `name`; an error naming the tensor and the checkpoint if there is none.
     const SafetensorsFile& file_of(const std::string& name) const;
     void keep_alive(std::vector<std::shared_ptr<const void>>& storage) const {
@@ -45,19 +49,12 @@ TensorIndex::TensorIndex(const fs::path& dir) {
     const fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
     if (fs::exists(index)) {
         where_ = index.string();
-        nlohmann::json j;
-        try {
-            std::ifstream f(index);
-            AQPIM_CHECK(f.good(), "cannot open '{}'", where_);
-            j = nlohmann::json::parse(f);
-        } catch (const nlohmann::json::exception& e) {
-            AQPIM_FAIL("{}: not valid JSON: {}", where_, e.what());
-        }
+        nlohmann::json j = parse_json(read_whole_file(where_, "safetensors index"), where_);
         AQPIM_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
                     "{}: expected an object with a 'weight_map' object", where_);
         for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
             AQPIM_CHECK(it.value().is_string(), "{}: weight_map['{}'] is {}, expected a file name", where_, it.key(),
-                        it.value().dump());
+                        json_excerpt(it.value()));
             const std::string shard = it.value().get<std::string>();
             // a plain file name beside the index, never a path elsewhere
             AQPIM_CHECK(!shard.empty() && shard != "." && shard != ".." && shard.find('/') == std::string::npos &&
@@ -103,11 +100,13 @@ GgmlType ggml_type_of(const SafetensorsFile& f, const std::string& name, const S
 struct Reader {
     const TensorIndex& index;
     ModelWeights& w;
+    std::set<std::string> used = {};
 
     /// [rows][cols] matrix, pointing into the mapping (copied only if the file misaligns it).
     WeightMatrix matrix(const std::string& name, std::int64_t rows, std::int64_t cols) {
         const SafetensorsFile& f = index.file_of(name);
         const SafetensorInfo& info = f.info(name);
+        used.insert(name);
         AQPIM_CHECK(info.shape == (std::vector<std::int64_t>{rows, cols}),
                     "{}: tensor '{}' has shape [{}], expected [{}, {}]", f.path(), name, fmt::join(info.shape, ", "),
                     rows, cols);
@@ -128,7 +127,20 @@ struct Reader {
     }
 
     std::vector<float> vec(const std::string& name, std::int64_t n) {
+        used.insert(name);
         return index.file_of(name).read_f32(name, {n});
+    }
+
+    /// Every tensor of the checkpoint must have been read, so a config that leaves layers out (or
+    /// a checkpoint of another architecture) is refused instead of run wrong. Exempt: the RoPE
+    /// inverse frequencies older checkpoints store (recomputed) and lm_head beside a tied embedding.
+    void check_all_used(bool tied) const {
+        for (const auto& [name, file] : index.tensors()) {
+            if (used.count(name) || name.ends_with(".rotary_emb.inv_freq") || (tied && name == "lm_head.weight"))
+                continue;
+            AQPIM_FAIL("{}: tensor '{}' is not part of the model config.json describes ({} layers of {} as aqpim "
+                       "runs it)", index.where(), name, w.config.n_layer, model_arch_name(w.config.arch));
+        }
     }
 };
 
@@ -195,6 +207,7 @@ LoadedModel load_safetensors_model(const std::string& dir_path) {
     // tensor there is nothing else to use (llama.cpp does the same)
     c.tied_output = c.tied_output || embd_as_head || !index.has("lm_head.weight");
     w.output = c.tied_output ? w.token_embd : r.matrix("lm_head.weight", V, E);
+    r.check_all_used(c.tied_output);
 
     out.tokenizer = load_tokenizer(dir, c.n_vocab);
     return out;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "aqpim/error.h"
+#include "aqpim/file_io.h"
 
 namespace aqpim {
 namespace {
@@ -43,24 +44,13 @@ void validate_tree(const Json& j, const std::string& path, const std::string& or
         validate_tree(it.value(), path.empty() ? it.key() : path + "." + it.key(), origin);
 }
 
-std::string read_file(const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    AQPIM_CHECK(in.good(), "cannot open preset {}", path.string());
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
 
 }  // namespace
 
 Preset Preset::parse(std::string_view text, const std::string& origin) {
     Preset p;
     p.origin_ = origin;
-    try {
-        p.json_ = Json::parse(text.begin(), text.end());
-    } catch (const Json::parse_error& e) {
-        AQPIM_FAIL("{}: not valid JSON: {}", origin, e.what());
-    }
+    p.json_ = parse_json<Json>(text, origin);
     AQPIM_CHECK(p.json_.is_object(), "{}: a preset is a JSON object", origin);
     validate_tree(p.json_, "", origin);
     p.kind_ = p.text("kind");
@@ -69,7 +59,7 @@ Preset Preset::parse(std::string_view text, const std::string& origin) {
 }
 
 Preset Preset::load(const std::filesystem::path& path) {
-    Preset p = parse(read_file(path), path.string());
+    Preset p = parse(read_whole_file(path.string(), "preset"), path.string());
     const std::string stem = path.stem().string();
     AQPIM_CHECK(p.name_ == stem, "{}: field name: \"{}\" differs from the file name \"{}\"", p.origin_, p.name_, stem);
     return p;

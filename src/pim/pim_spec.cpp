@@ -63,6 +63,9 @@ DramSpec DramSpec::from_preset(const Preset& p) {
     const Preset t = p.group("timing");
     auto& m = s.timing;
     m.tCK = t.positive("tCK");
+    // Every DRAM clock from DDR3 to HBM4 lies between 0.1 and 10 ns.
+    if (m.tCK < 5e-11 || m.tCK > 1e-7)
+        t.fail("tCK", fmt::format("is {} s, outside the plausible [5e-11, 1e-7] s of a DRAM clock", m.tCK));
     m.nBL = cycles(t, "nBL");
     m.nCL = cycles(t, "nCL");
     m.nRCD = cycles(t, "nRCD");

@@ -2,8 +2,11 @@
 #include "aqpim/kv_trace.h"
 
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "aqpim/error.h"
+#include "aqpim/file_io.h"
+#include "aqpim/model.h"
 
 namespace aqpim {
 
@@ -13,13 +16,12 @@ constexpr int kVersion = 1;
 }  // namespace
 
 KvTraceWriter::KvTraceWriter(const std::string& path, const KvCache& cache, const std::string& model, int n_head)
-    : cache_(cache), out_(path), path_(path) {
-    AQPIM_CHECK(out_.good(), "--trace: cannot write '{}'", path);
+    : cache_(cache), out_(path, "--trace") {
     const KvShape& s = cache.shape();
     nlohmann::ordered_json h = {{"format", kFormat}, {"version", kVersion},     {"model", model},
                                 {"scheme", cache.scheme()}, {"n_layer", s.n_layer}, {"n_head", n_head},
                                 {"n_kv_head", s.n_kv_head}, {"head_dim", s.head_dim}};
-    out_ << h.dump() << '\n';
+    out_.stream() << h.dump() << '\n';
 }
 
 void KvTraceWriter::record(std::int64_t step, const std::vector<int>& seq_ids) {
@@ -31,15 +33,13 @@ void KvTraceWriter::record(std::int64_t step, const std::vector<int>& seq_ids) {
             for (const KvSpan& sp : cache_.layout(id, il)) spans.push_back({sp.first, sp.n, sp.version, sp.page});
             seqs.push_back({{"seq", id}, {"tokens", cache_.n_tokens(id, il)}, {"spans", spans}});
         }
-        out_ << r.dump() << '\n';
+        out_.stream() << r.dump() << '\n';
     }
-    out_.flush();
-    AQPIM_CHECK(out_.good(), "--trace: writing '{}' failed", path_);
+    AQPIM_CHECK(out_.stream().good(), "--trace: writing '{}' failed", out_.path());
 }
 
 KvTrace read_kv_trace(const std::string& path) {
-    std::ifstream in(path);
-    AQPIM_CHECK(in.good(), "cannot read KV trace '{}'", path);
+    std::istringstream in(read_whole_file(path, "KV trace"));
     KvTrace t;
     std::string line;
     std::int64_t ln = 0;
@@ -47,12 +47,7 @@ KvTrace read_kv_trace(const std::string& path) {
     while (std::getline(in, line)) {
         ++ln;
         if (line.empty()) continue;
-        nlohmann::json j;
-        try {
-            j = nlohmann::json::parse(line);
-        } catch (const std::exception& e) {
-            fail_at(fmt::format("not JSON ({})", e.what()));
-        }
+        const nlohmann::json j = parse_json(line, fmt::format("{}:{}", path, ln));
         try {
             if (ln == 1) {
                 if (j.value("format", "") != kFormat) fail_at(fmt::format("not an {} file (header 'format')", kFormat));
@@ -64,8 +59,15 @@ KvTrace read_kv_trace(const std::string& path) {
                 t.n_head = j.at("n_head").get<int>();
                 t.n_kv_head = j.at("n_kv_head").get<int>();
                 t.head_dim = j.at("head_dim").get<int>();
-                if (t.n_layer <= 0 || t.n_kv_head <= 0 || t.head_dim <= 0 || t.n_head <= 0 || t.n_head % t.n_kv_head)
-                    fail_at("bad model shape in the header");
+                const auto in_range = [&](const char* field, int v, int hi) {
+                    if (v < 1 || v > hi) fail_at(fmt::format("header: {} = {} is out of range [1, {}]", field, v, hi));
+                };
+                in_range("n_layer", t.n_layer, ModelLimits::layers);
+                in_range("n_head", t.n_head, ModelLimits::heads);
+                in_range("n_kv_head", t.n_kv_head, ModelLimits::heads);
+                in_range("head_dim", t.head_dim, ModelLimits::head_dim);
+                if (t.n_head % t.n_kv_head)
+                    fail_at(fmt::format("header: n_head {} is not a multiple of n_kv_head {}", t.n_head, t.n_kv_head));
                 continue;
             }
             KvTraceRecord r;
@@ -77,11 +79,14 @@ KvTrace read_kv_trace(const std::string& path) {
                 KvTraceSequence q;
                 q.seq = s.at("seq").get<int>();
                 q.tokens = s.at("tokens").get<std::int64_t>();
+                if (q.tokens < 0 || q.tokens >= ModelLimits::context)
+                    fail_at(fmt::format("sequence {}: tokens = {} is out of range [0, {})", q.seq, q.tokens,
+                                        ModelLimits::context));
                 std::int64_t next = 0;
                 for (const auto& sp : s.at("spans")) {
                     const KvSpan k{sp.at(0).get<std::int64_t>(), sp.at(1).get<std::int64_t>(), sp.at(2).get<int>(),
                                    sp.at(3).get<std::int64_t>()};
-                    if (k.first != next || k.n <= 0) fail_at(fmt::format("spans of sequence {} do not tile its tokens", q.seq));
+                    if (k.first != next || k.n <= 0 || k.n > q.tokens) fail_at(fmt::format("spans of sequence {} do not tile its tokens", q.seq));
                     next = k.first + k.n;
                     q.spans.push_back(k);
                 }

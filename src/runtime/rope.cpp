@@ -18,7 +18,12 @@ std::vector<double> rope_inverse_frequencies(const ModelWeights& weights) {
     if (!weights.rope_freq_factors.empty()) {
         AQPIM_CHECK(int(weights.rope_freq_factors.size()) == n_pairs, "rope_freqs: {} factors, expected head_dim/2 = {}",
                     weights.rope_freq_factors.size(), n_pairs);
-        for (int i = 0; i < n_pairs; ++i) inv[i] /= weights.rope_freq_factors[i];
+        for (int i = 0; i < n_pairs; ++i) {
+            const float f = weights.rope_freq_factors[i];
+            AQPIM_CHECK(std::isfinite(f) && f > 0.0f, "rope_freqs: factor {} is {}; expected a finite positive divisor", i,
+                        f);
+            inv[i] /= f;
+        }
     } else if (s.kind == RopeScaling::Kind::llama3) {
         // Llama 3.1: long wavelengths slowed by `factor`, short ones kept, a smooth blend between.
         const double low_wavelen = s.original_context / s.low_freq_factor;

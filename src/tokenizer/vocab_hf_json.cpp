@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "aqpim/error.h"
+#include "aqpim/file_io.h"
 #include "aqpim/tokenizer.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -158,7 +159,7 @@ VocabData parse_tokenizer_json(const json& j, const std::string& path) {
         }
         for (const auto& nz : norm) {
             AQPIM_FAIL("{}: normalizer '{}' is not supported with ByteLevel", path,
-                       nz.is_object() ? nz.value("type", "") : nz.dump());
+                       nz.is_object() ? nz.value("type", "") : json_excerpt(nz));
         }
         v.ignore_merges = model.value("ignore_merges", false);
     } else {
@@ -177,7 +178,7 @@ VocabData parse_tokenizer_json(const json& j, const std::string& path) {
                             "{}: only the Replace \" \" -> \"▁\" normalizer is supported", path);
                 escapes = true;
             } else {
-                AQPIM_FAIL("{}: normalizer '{}' is not supported", path, t.empty() ? nz.dump() : t);
+                AQPIM_FAIL("{}: normalizer '{}' is not supported", path, t.empty() ? json_excerpt(nz) : t);
             }
         }
         for (const auto& p : pre) {

@@ -5,31 +5,12 @@
 #include <nlohmann/json.hpp>
 
 #include "aqpim/error.h"
+#include "aqpim/file_io.h"
 #include "tokenizer/unicode.h"
 
 namespace aqpim::tok {
 
-std::string read_file_bytes(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    AQPIM_CHECK(f.good(), "cannot open '{}'", path);
-    f.seekg(0, std::ios::end);
-    const std::streamoff size = f.tellg();
-    AQPIM_CHECK(size >= 0, "cannot read '{}'", path);
-    f.seekg(0, std::ios::beg);
-    std::string bytes(std::size_t(size), '\0');
-    f.read(bytes.data(), size);
-    AQPIM_CHECK(f.gcount() == size, "cannot read '{}'", path);
-    return bytes;
-}
-
-nlohmann::json read_json_file(const std::string& path) {
-    const std::string bytes = read_file_bytes(path);
-    try {
-        return nlohmann::json::parse(bytes);
-    } catch (const nlohmann::json::exception& e) {
-        AQPIM_FAIL("{}: not valid JSON: {}", path, e.what());
-    }
-}
+nlohmann::json read_json_file(const std::string& path) { return parse_json(read_whole_file(path, "tokenizer file"), path); }
 
 std::optional<nlohmann::json> read_config_beside(const std::string& path) {
     const auto cfg = std::filesystem::path(path).parent_path() / "tokenizer_config.json";

@@ -11,8 +11,6 @@
 
 namespace aqpim::tok {
 
-/// The whole file as bytes; aqpim::Error naming the path if it cannot be read.
-std::string read_file_bytes(const std::string& path);
 /// Parse a JSON file; aqpim::Error naming the path on a read or syntax error.
 nlohmann::json read_json_file(const std::string& path);
 /// tokenizer_config.json in the directory of `path`, if there is one (parsed), else nullopt.

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "aqpim/error.h"
+#include "aqpim/file_io.h"
 #include "aqpim/tokenizer.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer/vocab_io.h"
@@ -16,7 +17,7 @@ namespace aqpim {
 VocabData vocab_from_llama2c(const std::string& tokenizer_bin, int n_vocab) {
     AQPIM_CHECK(n_vocab >= 3 && n_vocab <= (1 << 24), "{}: n_vocab {} is out of range [3, 2^24]", tokenizer_bin,
                 n_vocab);
-    const std::string bytes = tok::read_file_bytes(tokenizer_bin);
+    const std::string bytes = read_whole_file(tokenizer_bin, "tokenizer");
     std::size_t off = 0;
     auto read_i32 = [&](const char* what, int i) {
         AQPIM_CHECK(bytes.size() - off >= 4, "{}: truncated at byte {} reading the {} of token {}", tokenizer_bin, off,

@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "aqpim/error.h"
+#include "aqpim/file_io.h"
 #include "aqpim/tokenizer.h"
 #include "tokenizer/vocab_io.h"
 
@@ -94,7 +95,7 @@ std::int64_t as_int32(std::uint64_t v) { return std::int64_t(std::int32_t(std::u
 }  // namespace
 
 VocabData vocab_from_sentencepiece_model(const std::string& path) {
-    const std::string file = tok::read_file_bytes(path);
+    const std::string file = read_whole_file(path, "tokenizer");
     VocabData v;
     v.kind = VocabKind::spm;
     std::int64_t model_type = 1, unk = 0, bos = 1, eos = 2, pad = -1;

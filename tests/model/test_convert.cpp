@@ -529,7 +529,15 @@ TEST(Convert, Command) {
     r = test::run_cli("convert -m " + kTiny + " -o " + kTiny + "/model.safetensors");
     EXPECT_NE(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("refusing to overwrite"), std::string::npos) << r.output;
+    // an input named like a writer's temporary file of the output is not touched either
+    const std::string tmp_named = copy + ".gguf.tmp";
+    fs::copy_file(copy, tmp_named, fs::copy_options::overwrite_existing);
+    r = test::run_cli("convert -m " + tmp_named + " --tokenizer " + kStories + "/tok512.bin -o " + copy + ".gguf");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(fs::file_size(tmp_named), fs::file_size(kStories + "/stories260K.bin"));
+    EXPECT_EQ(GgufFile(copy + ".gguf").get_string("general.architecture"), "llama");
     fs::remove(copy);
+    fs::remove(tmp_named);
 }
 
 }  // namespace

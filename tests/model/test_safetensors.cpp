@@ -68,10 +68,19 @@ TEST(Safetensors, HostileHeadersAreErrors) {
         {R"({"a":[1,2,3]})", 16},                                                        // not an object
         {R"([1,2])", 0},                                                                 // header not object
         {R"({"a":{"dtype":"F32","shape":[4],)", 16},                                     // broken JSON
+        {R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+         16},                                                                            // overlapping tensors
+        {R"({"a":{"dtype":"F32","shape":)" + std::string(100000, '[') + "]}}", 16},     // nested 100k deep
     };
     for (const auto& [header, data] : cases) {
         write_file(path, make_file(header, data));
-        EXPECT_THROW(SafetensorsFile{path}, Error) << header;
+        EXPECT_THROW(SafetensorsFile{path}, Error) << header.substr(0, 100);
+    }
+    write_file(path, make_file(cases[11].first, 16));
+    try {
+        SafetensorsFile{path};
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("tensors 'a' and 'b' overlap"), std::string::npos) << e.what();
     }
     // header length larger than the file, and absurd
     std::string bytes = make_file(R"({})", 0);

@@ -479,6 +479,19 @@ TEST(SafetensorsModel, BadConfigsAreErrorsNamingTheField) {
     // a config that contradicts the tensors: the tensor is named
     EXPECT_NE(error_with("vocab_size", 33).find("model.embed_tokens.weight"), std::string::npos);
     EXPECT_NE(error_with("num_hidden_layers", 3).find("model.layers.2."), std::string::npos);
+    // fewer layers than the checkpoint holds: refused, not run as a smaller model
+    EXPECT_NE(error_with("num_hidden_layers", 1).find("tensor 'model.layers.1."), std::string::npos);
+    // non-finite or absurd values, and hostile nesting
+    EXPECT_NE(error_with("rope_theta", 1e308).find("rope_theta"), std::string::npos);
+    EXPECT_NE(error_with("rope_scaling", json{{"rope_type", "linear"}, {"factor", 1e30}}).find("factor"),
+              std::string::npos);
+    std::ofstream(d / "config.json") << "{\"hidden_size\": " << std::string(100000, '[') << std::string(100000, ']') << "}";
+    EXPECT_NE(error_of([&] { load_safetensors_model(d.string()); }).find("nested deeper"), std::string::npos);
+    fs::remove(d / "config.json");
+    fs::create_directories(d / "config.json");
+    EXPECT_NE(error_of([&] { load_safetensors_model(d.string()); }).find("config.json: is a directory"),
+              std::string::npos);
+    fs::remove(d / "config.json");
     // null means absent: the defaults apply
     json cfg = tiny_config();
     cfg["head_dim"] = nullptr;
@@ -529,6 +542,13 @@ TEST(SafetensorsModel, WrongTensorsAreErrorsNamingTheTensor) {
         x.bytes.resize(31 * 16 * 4);
     });
     EXPECT_NE(e.find("lm_head.weight"), std::string::npos) << e;
+    // a tensor the model does not use is refused; the RoPE frequencies older checkpoints carry are not
+    const auto extra = [](const std::string& name) {
+        return [name](std::vector<StTensor>& t) { t.push_back(StTensor{name, "F32", {4}, std::string(16, '\0')}); };
+    };
+    e = error_for(extra("model.vision_tower.proj.weight"));
+    EXPECT_NE(e.find("tensor 'model.vision_tower.proj.weight' is not part of the model"), std::string::npos) << e;
+    EXPECT_EQ(error_for(extra("model.layers.0.self_attn.rotary_emb.inv_freq")), "");
     // a truncated file
     std::vector<StTensor> t = tiny_tensors(cfg, "F32", true, false);
     write_safetensors(d / "model.safetensors", t);

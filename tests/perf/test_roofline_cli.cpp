@@ -60,10 +60,10 @@ TEST(RooflineCli, BadInputIsAClearError) {
         {"roofline --preset llama2-7b --kv nonsense", "nonsense"},
         {"roofline --preset llama2-7b --table nonsense", "--table nonsense: unknown"},
         {"roofline --preset llama2-7b --batches 1,x --table batch", "--batches"},
-        {"roofline --preset llama2-7b --eff-bw 2", "--eff-bw 2"},
-        {"roofline --preset llama2-7b --launch-us 5000", "--launch-us 5000"},
+        {"roofline --preset llama2-7b --eff-bw 2", "--eff-bw: value 2 is not a finite number in (0, 1]"},
+        {"roofline --preset llama2-7b --launch-us 5000", "--launch-us: value 5000"},
         {"roofline", "give a model"},
-        {"roofline --preset /nonexistent/x.json", "cannot open preset /nonexistent/x.json"},
+        {"roofline --preset /nonexistent/x.json", "preset /nonexistent/x.json: no such file"},
         {"roofline -m /nonexistent.gguf", "no such file"},
         {"roofline --preset llama2-7b --plot out.txt", "must end in .png"},
     };

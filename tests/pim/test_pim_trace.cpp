@@ -104,7 +104,15 @@ TEST(KvTraceRead, BadTracesAreErrorsNamingTheLine) {
         }
     };
     expect_error("{\"format\":\"other\"}\n", "not an aqpim-kv-trace");
-    expect_error(header + "\nnot json\n", ":2: not JSON");
+    expect_error(header + "\nnot json\n", ":2: not valid JSON");
+    // a shape or a length no model has: refused before anything is sized by it
+    expect_error(R"({"format":"aqpim-kv-trace","version":1,"model":"m","scheme":"pq","n_layer":2,"n_head":4,"n_kv_head":2,"head_dim":1073741824})",
+                 ":1: header: head_dim = 1073741824 is out of range [1, 1024]");
+    expect_error(R"({"format":"aqpim-kv-trace","version":1,"model":"m","scheme":"pq","n_layer":2147483647,"n_head":4,"n_kv_head":2,"head_dim":8})",
+                 "n_layer = 2147483647 is out of range");
+    expect_error(header + "\n{\"step\":0,\"layer\":0,\"seqs\":[{\"seq\":0,\"tokens\":9223372036854775807,\"spans\":[]}]}\n",
+                 ":2: sequence 0: tokens = 9223372036854775807 is out of range");
+    expect_error(header + "\n{\"step\":0,\"layer\":0,\"seqs\":" + std::string(100000, '[') + "\n", ":2: JSON nested deeper");
     expect_error(header + "\n{\"step\":0,\"layer\":5,\"seqs\":[]}\n", ":2: layer 5 out of range");
     expect_error(header + "\n{\"step\":0,\"layer\":0,\"seqs\":[{\"seq\":0,\"tokens\":5,\"spans\":[[0,2,-1,-1],[3,2,-1,-1]]}]}\n",
                  "do not tile");

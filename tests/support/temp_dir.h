@@ -24,4 +24,16 @@ inline std::string temp_path(const std::string& name) {
     return (d.dir / name).string();
 }
 
+/// Files in `path`'s directory whose names start with `path`'s name and a dot: what a writer of
+/// `path` may have left behind (temporary files).
+inline int files_left_beside(const std::string& path) {
+    namespace fs = std::filesystem;
+    const fs::path p(path);
+    const std::string prefix = p.filename().string() + ".";
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(p.parent_path()))
+        if (e.path().filename().string().rfind(prefix, 0) == 0) ++n;
+    return n;
+}
+
 }  // namespace aqpim::test

@@ -81,7 +81,7 @@ TEST(RuntimeCli, BadInputFailsWithOneClearLine) {
         {"run -m " + kStoriesBin + " --kv int3", "--kv int3"},
         {"run -m " + kStoriesBin + " --top-p 0", "top-p"},
         {"run -m " + tmp, "gguf"},
-        {"ppl -m " + kStoriesGguf + " -f /nonexistent.txt", "cannot open"},
+        {"ppl -m " + kStoriesGguf + " -f /nonexistent.txt", "-f /nonexistent.txt: no such file"},
         {"info -m " + kStoriesGguf + " --budget 12parsecs", "--budget"},
         {"ppl -m " + kStoriesGguf + " -f " + shared_dir() + "/reference/tokens/probe.txt -c 256", "fewer than one chunk"},
     };

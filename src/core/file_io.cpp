@@ -1,0 +1,117 @@
+// Input files read whole, JSON with a bounded depth, and output files that harm no input
+// (include/aqpim/file_io.h).
+#include "aqpim/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace aqpim {
+
+namespace fs = std::filesystem;
+
+std::string read_whole_file(const std::string& path, std::string_view what, std::uint64_t max_bytes) {
+    std::error_code ec;
+    const fs::file_status st = fs::status(path, ec);
+    AQPIM_CHECK(!ec && fs::exists(st), "{} {}: no such file", what, path);
+    AQPIM_CHECK(!fs::is_directory(st), "{} {}: is a directory, not a file", what, path);
+    AQPIM_CHECK(fs::is_regular_file(st), "{} {}: not a regular file", what, path);
+    const std::uint64_t size = fs::file_size(path, ec);
+    AQPIM_CHECK(!ec, "{} {}: cannot read its size: {}", what, path, ec.message());
+    AQPIM_CHECK(size <= max_bytes, "{} {}: {} bytes, larger than the {} bytes read whole at most", what, path, size,
+                max_bytes);
+    std::ifstream f(path, std::ios::binary);
+    AQPIM_CHECK(f.good(), "{} {}: cannot open: {}", what, path, std::strerror(errno));
+    std::string bytes(std::size_t(size), '\0');
+    f.read(bytes.data(), std::streamsize(size));
+    AQPIM_CHECK(std::uint64_t(f.gcount()) == size, "{} {}: read {} of its {} bytes", what, path, f.gcount(), size);
+    return bytes;
+}
+
+namespace {
+template <class Json>
+std::string excerpt(const Json& j, std::size_t max_chars) {
+    std::string s = j.dump();
+    if (s.size() > max_chars) s = s.substr(0, max_chars) + "...";
+    return s;
+}
+}  // namespace
+
+std::string json_excerpt(const nlohmann::json& j, std::size_t max_chars) { return excerpt(j, max_chars); }
+std::string json_excerpt(const nlohmann::ordered_json& j, std::size_t max_chars) { return excerpt(j, max_chars); }
+
+void check_output_not_input(const std::string& out, const std::vector<std::string>& inputs, std::string_view what) {
+    std::error_code ec;
+    AQPIM_CHECK(!fs::is_directory(out, ec), "{} {}: is a directory; give a file name", what, out);
+    if (!fs::exists(out, ec)) return;
+    auto refuse_if_same = [&](const fs::path& in) {
+        std::error_code e;
+        AQPIM_CHECK(!fs::equivalent(out, in, e), "{} {}: refusing to overwrite the input {}", what, out, in.string());
+    };
+    for (const std::string& in : inputs) {
+        if (in.empty() || !fs::exists(in, ec)) continue;
+        if (fs::is_directory(in, ec)) {
+            for (const auto& e : fs::directory_iterator(in, ec)) refuse_if_same(e.path());
+        } else {
+            refuse_if_same(in);
+        }
+    }
+}
+
+OutputFile::OutputFile(std::string path, std::string_view what) : path_(std::move(path)), what_(what) {
+    std::error_code ec;
+    AQPIM_CHECK(!path_.empty(), "{}: empty file name", what_);
+    AQPIM_CHECK(!fs::is_directory(path_, ec), "{} {}: is a directory; give a file name", what_, path_);
+    std::string name = path_ + ".XXXXXX";
+    const int fd = ::mkstemp(name.data());
+    AQPIM_CHECK(fd >= 0, "{} {}: cannot create a file beside it: {}", what_, path_, std::strerror(errno));
+    ::close(fd);
+    tmp_ = name;
+    out_.open(tmp_, std::ios::binary | std::ios::trunc);
+    if (!out_.is_open()) {
+        fs::remove(tmp_, ec);
+        AQPIM_FAIL("{} {}: cannot open {} for writing", what_, path_, tmp_);
+    }
+}
+
+OutputFile::~OutputFile() {
+    if (committed_) return;
+    out_.close();
+    std::error_code ec;
+    fs::remove(tmp_, ec);
+}
+
+void OutputFile::fail_if_bad(std::string_view doing) {
+    if (out_.good()) return;
+    const int err = errno;
+    AQPIM_FAIL("{} {}: {} failed: {}", what_, path_, doing, err != 0 ? std::strerror(err) : "stream error");
+}
+
+void OutputFile::commit() {
+    AQPIM_CHECK(!committed_, "{} {}: committed twice", what_, path_);
+    out_.flush();
+    fail_if_bad("writing");
+    out_.close();
+    fail_if_bad("closing");
+    // mkstemp creates the file 0600; an output gets the permissions a new file of this user gets
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    ::chmod(tmp_.c_str(), 0666 & ~mask);
+    std::error_code ec;
+    fs::rename(tmp_, path_, ec);
+    AQPIM_CHECK(!ec, "{} {}: cannot move {} into place: {}", what_, path_, tmp_, ec.message());
+    committed_ = true;
+}
+
+void write_output_file(const std::string& path, std::string_view text, std::string_view what) {
+    OutputFile f(path, what);
+    f.stream().write(text.data(), std::streamsize(text.size()));
+    f.commit();
+}
+
+}  // namespace aqpim

@@ -1,0 +1,89 @@
+// Files through the command: an output never destroys an input, inputs that are not regular files
+// or are too short get a clear error instead of a hang, and numeric options refuse NaN and the
+// values their defaults stand for.
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "support/cli.h"
+#include "support/temp_dir.h"
+
+namespace aqpim {
+namespace {
+
+namespace fs = std::filesystem;
+using test::run_cli;
+using test::temp_path;
+
+const std::string kStories = test::shared_dir() + "/models/stories260K";
+
+void expect_error(const std::string& args, const std::string& message) {
+    const auto r = run_cli(args);
+    EXPECT_NE(r.exit_code, 0) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+}
+
+TEST(CliFiles, OutputsNeverOverwriteInputs) {
+    const std::string model = temp_path("victim.gguf");
+    fs::copy_file(kStories + "/stories260K.gguf", model, fs::copy_options::overwrite_existing);
+    const auto size = fs::file_size(model);
+    expect_error("run -m " + model + " -n 2 --kv pq --trace " + model, "--trace " + model + ": refusing to overwrite");
+    expect_error("eval -m " + model + " -f " + model + " --kv f16 --plot " + model, "refusing to overwrite");
+    EXPECT_EQ(fs::file_size(model), size);
+
+    const std::string preset = temp_path("dram.json");
+    fs::copy_file(fs::path(AQPIM_SOURCE_DIR) / "presets/dram/hbm3-5.2-attacc.json", preset,
+                  fs::copy_options::overwrite_existing);
+    const auto preset_size = fs::file_size(preset);
+    expect_error("pimsim --dram " + preset + " --trace-commands " + preset, "--trace-commands " + preset + ": refusing");
+    expect_error("pimsim --dram " + preset + " --plot " + preset, "--plot " + preset + ": refusing");
+    EXPECT_EQ(fs::file_size(preset), preset_size);
+}
+
+TEST(CliFiles, TraceAppearsOnlyWhenTheRunCompletes) {
+    const std::string trace = temp_path("run.trace");
+    const auto r = run_cli("run -m " + kStories + "/stories260K.gguf -n 4 --kv pq --trace " + trace);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream f(trace);
+    std::string header;
+    std::getline(f, header);
+    EXPECT_NE(header.find("aqpim-kv-trace"), std::string::npos) << header;
+    EXPECT_EQ(test::files_left_beside(trace), 0);
+}
+
+TEST(CliFiles, InputsThatAreNotRegularFilesOrTooShort) {
+    const std::string fifo = temp_path("model_fifo");
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    expect_error("info -m " + fifo, "not a regular file or a directory");  // opening it would block
+    const std::string tiny = temp_path("three_bytes.gguf");
+    std::ofstream(tiny) << "GGU";
+    expect_error("info -m " + tiny, "3 bytes, too short");
+    const std::string dir = temp_path("tok_dir");
+    fs::create_directories(dir);
+    expect_error("run -m " + kStories + "/stories260K.bin --tokenizer " + dir + " -n 1", "no such file");
+    expect_error("ppl -m " + kStories + "/stories260K.gguf -f " + dir, "-f " + dir + ": is a directory");
+}
+
+TEST(CliFiles, LlamaCppVocabularyForALlama2cCheckpoint) {
+    // --tokenizer takes any vocabulary file, not only tokenizer.bin: here the GGUF of the same model
+    const auto bin = run_cli("run -m " + kStories + "/stories260K.bin -p Once -n 8 --temp 0");
+    const auto gguf = run_cli("run -m " + kStories + "/stories260K.bin --tokenizer " + kStories +
+                              "/stories260K.gguf -p Once -n 8 --temp 0");
+    ASSERT_EQ(bin.exit_code, 0) << bin.output;
+    ASSERT_EQ(gguf.exit_code, 0) << gguf.output;
+    EXPECT_EQ(bin.output.substr(0, bin.output.find('\n')), gguf.output.substr(0, gguf.output.find('\n')));
+}
+
+TEST(CliFiles, NumericOptionsRefuseNanAndTheirDefaultsSentinels) {
+    for (const std::string& opt : {"--eff-bw 0", "--eff-bw nan", "--eff-compute 0", "--launch-us -1", "--wbits 0"})
+        expect_error("roofline --preset llama2-7b " + opt, opt.substr(0, opt.find(' ')));
+    for (const std::string& opt : {"--weight-bytes nan", "--weight-bytes -1", "--pim-capacity 0", "--head-dim 1073741824",
+                                   "--layers 0", "--context 0", "--devices 100000"})
+        expect_error("pimsim " + opt, opt.substr(0, opt.find(' ')));
+}
+
+}  // namespace
+}  // namespace aqpim
