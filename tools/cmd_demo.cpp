@@ -17,9 +17,18 @@ namespace aqpim::cli {
 
 namespace {
 
+/// ../shared beside the checkout this binary was built from, else ../shared of the working directory.
+std::string shared_data_dir() {
+#ifdef AQPIM_SHARED_DATA_DIR
+    if (std::filesystem::is_directory(AQPIM_SHARED_DATA_DIR))
+        return std::filesystem::path(AQPIM_SHARED_DATA_DIR).lexically_normal().string();
+#endif
+    return "../shared";
+}
+
 struct DemoArgs {
-    std::string model = "../shared/models/austen-13m";
-    std::string ids = "../shared/reference/tokens/austen-13m.northanger-first64KB.ids";
+    std::string model = shared_data_dir() + "/models/austen-13m";
+    std::string ids = shared_data_dir() + "/reference/tokens/austen-13m.northanger-first64KB.ids";
     int n_tokens = 1024, calib = 256, queries = 32;
     bool synthetic = false, json = false;
 };
@@ -60,8 +69,8 @@ void run_demo(const DemoArgs& a) {
         cap = synthetic_attention(a.n_tokens, 4, 2, 128, 7);
         source = fmt::format("generated data: {} tokens, 4 query heads, 2 KV heads, head_dim 128", a.n_tokens);
     } else {
-        AQPIM_CHECK(std::filesystem::is_directory(a.model),
-                    "model directory '{}' does not exist (use -m DIR, or --synthetic)", a.model);
+        AQPIM_CHECK(std::filesystem::exists(a.model), "model '{}' does not exist (use -m MODEL, or --synthetic)",
+                    a.model);
         auto ids = read_token_ids(a.ids);
         AQPIM_CHECK(int(ids.size()) >= a.n_tokens, "{} has {} tokens, fewer than the {} requested", a.ids, ids.size(),
                     a.n_tokens);
@@ -108,7 +117,7 @@ void run_demo(const DemoArgs& a) {
 void add_demo_command(CLI::App& app) {
     auto args = std::make_shared<DemoArgs>();
     auto* cmd = app.add_subcommand("demo", "adaptive PQ of real K/V vectors: fidelity and bytes per configuration");
-    cmd->add_option("-m,--model", args->model, "Hugging Face Llama directory (config.json + model.safetensors)")
+    cmd->add_option("-m,--model", args->model, "model: GGUF file, Hugging Face directory or llama2.c checkpoint")
         ->capture_default_str();
     cmd->add_option("--ids", args->ids, "token ids (JSON array) to run through layer 0")->capture_default_str();
     cmd->add_option("-n,--tokens", args->n_tokens, "context length")->check(CLI::Range(1, 1 << 20))->capture_default_str();

@@ -1,8 +1,7 @@
 #pragma once
-// Real attention inputs for PQ experiments before the full runtime exists: the queries, keys and
-// values of layer 0 of a Hugging Face Llama checkpoint (safetensors + config.json) for a token
-// sequence. Layer 0's inputs depend only on the token embeddings, so this is exact:
-//   h = RMSNorm(embed[token]) * input_layernorm;  q = Wq h, k = Wk h, v = Wv h;  RoPE on q, k.
+// Real attention inputs for PQ experiments: the queries, keys and values of layer 0 of a model
+// (GGUF, safetensors directory or llama2.c checkpoint) for a token sequence, as the runtime's own
+// prefill computes them (post-RoPE queries and keys, in the model's RoPE pair layout).
 
 #include <cstdint>
 #include <span>
@@ -15,7 +14,7 @@ namespace aqpim {
 
 struct CapturedAttention {
     int n_tokens = 0, n_head = 0, n_kv_head = 0, head_dim = 0;
-    RopePairs rope_pairs = RopePairs::neox;  ///< HF checkpoints rotate halves (rotate_half)
+    RopePairs rope_pairs = RopePairs::neox;  ///< the model's (HF checkpoints: halves; GGUF, llama2.c: interleaved)
     std::vector<float> q;  ///< [n_tokens][n_head][head_dim], post-RoPE
     std::vector<float> k;  ///< [n_tokens][n_kv_head][head_dim], post-RoPE
     std::vector<float> v;  ///< [n_tokens][n_kv_head][head_dim]
@@ -24,9 +23,9 @@ struct CapturedAttention {
     std::vector<float> kv_head(const std::vector<float>& kv, int ih) const;
 };
 
-/// Capture layer 0 of the checkpoint in `model_dir` (config.json + model.safetensors) for `tokens`
-/// at positions 0..n-1. Throws aqpim::Error on a missing/invalid file or out-of-range token id.
-CapturedAttention capture_layer0(const std::string& model_dir, std::span<const std::int32_t> tokens);
+/// Capture layer 0 of the model at `model_path` (anything load_model reads) for `tokens` at
+/// positions 0..n-1. Throws aqpim::Error on a missing/invalid file or out-of-range token id.
+CapturedAttention capture_layer0(const std::string& model_path, std::span<const std::int32_t> tokens);
 
 /// Generated stand-in with the traits that matter for PQ: a few outlier key channels, low-rank
 /// structure plus noise, RoPE applied by position (NeoX pairs). Deterministic for a seed.

@@ -1,14 +1,14 @@
 #include "aqpim/kv_capture.h"
 
-#include <cmath>
-#include <fstream>
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "aqpim/error.h"
+#include "aqpim/eval.h"
 #include "aqpim/file_io.h"
-#include "aqpim/safetensors.h"
-#include "aqpim/threads.h"
-#include "model/hf_config.h"
+#include "aqpim/kv_scheme.h"
+#include "aqpim/model.h"
+#include "aqpim/transformer.h"
 
 namespace aqpim {
 
@@ -16,27 +16,6 @@ namespace {
 
 nlohmann::json read_json(const std::string& path) {
     return parse_json(read_whole_file(path, "JSON file"), path);
-}
-
-// y [n_out] = W [n_out][n_in] x
-void matvec(const float* W, const float* x, int n_out, int n_in, float* y) {
-    for (int o = 0; o < n_out; ++o) {
-        const float* w = W + std::int64_t(o) * n_in;
-        float s = 0;
-        for (int i = 0; i < n_in; ++i) s += w[i] * x[i];
-        y[o] = s;
-    }
-}
-
-// HF rotate_half RoPE on one head: pairs (i, i + D/2), frequency theta^(-2i/D).
-void rope_neox(float* x, int D, int pos, float theta) {
-    for (int i = 0; i < D / 2; ++i) {
-        const double freq = std::pow(double(theta), -2.0 * i / D);
-        const double a = pos * freq, c = std::cos(a), s = std::sin(a);
-        const float x0 = x[i], x1 = x[i + D / 2];
-        x[i] = float(x0 * c - x1 * s);
-        x[i + D / 2] = float(x1 * c + x0 * s);
-    }
 }
 
 }  // namespace
@@ -50,41 +29,51 @@ std::vector<float> CapturedAttention::kv_head(const std::vector<float>& kv, int 
     return out;
 }
 
-CapturedAttention capture_layer0(const std::string& model_dir, std::span<const std::int32_t> tokens) {
-    const ModelConfig s = read_hf_config(model_dir + "/config.json");
-    SafetensorsFile st(model_dir + "/model.safetensors");
-    const auto embed = st.read_f32("model.embed_tokens.weight", {s.n_vocab, s.n_embd});
-    const auto norm = st.read_f32("model.layers.0.input_layernorm.weight", {s.n_embd});
-    const int q_out = s.n_head * s.head_dim, kv_out = s.n_kv_head * s.head_dim;
-    const auto wq = st.read_f32("model.layers.0.self_attn.q_proj.weight", {q_out, s.n_embd});
-    const auto wk = st.read_f32("model.layers.0.self_attn.k_proj.weight", {kv_out, s.n_embd});
-    const auto wv = st.read_f32("model.layers.0.self_attn.v_proj.weight", {kv_out, s.n_embd});
+CapturedAttention capture_layer0(const std::string& model_path, std::span<const std::int32_t> tokens) {
+    const LoadedModel model = load_model(model_path);
+    const ModelConfig& cfg = model.weights.config;
+    for (std::int32_t id : tokens)
+        AQPIM_CHECK(id >= 0 && id < cfg.n_vocab, "token id {} out of range [0, {})", id, cfg.n_vocab);
+    const std::int64_t n = std::int64_t(tokens.size());
+    AQPIM_CHECK(n >= 1, "capture of {}: no tokens", model_path);
+
+    // The runtime's own prefill into an exact f32 cache, with one recorder per KV head of layer 0
+    // wrapped around it: the keys and values it appends and the queries it attends with.
+    Transformer transformer(model.weights);
+    const KvShape shape = transformer.kv_shape();
+    std::unique_ptr<KvCache> cache = make_kv_cache(parse_kv_scheme("f32"), shape, KvCacheOptions{0, n});
+    std::vector<const RecordingKvCache*> heads(std::size_t(cfg.n_kv_head));
+    for (int ih = cfg.n_kv_head - 1; ih >= 0; --ih) {
+        auto rec = std::make_unique<RecordingKvCache>(std::move(cache), 0, ih);
+        heads[std::size_t(ih)] = rec.get();
+        cache = std::move(rec);
+    }
+    cache->add_sequence(0);
+    const BatchSequence seq{0, tokens, false};
+    std::vector<float> logits;
+    transformer.forward(std::span(&seq, 1), *cache, logits);
 
     CapturedAttention c;
-    c.n_tokens = int(tokens.size());
-    c.n_head = s.n_head;
-    c.n_kv_head = s.n_kv_head;
-    c.head_dim = s.head_dim;
-    c.q.resize(std::size_t(c.n_tokens) * q_out);
-    c.k.resize(std::size_t(c.n_tokens) * kv_out);
-    c.v.resize(std::size_t(c.n_tokens) * kv_out);
-    for (std::int32_t id : tokens)
-        AQPIM_CHECK(id >= 0 && id < s.n_vocab, "token id {} out of range [0, {})", id, s.n_vocab);
-    parallel_for(c.n_tokens, [&](std::int64_t t) {
-        std::vector<float> h(s.n_embd);
-        const float* e = embed.data() + std::int64_t(tokens[t]) * s.n_embd;
-        double ss = 0;
-        for (int i = 0; i < s.n_embd; ++i) ss += double(e[i]) * e[i];
-        const float inv = float(1.0 / std::sqrt(ss / s.n_embd + s.rms_eps));
-        for (int i = 0; i < s.n_embd; ++i) h[i] = e[i] * inv * norm[i];
-        float* q = c.q.data() + t * q_out;
-        float* k = c.k.data() + t * kv_out;
-        matvec(wq.data(), h.data(), q_out, s.n_embd, q);
-        matvec(wk.data(), h.data(), kv_out, s.n_embd, k);
-        matvec(wv.data(), h.data(), kv_out, s.n_embd, c.v.data() + t * kv_out);
-        for (int ih = 0; ih < s.n_head; ++ih) rope_neox(q + ih * s.head_dim, s.head_dim, int(t), s.rope_theta);
-        for (int ih = 0; ih < s.n_kv_head; ++ih) rope_neox(k + ih * s.head_dim, s.head_dim, int(t), s.rope_theta);
-    });
+    c.n_tokens = int(n);
+    c.n_head = cfg.n_head;
+    c.n_kv_head = cfg.n_kv_head;
+    c.head_dim = cfg.head_dim;
+    c.rope_pairs = shape.rope_pairs;
+    const int hd = c.head_dim, group = c.n_head / c.n_kv_head;
+    c.q.assign(std::size_t(n) * c.n_head * hd, 0.0f);
+    c.k.resize(std::size_t(n) * c.n_kv_head * hd);
+    c.v.resize(c.k.size());
+    for (int ih = 0; ih < c.n_kv_head; ++ih) {
+        const RecordingKvCache& rec = *heads[std::size_t(ih)];
+        for (std::int64_t t = 0; t < n; ++t) {
+            const std::size_t to = (std::size_t(t) * c.n_kv_head + ih) * hd, from = std::size_t(t) * hd;
+            std::copy_n(rec.keys(0).data() + from, hd, c.k.data() + to);
+            std::copy_n(rec.values(0).data() + from, hd, c.v.data() + to);
+        }
+        AQPIM_ASSERT(std::int64_t(rec.rows().size()) == n);
+        for (const RecordingKvCache::Row& row : rec.rows())
+            std::copy(row.q.begin(), row.q.end(), c.q.data() + (std::size_t(row.pos) * c.n_head + ih * group) * hd);
+    }
     return c;
 }
 

@@ -51,6 +51,34 @@ TEST(KvCapture, PositionZeroIsTheProjectionAndRopeKeepsPairNorms) {
     for (int d = 0; d < 256; ++d) ASSERT_FLOAT_EQ(c.v[d], c.v[4 * 256 + d]);
 }
 
+TEST(KvCapture, AnyModelTheRuntimeReads) {
+    // austen-13m converted to GGUF f16: the same values (up to f16 weights), keys in llama.cpp's
+    // interleaved pair order, so each pair (2i, 2i+1) of the GGUF is the pair (i, i+64) of the checkpoint
+    const std::vector<std::int32_t> ids = {1, 535, 4051, 13, 535, 99};
+    const CapturedAttention st = capture_layer0(kModel, ids);
+    const CapturedAttention gg = capture_layer0(kModel + "/austen-13m-f16.gguf", ids);
+    EXPECT_EQ(st.rope_pairs, RopePairs::neox);
+    EXPECT_EQ(gg.rope_pairs, RopePairs::interleaved);
+    ASSERT_EQ(gg.v.size(), st.v.size());
+    for (std::size_t i = 0; i < st.v.size(); ++i) ASSERT_NEAR(gg.v[i], st.v[i], 1e-2 * (1 + std::fabs(st.v[i]))) << i;
+    for (std::size_t row = 0; row < st.k.size() / 128; ++row)
+        for (int i = 0; i < 64; ++i) {
+            ASSERT_NEAR(gg.k[row * 128 + 2 * i], st.k[row * 128 + i], 1e-2 * (1 + std::fabs(st.k[row * 128 + i])));
+            ASSERT_NEAR(gg.k[row * 128 + 2 * i + 1], st.k[row * 128 + i + 64], 1e-2 * (1 + std::fabs(st.k[row * 128 + i + 64])));
+        }
+    // queries of every head are filled: no head's rows left at zero
+    for (int h = 0; h < gg.n_head; ++h) {
+        double norm = 0;
+        for (int d = 0; d < gg.head_dim; ++d) norm += std::fabs(gg.q[(std::size_t(ids.size() - 1) * gg.n_head + h) * gg.head_dim + d]);
+        EXPECT_GT(norm, 0.0) << "head " << h;
+    }
+    // a llama2.c checkpoint
+    const std::vector<std::int32_t> small_ids = {1, 35, 401, 13};
+    const CapturedAttention l2 = capture_layer0(test::shared_dir() + "/models/stories260K/stories260K.bin", small_ids);
+    EXPECT_EQ(l2.head_dim, 8);
+    EXPECT_EQ(l2.k.size(), small_ids.size() * l2.n_kv_head * 8);
+}
+
 TEST(KvCapture, BadInputsAreErrors) {
     const std::vector<std::int32_t> bad_id = {1, 4096};
     EXPECT_THROW(capture_layer0(kModel, bad_id), Error);
