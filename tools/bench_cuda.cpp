@@ -4,9 +4,11 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,8 @@ void run(const CudaBenchArgs& a) {
     opt.versions = a.versions;
     opt.reps = a.quick ? 5 : a.reps;
     opt.fallback = !a.no_fallback;
+    std::optional<OutputFile> out;  // opened first: an unwritable path fails before the benchmark
+    if (!a.out.empty()) out.emplace(a.out, "-o");
     const cuda::CudaBenchReport rep = cuda::run_cuda_bench(opt);
     const cuda::CudaDeviceFigures& f = rep.device;
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
@@ -54,7 +58,10 @@ void run(const CudaBenchArgs& a) {
                     {"copy_gbps", f.copy_gbps}, {"smem_peak_gbps", f.smem_peak_gbps}, {"l2_mb", f.l2_mb}}},
         {"nbits", a.nbits},
         {"rows", rows}};
-    if (!a.out.empty()) write_output_file(a.out, report.dump(2) + "\n", "-o");
+    if (out) {
+        out->stream() << report.dump(2) << "\n";
+        out->commit();
+    }
     if (a.json) {
         fmt::print("{}\n", report.dump(2));
         return;

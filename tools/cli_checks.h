@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cctype>
 #include <cmath>
 #include <string>
 
@@ -21,6 +22,18 @@ inline CLI::Validator finite_range(double lo, double hi, bool open_low = false) 
             return "";
         },
         "FLOAT in " + range);
+}
+
+/// A whole number >= 0 (for unsigned options: CLI11 would read "-1" as 2^64 - 1).
+inline CLI::Validator non_negative_integer() {
+    return CLI::Validator(
+        [](std::string& text) -> std::string {
+            const auto first = text.find_first_not_of(" \t");
+            if (first == std::string::npos || !std::isdigit(static_cast<unsigned char>(text[first])))
+                return "value " + text + " is not a whole number >= 0";
+            return "";
+        },
+        "UINT");
 }
 
 }  // namespace aqpim::cli

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -83,6 +84,9 @@ void add_bench_command(CLI::App& app) {
         ->check(CLI::IsMember({"bandwidth", "kmeans", "encode", "scan", "int8_error", "values", "attention"}));
     pq->add_option("-o,--out", args->out, "also write the JSON to this file");
     pq->callback([args] {
+        // The output is opened first: an unwritable path fails now, not after minutes of benchmarks.
+        std::optional<OutputFile> out;
+        if (!args->out.empty()) out.emplace(args->out, "-o");
         BenchOptions opt;
         opt.quick = args->quick;
         opt.max_threads = default_threads();
@@ -104,7 +108,10 @@ void add_bench_command(CLI::App& app) {
         add("attention", bench_attention);
         json report = {{"simd", simd_level_name(active_simd_level())}, {"threads", opt.max_threads}, {"quick", opt.quick},
                        {"rows", rows}};
-        if (!args->out.empty()) write_output_file(args->out, report.dump(2) + "\n", "-o");
+        if (out) {
+            out->stream() << report.dump(2) << "\n";
+            out->commit();
+        }
         if (args->json)
             fmt::print("{}\n", report.dump(2));
         else

@@ -15,6 +15,7 @@
 
 #include "aqpim/error.h"
 #include "aqpim/file_io.h"
+#include "aqpim/model.h"
 #include "aqpim/eval.h"
 #include "aqpim/kv_scheme.h"
 #include "commands.h"
@@ -137,8 +138,8 @@ void add_eval_command(CLI::App& app) {
     cmd->add_option("-p,--prompt", a->prompt, "prompt of --generate (BOS is added; empty: BOS alone)");
     cmd->add_option("--window", a->window, "--generate: steps per KL window (default 32)")->check(CLI::Range(1, 1 << 24));
     cmd->add_flag("--fidelity", a->fidelity, "attention fidelity of one layer's KV head (--layer, --head)");
-    cmd->add_option("--layer", a->fid.layer, "--fidelity: layer (default 0)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--head", a->fid.head, "--fidelity: KV head (default 0)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--layer", a->fid.layer, "--fidelity: layer (default 0)")->check(CLI::Range(0, ModelLimits::layers - 1));
+    cmd->add_option("--head", a->fid.head, "--fidelity: KV head (default 0)")->check(CLI::Range(0, ModelLimits::heads - 1));
     cmd->add_option("--bins", a->fid.n_bins, "--fidelity: position bins (default 8)")->check(CLI::Range(1, 1 << 20));
     cmd->add_flag("--no-probe", a->no_probe, "--fidelity: skip the probe runs that read attention weights");
     cmd->add_option("--probe-block", a->fid.probe_block,

@@ -68,11 +68,14 @@ std::uint64_t parse_bytes(const std::string& text) {
     return std::uint64_t(v * it->second);
 }
 
-/// Per scheme: bytes one sequence of `context` tokens holds, bits/element, and how many fit.
-void print_capacity(const KvShape& shape, const std::string& schemes, std::int64_t context, std::uint64_t budget) {
+/// Per scheme: bytes one sequence of `context` tokens holds, bits/element, and how many fit. A scheme
+/// that does not apply to this model is "n/a"; when the user named it, the command then fails.
+void print_capacity(const KvShape& shape, const std::string& schemes, bool named_by_user, std::int64_t context,
+                    std::uint64_t budget) {
     fmt::print("\nKV cache of one sequence at context {} (all layers, K and V, every overhead counted){}:\n", context,
                budget ? fmt::format("; sequences that fit in {} bytes ({:.2f} GiB)", budget, budget / 1073741824.0) : "");
     fmt::print("  {:<28} {:>14} {:>16} {:>10}{}\n", "scheme", "bytes/token", "bytes", "bits/elem", budget ? "  sequences" : "");
+    int unusable = 0;
     for (const KvSchemeSpec& spec : parse_kv_schemes(schemes)) {
         try {
             KvCacheOptions o;
@@ -84,8 +87,11 @@ void print_capacity(const KvShape& shape, const std::string& schemes, std::int64
             fmt::print("\n");
         } catch (const Error& e) {
             fmt::print("  {:<28} n/a: {}\n", spec.text, e.what());
+            ++unusable;
         }
     }
+    AQPIM_CHECK(!named_by_user || unusable == 0, "--kv: {} of the schemes named cannot size this model (n/a above)",
+                unusable);
 }
 
 }  // namespace
@@ -99,11 +105,13 @@ void add_info_command(CLI::App& app) {
     auto budget = std::make_shared<std::string>();
     cmd->add_option("-m,--model", *model, "describe a model (.gguf, safetensors directory, llama2.c .bin)");
     cmd->add_option("--tokenizer", *tokenizer, "vocabulary file for a llama2.c checkpoint");
-    cmd->add_option("--kv", *schemes, "KV schemes to size, ';'-separated")->capture_default_str();
-    cmd->add_option("--context", *context, "context length the KV sizes are stated at (default: the model's)")
+    CLI::Option* kv = cmd->add_option("--kv", *schemes, "KV schemes to size, ';'-separated")->capture_default_str();
+    CLI::Option* context_opt = cmd->add_option("--context", *context, "context length the KV sizes are stated at (default: the model's)")
         ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 32));
     cmd->add_option("--budget", *budget, "memory for KV caches (e.g. 80GiB): how many sequences fit, per scheme");
     cmd->callback([=] {
+        AQPIM_CHECK(!model->empty() || (kv->count() == 0 && context_opt->count() == 0 && budget->empty()),
+                    "--kv, --context and --budget size a model's KV cache: give -m MODEL");
         fmt::print("simd levels supported:");
         for (SimdLevel l : supported_simd_levels()) fmt::print(" {}", simd_level_name(l));
         fmt::print("\nsimd level active:    {}\nthreads:              {}\n", simd_level_name(active_simd_level()),
@@ -111,7 +119,7 @@ void add_info_command(CLI::App& app) {
         if (!model->empty()) {
             fmt::print("\n");
             const ModelSummary m = print_model(*model, *tokenizer);
-            print_capacity(m.kv_shape, *schemes, *context > 0 ? *context : m.n_ctx_train,
+            print_capacity(m.kv_shape, *schemes, kv->count() > 0, *context > 0 ? *context : m.n_ctx_train,
                            budget->empty() ? 0 : parse_bytes(*budget));
         }
     });

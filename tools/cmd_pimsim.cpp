@@ -100,6 +100,9 @@ void run_pimsim(const PimsimArgs& args) {
     if (!a.kv_trace.empty()) {
         // The model shape, scheme and PQ state come from the recorded run.
         const KvTrace tr = read_kv_trace(a.kv_trace);
+        AQPIM_CHECK(parse_kv_scheme(tr.scheme).name == "pq",
+                    "--kv-trace {}: recorded with the '{}' cache; pimsim replays a PQ cache's state (record with "
+                    "`aqpim run --kv pq... --trace FILE`)", a.kv_trace, tr.scheme);
         traced = pim_trace_step(tr, a.trace_step);
         a.model = fmt::format("{} (trace {}, step {})", tr.model, a.kv_trace, traced->step);
         a.layers = tr.n_layer;
@@ -263,7 +266,8 @@ void add_pimsim_command(CLI::App& app) {
         ->check(finite_range(0, 1e15, true));
     c->add_option("--validate", a->validate, "check against a published simulator: attacc");
     c->add_option("--kv-trace", a->kv_trace, "replay a decode step of `aqpim run --trace FILE` (model, scheme, PQ state from it)");
-    c->add_option("--trace-step", a->trace_step, "which step of --kv-trace (default: the last)");
+    c->add_option("--trace-step", a->trace_step, "which step of --kv-trace (default: the last)")
+        ->check(non_negative_integer());
     c->add_option("--trace-commands", a->trace_file, "write the first simulation's command trace (docs/pimsim.md)");
     c->add_option("--plot", a->plot, "write the report JSON for scripts/plot_pimsim.py");
     c->add_flag("--json", a->json, "JSON output");

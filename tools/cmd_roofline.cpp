@@ -119,6 +119,10 @@ Report build_report(const RooflineArgs& a) {
     s.device = find_device(a.device);
     s.run = a.run;
     s.run.validate();
+    AQPIM_CHECK(s.run.pp <= s.model.n_layer, "--pp {}: more pipeline stages than the model's {} layers", s.run.pp,
+                s.model.n_layer);
+    AQPIM_CHECK(s.run.tp <= s.model.n_head, "--tp {}: more tensor-parallel devices than the model's {} heads", s.run.tp,
+                s.model.n_head);
     (void)parse_kv_scheme(s.run.kv_scheme);
     s.batches = parse_list<int>("--batches", a.batches, 1, 1 << 20);
     s.contexts = parse_list<std::int64_t>("--contexts", a.contexts, 1, std::int64_t(1) << 24);

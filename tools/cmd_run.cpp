@@ -8,6 +8,7 @@
 #include "aqpim/generate.h"
 #include "aqpim/kv_trace.h"
 #include "aqpim/threads.h"
+#include "cli_checks.h"
 #include "commands.h"
 #include "model_options.h"
 
@@ -23,7 +24,7 @@ void add_run_command(CLI::App& app) {
     cmd->add_option("-n,--n-predict", gen->n_predict, "tokens to generate")->check(CLI::Range(0, 1 << 24));
     cmd->add_option("--temp", gen->sampler.temperature, "temperature (0 = greedy)")->check(CLI::Range(0.0, 100.0));
     cmd->add_option("--top-p", gen->sampler.top_p, "nucleus sampling threshold")->check(CLI::Range(0.0, 1.0));
-    cmd->add_option("--seed", gen->sampler.seed, "sampling seed");
+    cmd->add_option("--seed", gen->sampler.seed, "sampling seed")->check(non_negative_integer());
     auto trace_path = std::make_shared<std::string>();
     cmd->add_option("--trace", *trace_path, "write a KV trace of the decode for `aqpim pimsim --kv-trace` (docs/pimsim.md)");
     cmd->add_flag("--ignore-eos", [gen](std::int64_t) { gen->stop_at_eos = false; }, "keep generating after EOS");

@@ -85,5 +85,21 @@ TEST(CliFiles, NumericOptionsRefuseNanAndTheirDefaultsSentinels) {
         expect_error("pimsim " + opt, opt.substr(0, opt.find(' ')));
 }
 
+TEST(CliFiles, OptionsThatCannotApplyAreRefused) {
+    const std::string gguf = kStories + "/stories260K.gguf";
+    expect_error("info -m " + gguf + " --kv bogus", "unknown KV cache scheme 'bogus'");
+    expect_error("info --kv f16", "give -m MODEL");
+    expect_error("roofline --preset llama2-7b --pp 100", "--pp 100: more pipeline stages than the model's 32 layers");
+    expect_error("roofline --preset llama2-7b --tp 1000", "--tp 1000");
+    expect_error("run -m " + gguf + " --seed -1", "--seed: value -1 is not a whole number");
+    expect_error("pimsim --kv-trace x --trace-step -3", "--trace-step");
+    // an output that cannot be written fails before the benchmark starts
+    expect_error("bench pq --sections scan -o /nonexistent_dir/x.json", "-o /nonexistent_dir/x.json");
+    // a trace of a cache that is not PQ says how to record one pimsim can replay
+    const std::string trace = temp_path("f16.trace");
+    ASSERT_EQ(run_cli("run -m " + gguf + " -n 3 --trace " + trace).exit_code, 0);
+    expect_error("pimsim --kv-trace " + trace, "recorded with the 'f16' cache");
+}
+
 }  // namespace
 }  // namespace aqpim

@@ -55,7 +55,8 @@ TEST(RuntimeCli, InfoDescribesAModel) {
 TEST(RuntimeCli, InfoSizesSequencesAgainstABudget) {
     // austen-13m: 4 layers x 2 KV heads x 128 dims x K,V = 2048 elements per token.
     const auto r = run_cli("info -m " + shared_dir() + "/models/austen-13m --context 2048 --budget 64MiB --kv 'f16;q4_0;int3'");
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.exit_code, 1) << r.output;  // int3 is no scheme: the table, then an error
+    EXPECT_NE(r.output.find("--kv: 1 of the schemes named cannot size this model"), std::string::npos) << r.output;
     const auto line = [&](const std::string& scheme) {
         const std::size_t b = r.output.find("\n  " + scheme + " ");
         return b == std::string::npos ? std::string() : r.output.substr(b + 1, r.output.find('\n', b + 1) - b - 1);
