@@ -47,12 +47,13 @@ struct PimsimArgs {
 
 void run_validation(const PimsimArgs& a) {
     AQPIM_CHECK(a.validate == "attacc", "--validate: unknown reference '{}' (known: attacc)", a.validate);
-    const auto rows = validate_attacc();
+    const auto rows = validate_attacc(!a.no_refresh);
     bool ok = true;
     for (const auto& r : rows) ok = ok && std::abs(r.error()) <= kAttAccTolerance;
     if (a.json) {
         nlohmann::ordered_json j;
         j["reference"] = "AttAcc simulator ramulator.out: 130 heads x 2048 tokens x head_dim 128, one HBM3 5.2 Gbps stack";
+        j["refresh"] = !a.no_refresh;
         j["tolerance"] = kAttAccTolerance;
         auto& arr = j["cases"] = nlohmann::ordered_json::array();
         for (const auto& r : rows)
@@ -62,13 +63,14 @@ void run_validation(const PimsimArgs& a) {
         j["pass"] = ok;
         fmt::print("{}\n", j.dump(2));
     } else {
-        fmt::print("AttAcc validation: FP16 attention, 130 heads x 2048 tokens x head_dim 128, HBM3 5.2 Gbps stack\n");
+        fmt::print("AttAcc validation: FP16 attention, 130 heads x 2048 tokens x head_dim 128, HBM3 5.2 Gbps stack{}\n",
+                   a.no_refresh ? ", refresh left out" : "");
         fmt::print("{:<30} {:>12} {:>12} {:>8}\n", "case", "AttAcc", "aqpim", "error");
         for (const auto& r : rows)
             fmt::print("{:<30} {:>12.0f} {:>12.0f} {:>+7.1f}%\n", r.name, r.reference, r.simulated, 100 * r.error());
         fmt::print("{} (tolerance {:.0f}%)\n", ok ? "all within tolerance" : "OUT OF TOLERANCE", 100 * kAttAccTolerance);
     }
-    AQPIM_CHECK(ok, "AttAcc validation failed: a case is off by more than {:.0f}%", 100 * kAttAccTolerance);
+    AQPIM_CHECK(ok || a.no_refresh, "AttAcc validation failed: a case is off by more than {:.0f}%", 100 * kAttAccTolerance);
 }
 
 void print_constraints(const DramSpec& spec) {
@@ -264,7 +266,7 @@ void add_pimsim_command(CLI::App& app) {
     c->add_option("--gpu", a->gpu, "device preset (presets/device) for the GPU and offload baselines");
     c->add_option("--pim-capacity", a->pim_capacity, "bytes of PIM for the capacity view (default: the devices')")
         ->check(finite_range(0, 1e15, true));
-    c->add_option("--validate", a->validate, "check against a published simulator: attacc");
+    c->add_option("--validate", a->validate, "check against a published simulator: attacc (its fixed cases; only --no-refresh and --json apply)");
     c->add_option("--kv-trace", a->kv_trace, "replay a decode step of `aqpim run --trace FILE` (model, scheme, PQ state from it)");
     c->add_option("--trace-step", a->trace_step, "which step of --kv-trace (default: the last)")
         ->check(non_negative_integer());

@@ -17,8 +17,9 @@ struct PimValidationRow {
 };
 
 /// FP16 attention, 130 heads x 2048 tokens x head_dim 128 on one HBM3 5.2 Gbps stack (preset
-/// hbm3-5.2-attacc), every AttAcc configuration the issue lists.
-std::vector<PimValidationRow> validate_attacc();
+/// hbm3-5.2-attacc), every AttAcc configuration the issue lists; `refresh` false leaves refresh out
+/// (docs/pim-validation.md's last column).
+std::vector<PimValidationRow> validate_attacc(bool refresh = true);
 
 /// The tolerance the tests and `--validate` apply.
 constexpr double kAttAccTolerance = 0.10;

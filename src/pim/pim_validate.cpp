@@ -5,7 +5,7 @@
 
 namespace aqpim {
 
-std::vector<PimValidationRow> validate_attacc() {
+std::vector<PimValidationRow> validate_attacc(bool refresh) {
     struct Case {
         const char* name;
         PimPlacement placement;
@@ -31,7 +31,9 @@ std::vector<PimValidationRow> validate_attacc() {
     for (const Case& c : cases) {
         DramSpec spec = DramSpec::load("hbm3-5.2-attacc");
         spec.power_cap = c.cap;
-        const PimResult r = simulate_fp16_attention(spec, c.placement, shape);
+        PimChannel::Options options;
+        options.refresh = refresh;
+        const PimResult r = simulate_fp16_attention(spec, c.placement, shape, options);
         rows.push_back({c.name, std::string(placement_name(c.placement)), c.cap, c.reference, double(r.cycles)});
     }
     return rows;
