@@ -126,15 +126,17 @@ void add_bench_command(CLI::App& app) {
     decode->add_option("-n,--decode-tokens", dopt->decode_tokens, "decode steps")->check(CLI::Range(1, 1 << 20));
     decode->add_flag("--json", *djson, "print JSON instead of tables");
     decode->add_flag("--quick", dopt->quick, "smaller cold arena for the read roof (smoke test)");
-    decode->add_option("--contexts", dopt->contexts,
+    auto* contexts = decode->add_option("--contexts", dopt->contexts,
                        "KV-dominated mode: fill each sequence to these contexts (generated K/V) and time decode per scheme")
         ->delimiter(',')
         ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 24));
     decode->add_option("--batch", dopt->batches, "KV-dominated mode: sequences per step (list)")
         ->delimiter(',')
-        ->check(CLI::Range(1, 4096));
+        ->check(CLI::Range(1, 4096))
+        ->needs(contexts);
     decode->add_option("--kv", dopt->kv, "KV-dominated mode: schemes, ';'-separated, the first is the baseline")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->needs(contexts);
     decode->callback([dopt, djson] {
         const json rows = dopt->contexts.empty() ? bench_decode(*dopt) : bench_kv_decode(*dopt);
         if (*djson)

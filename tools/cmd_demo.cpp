@@ -117,9 +117,9 @@ void run_demo(const DemoArgs& a) {
 void add_demo_command(CLI::App& app) {
     auto args = std::make_shared<DemoArgs>();
     auto* cmd = app.add_subcommand("demo", "adaptive PQ of real K/V vectors: fidelity and bytes per configuration");
-    cmd->add_option("-m,--model", args->model, "model: GGUF file, Hugging Face directory or llama2.c checkpoint")
+    auto* model = cmd->add_option("-m,--model", args->model, "model: GGUF file, Hugging Face directory or llama2.c checkpoint")
         ->capture_default_str();
-    cmd->add_option("--ids", args->ids, "token ids (JSON array) to run through layer 0")->capture_default_str();
+    auto* ids = cmd->add_option("--ids", args->ids, "token ids (JSON array) to run through layer 0")->capture_default_str();
     cmd->add_option("-n,--tokens", args->n_tokens, "context length")->check(CLI::Range(1, 1 << 20))->capture_default_str();
     cmd->add_option("--calib", args->calib, "calibration tokens for the codebooks")
         ->check(CLI::Range(1, 1 << 20))
@@ -127,7 +127,7 @@ void add_demo_command(CLI::App& app) {
     cmd->add_option("--queries", args->queries, "last positions used as queries")
         ->check(CLI::Range(1, 1 << 20))
         ->capture_default_str();
-    cmd->add_flag("--synthetic", args->synthetic, "use generated data instead of a model");
+    cmd->add_flag("--synthetic", args->synthetic, "use generated data instead of a model")->excludes(model)->excludes(ids);
     cmd->add_flag("--json", args->json, "print JSON");
     cmd->callback([args] { run_demo(*args); });
 }

@@ -124,27 +124,37 @@ void add_eval_command(CLI::App& app) {
     add_model_options(cmd, *opts);
     cmd->get_option("--kv")->description(
         "KV cache schemes separated by ';', each NAME[:key=value,...]; f16 (the reference) is added when missing");
-    cmd->add_option("-f,--file", a->text_path, "text file (perplexity and fidelity modes)");
+    auto* file = cmd->add_option("-f,--file", a->text_path, "text file (perplexity and fidelity modes)");
     cmd->add_option("-c,--ctx", a->quality.n_ctx, "tokens per chunk (default 512)")->check(CLI::Range(4, 1 << 20));
-    cmd->add_option("--chunks", a->quality.max_chunks, "evaluate at most this many chunks (0 = all)")
+    auto* chunks = cmd->add_option("--chunks", a->quality.max_chunks, "evaluate at most this many chunks (0 = all)")
         ->check(CLI::Range(0, 1 << 30));
     auto* json = cmd->add_flag("--json", a->json, "print the report as JSON");
     auto* csv = cmd->add_flag("--csv", a->csv, "print the report as CSV");
     json->excludes(csv);
     cmd->add_option("--plot", a->plot, "perplexity mode: plot quality vs bits/element into FILE.png or FILE.svg "
                                        "(scripts/plot_eval.py, needs python3-matplotlib)");
-    cmd->add_option("--generate", a->generate, "long generation check: greedy-decode N tokens with every scheme")
-        ->check(CLI::Range(1, 1 << 24));
-    cmd->add_option("-p,--prompt", a->prompt, "prompt of --generate (BOS is added; empty: BOS alone)");
-    cmd->add_option("--window", a->window, "--generate: steps per KL window (default 32)")->check(CLI::Range(1, 1 << 24));
-    cmd->add_flag("--fidelity", a->fidelity, "attention fidelity of one layer's KV head (--layer, --head)");
-    cmd->add_option("--layer", a->fid.layer, "--fidelity: layer (default 0)")->check(CLI::Range(0, ModelLimits::layers - 1));
-    cmd->add_option("--head", a->fid.head, "--fidelity: KV head (default 0)")->check(CLI::Range(0, ModelLimits::heads - 1));
-    cmd->add_option("--bins", a->fid.n_bins, "--fidelity: position bins (default 8)")->check(CLI::Range(1, 1 << 20));
-    cmd->add_flag("--no-probe", a->no_probe, "--fidelity: skip the probe runs that read attention weights");
+    auto* generate = cmd->add_option("--generate", a->generate, "long generation check: greedy-decode N tokens with every scheme")
+                         ->check(CLI::Range(1, 1 << 24))
+                         ->excludes(file)
+                         ->excludes(chunks);
+    cmd->add_option("-p,--prompt", a->prompt, "prompt of --generate (BOS is added; empty: BOS alone)")->needs(generate);
+    cmd->add_option("--window", a->window, "--generate: steps per KL window (default 32)")
+        ->check(CLI::Range(1, 1 << 24))
+        ->needs(generate);
+    auto* fidelity = cmd->add_flag("--fidelity", a->fidelity, "attention fidelity of one layer's KV head (--layer, --head)");
+    // The options of one mode given in another would be ignored: they are refused instead.
+    cmd->add_option("--layer", a->fid.layer, "--fidelity: layer (default 0)")
+        ->check(CLI::Range(0, ModelLimits::layers - 1))
+        ->needs(fidelity);
+    cmd->add_option("--head", a->fid.head, "--fidelity: KV head (default 0)")
+        ->check(CLI::Range(0, ModelLimits::heads - 1))
+        ->needs(fidelity);
+    cmd->add_option("--bins", a->fid.n_bins, "--fidelity: position bins (default 8)")->check(CLI::Range(1, 1 << 20))->needs(fidelity);
+    cmd->add_flag("--no-probe", a->no_probe, "--fidelity: skip the probe runs that read attention weights")->needs(fidelity);
     cmd->add_option("--probe-block", a->fid.probe_block,
                     "--fidelity: tokens per probe block, <= head_dim (default min(head_dim, 16); docs/eval.md)")
-        ->check(CLI::Range(1, 1 << 20));
+        ->check(CLI::Range(1, 1 << 20))
+        ->needs(fidelity);
 
     cmd->callback([=] {
         const std::vector<KvSchemeSpec> schemes = parse_kv_schemes(opts->kv);

@@ -155,6 +155,9 @@ void run_pimsim(const PimsimArgs& args) {
     pq.versions = sched.versions_started(std::max<std::int64_t>(1, sched.coded(a.context)));
     pq.refresh = pqp.refresh;
     pq.mapping = parse_pq_mapping(a.pq_mapping);
+    AQPIM_CHECK(pq.mapping != PimPqParams::Mapping::subspace || a.placement == "bank" || a.placement == "all",
+                "--pq-mapping subspace spreads subspaces over the banks of a group: it needs --placement bank (or all), "
+                "not {}", a.placement);
     if (traced) {
         pq.f16_tokens = std::min(traced->f16_tokens, a.context);
         pq.versions = traced->versions;
@@ -267,9 +270,10 @@ void add_pimsim_command(CLI::App& app) {
     c->add_option("--pim-capacity", a->pim_capacity, "bytes of PIM for the capacity view (default: the devices')")
         ->check(finite_range(0, 1e15, true));
     c->add_option("--validate", a->validate, "check against a published simulator: attacc (its fixed cases; only --no-refresh and --json apply)");
-    c->add_option("--kv-trace", a->kv_trace, "replay a decode step of `aqpim run --trace FILE` (model, scheme, PQ state from it)");
+    auto* kv_trace = c->add_option("--kv-trace", a->kv_trace, "replay a decode step of `aqpim run --trace FILE` (model, scheme, PQ state from it)");
     c->add_option("--trace-step", a->trace_step, "which step of --kv-trace (default: the last)")
-        ->check(non_negative_integer());
+        ->check(non_negative_integer())
+        ->needs(kv_trace);
     c->add_option("--trace-commands", a->trace_file, "write the first simulation's command trace (docs/pimsim.md)");
     c->add_option("--plot", a->plot, "write the report JSON for scripts/plot_pimsim.py");
     c->add_flag("--json", a->json, "JSON output");

@@ -600,7 +600,7 @@ TEST(EvalCli, BadInputFailsWithOneClearLine) {
         {kSmallRun + "--kv 'f32' --plot out", "must end in .png or .svg"},
         {kSmallRun + "--kv f32 --json --csv", "excludes"},
         {"eval -m " + kStoriesGguf + " --kv f32", "needs -f"},
-        {"eval -m " + kStoriesGguf + " --generate 4 --fidelity -f " + kValid, "pick one"},
+        {"eval -m " + kStoriesGguf + " --generate 4 --fidelity", "pick one"},
         {"eval --fidelity --layer 9 -m " + kStoriesGguf + " -f " + kValid + " -c 32", "--layer 9"},
     };
     for (const auto& [args, want] : cases) {

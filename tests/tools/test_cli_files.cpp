@@ -93,6 +93,14 @@ TEST(CliFiles, OptionsThatCannotApplyAreRefused) {
     expect_error("roofline --preset llama2-7b --tp 1000", "--tp 1000");
     expect_error("run -m " + gguf + " --seed -1", "--seed: value -1 is not a whole number");
     expect_error("pimsim --kv-trace x --trace-step -3", "--trace-step");
+    // an option of another mode would be ignored: refused instead
+    expect_error("pimsim --trace-step 3", "--trace-step requires --kv-trace");
+    expect_error("pimsim --pq-mapping subspace --placement buffer", "needs --placement bank");
+    expect_error("eval -m " + gguf + " --generate 4 -f x", "--file excludes --generate");
+    expect_error("eval -m " + gguf + " -f x --layer 2", "--layer requires --fidelity");
+    expect_error("eval -m " + gguf + " -f x --window 5", "--window requires --generate");
+    expect_error("bench decode -m " + gguf + " --batch 2", "--batch requires --contexts");
+    expect_error("demo --synthetic -m " + gguf, "--model excludes --synthetic");
     // an output that cannot be written fails before the benchmark starts
     expect_error("bench pq --sections scan -o /nonexistent_dir/x.json", "-o /nonexistent_dir/x.json");
     // a trace of a cache that is not PQ says how to record one pimsim can replay
