@@ -128,6 +128,27 @@ std::shared_ptr<const Tokenizer> load_tokenizer_file(const std::string& path, in
     return Tokenizer::create(std::move(v));
 }
 
+namespace {
+
+/// The norm weights and biases are read into f32 vectors anyway; a NaN or Inf there would turn every
+/// logit into NaN (and greedy decoding into token 0) without a word, so they are checked. The
+/// matrices are not scanned (as llama.cpp without --check-tensors): that would read the whole file.
+void check_vectors_finite(const ModelWeights& w, const std::string& path) {
+    const auto check = [&](const std::vector<float>& v, const std::string& what) {
+        for (std::size_t i = 0; i < v.size(); ++i)
+            AQPIM_CHECK(std::isfinite(v[i]), "model {}: {} holds {} at element {}", path, what, v[i], i);
+    };
+    check(w.output_norm, "output_norm");
+    for (std::size_t il = 0; il < w.layers.size(); ++il) {
+        const LayerWeights& l = w.layers[il];
+        for (const auto& [v, name] : {std::pair{&l.attn_norm, "attn_norm"}, {&l.ffn_norm, "ffn_norm"},
+                                      {&l.bq, "q bias"}, {&l.bk, "k bias"}, {&l.bv, "v bias"}})
+            check(*v, fmt::format("layer {} {}", il, name));
+    }
+}
+
+}  // namespace
+
 LoadedModel load_model(const std::string& path, const LoadOptions& options) {
     namespace fs = std::filesystem;
     AQPIM_CHECK(fs::exists(path), "model {}: no such file or directory", path);
@@ -140,9 +161,10 @@ LoadedModel load_model(const std::string& path, const LoadOptions& options) {
         const std::uintmax_t size = fs::file_size(path);
         AQPIM_CHECK(size >= 8, "model {}: {} bytes, too short for a GGUF file or a llama2.c checkpoint", path, size);
         if (starts_with_gguf_magic(path)) m = load_gguf_model(path);
-        else if (options.tokenizer_path.empty()) return load_llama2c_model(path, find_llama2c_tokenizer(path));
+        else if (options.tokenizer_path.empty()) m = load_llama2c_model(path, find_llama2c_tokenizer(path));
         else m = load_llama2c_model(path, "");
     }
+    check_vectors_finite(m.weights, path);
     if (!options.tokenizer_path.empty()) m.tokenizer = load_tokenizer_file(options.tokenizer_path, m.weights.config.n_vocab);
     return m;
 }

@@ -54,26 +54,31 @@ std::pair<bool, std::string> pattern_of(const json& obj, const std::string& path
     AQPIM_CHECK(obj.is_object() && obj.contains("pattern") && obj["pattern"].is_object(), "{}: {} has no pattern",
                 path, where);
     const json& p = obj["pattern"];
-    if (p.contains("String") && p["String"].is_string()) return {false, p["String"].get<std::string>()};
-    if (p.contains("Regex") && p["Regex"].is_string()) return {true, p["Regex"].get<std::string>()};
+    for (const auto& [key, is_regex] : {std::pair{"String", false}, {"Regex", true}}) {
+        if (!p.contains(key) || !p[key].is_string()) continue;
+        std::string text = p[key].get<std::string>();
+        AQPIM_CHECK(!text.empty(), "{}: {} has an empty {} pattern", path, where, key);
+        return {is_regex, std::move(text)};
+    }
     AQPIM_FAIL("{}: {} pattern is neither String nor Regex", path, where);
 }
 
-/// Token text of a config entry: "text", {"content": "text"} or null.
-std::optional<std::string> config_token(const json& cfg, const char* key) {
-    if (!cfg.contains(key)) return std::nullopt;
+/// Token text of a config entry: "text", {"content": "text"} or null (absent); anything else is an error.
+std::optional<std::string> config_token(const json& cfg, const char* key, const std::string& path) {
+    if (!cfg.contains(key) || cfg[key].is_null()) return std::nullopt;
     const json& t = cfg[key];
     if (t.is_string()) return t.get<std::string>();
     if (t.is_object() && t.contains("content") && t["content"].is_string()) return t["content"].get<std::string>();
-    return std::nullopt;
+    AQPIM_FAIL("{}: {} is {}, expected the token's text or {{\"content\": text}}", path, key, json_excerpt(t));
 }
 
 VocabData parse_tokenizer_json(const json& j, const std::string& path) {
     AQPIM_CHECK(j.is_object(), "{}: expected a JSON object", path);
     AQPIM_CHECK(j.contains("model") && j["model"].is_object(), "{}: no 'model' object", path);
     const json& model = j["model"];
-    const std::string type = model.contains("type") && model["type"].is_string() ? model["type"].get<std::string>()
-                                                                                   : std::string("BPE");
+    AQPIM_CHECK(!model.contains("type") || model["type"].is_string(), "{}: model.type is {}, expected a string", path,
+                json_excerpt(model["type"]));
+    const std::string type = model.contains("type") ? model["type"].get<std::string>() : std::string("BPE");
     AQPIM_CHECK(type == "BPE", "{}: model type '{}' is not supported (expected BPE)", path, type);
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
         AQPIM_CHECK(!model.contains(key) || model[key].is_null() || model[key] == "",
@@ -269,7 +274,7 @@ VocabData parse_tokenizer_json(const json& j, const std::string& path) {
         const std::string cfg_path = (std::filesystem::path(path).parent_path() / "tokenizer_config.json").string();
         for (const auto& [key, id] : {std::pair{"bos_token", &v.bos}, std::pair{"eos_token", &v.eos},
                                       std::pair{"pad_token", &v.pad}, std::pair{"unk_token", &v.unk}}) {
-            if (const auto text = config_token(*cfg, key)) {
+            if (const auto text = config_token(*cfg, key, cfg_path)) {
                 *id = id_of(*text);
                 AQPIM_CHECK(*id >= 0, "{}: {} '{}' is not a token", cfg_path, key, *text);
             }

@@ -54,6 +54,7 @@ struct TinyModel {
     std::map<std::string, std::vector<std::int64_t>> shapes;   ///< per tensor shape override
     std::vector<std::pair<std::string, std::vector<std::int64_t>>> extra;  ///< more F32 tensors
     std::function<void(GgufWriter&)> meta;                     ///< more (or replaced) keys
+    std::set<std::string> nan_at_3;                            ///< F32 tensors whose element 3 is NaN
 
     std::string write(const std::string& name) const {
         GgufWriter w;
@@ -79,7 +80,7 @@ struct TinyModel {
             std::vector<std::uint8_t> bytes(ggml_row_bytes(type, ne[0]) * std::size_t(n / ne[0]), 0);
             if (type == GgmlType::F32)
                 for (std::int64_t i = 0; i < n; ++i) {
-                    const float v = value_at(t, i);
+                    const float v = i == 3 && nan_at_3.count(t) ? std::nanf("") : value_at(t, i);
                     std::memcpy(bytes.data() + 4 * i, &v, 4);
                 }
             w.add_tensor(t, ne, type, std::move(bytes));
@@ -412,6 +413,19 @@ TEST(GgufModel, BadModelsAreErrorsNamingTheProblem) {
         t.L = 1;
         t.meta = [](GgufWriter& w) { w.set_u32("llama.block_count", 2); };  // layer 1's tensors absent
         EXPECT_NE(load_error(t, "layers").find("blk.1."), std::string::npos);
+    }
+    {
+        TinyModel t;  // an infinite or tiny RoPE base: every angle NaN or 0
+        t.meta = [](GgufWriter& w) { w.set_f32("llama.rope.freq_base", INFINITY); };
+        EXPECT_NE(load_error(t, "inf_theta").find("rope_theta = inf"), std::string::npos);
+        t.meta = [](GgufWriter& w) { w.set_f32("llama.rope.freq_base", 1e-30f); };
+        EXPECT_NE(load_error(t, "tiny_theta").find("rope_theta"), std::string::npos);
+    }
+    {
+        TinyModel t;  // a NaN in a norm vector is named (load_model checks the vectors it reads)
+        t.nan_at_3.insert("blk.1.ffn_norm.weight");
+        const std::string path = t.write("nan_norm");
+        EXPECT_NE(error_of([&] { load_model(path); }).find("layer 1 ffn_norm holds nan at element 3"), std::string::npos);
     }
     {
         GgufWriter w;  // no general.architecture

@@ -122,6 +122,14 @@ TEST(VocabHfJson, BadFilesAreErrors) {
                  Error);  // a field of the wrong JSON type
     EXPECT_THROW(load(hf_json(R"(, "merges": [])", R"(, "pre_tokenizer": {"type": "Metaspace", "replacement": 7})")),
                  Error);
+    EXPECT_THROW(load(R"({"model": {"type": 5, "vocab": {"a": 0}, "merges": []}})"), Error);  // type not a string
+    EXPECT_THROW(load(hf_json(R"(, "merges": [])",
+                              R"(, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": ""}, "behavior": "Isolated"})")),
+                 Error);  // an empty pattern
+    write_bytes(dir + "/tokenizer_config.json", R"({"bos_token": 5})");  // neither text nor {"content": text}
+    EXPECT_THROW(load(hf_json(R"(, "merges": [])")), Error);
+    write_bytes(dir + "/tokenizer_config.json", R"({"bos_token": null})");  // null: absent
+    EXPECT_NO_THROW(load(hf_json(R"(, "merges": [])")));
     write_bytes(dir + "/tokenizer_config.json", R"({"bos_token": "<s>"})");  // not a token
     EXPECT_THROW(load(hf_json(R"(, "merges": [])")), Error);
     write_bytes(dir + "/tokenizer_config.json", R"({"add_bos_token": "yes"})");
