@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 namespace aqpim::cli {
 
 namespace {
@@ -50,11 +52,12 @@ void print_pimsim_table(const PimsimReport& r) {
                    placement_name(run.result.placement), e.activate * 1e3, e.read * 1e3, e.compute * 1e3,
                    e.buffer * 1e3, e.io * 1e3, e.refresh * 1e3, e.background * 1e3);
     }
-    fmt::print("\nPQ-PIM against FP16-PIM (same placement):\n");
+    bool compared = false;
     for (PimPlacement p : {PimPlacement::bank, PimPlacement::bank_group, PimPlacement::buffer_die}) {
         const auto* a = find_run(r, "fp16", p);
         const auto* b = find_run(r, "pq", p);
         if (!a || !b) continue;
+        if (!std::exchange(compared, true)) fmt::print("\nPQ-PIM against FP16-PIM (same placement):\n");
         fmt::print("  {:<10} speedup {:.2f}x, energy ratio {:.2f}x, LUT buffer {:.0f} B/unit = {:.1f} mm^2 SRAM per device\n",
                    placement_name(p), a->result.seconds / b->result.seconds,
                    a->result.energy.total() / b->result.energy.total(), b->result.lut_buffer_bytes,
