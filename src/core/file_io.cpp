@@ -63,6 +63,20 @@ void check_output_not_input(const std::string& out, const std::vector<std::strin
     }
 }
 
+namespace {
+/// The process's umask without changing it (umask() can only be read by setting it, which races
+/// with threads creating files): Linux reports it in /proc/self/status.
+mode_t process_umask() {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line))
+        if (line.rfind("Umask:", 0) == 0) return mode_t(std::stoul(line.substr(6), nullptr, 8));
+    const mode_t mask = ::umask(0);  // no /proc: read it by setting it back at once
+    ::umask(mask);
+    return mask;
+}
+}  // namespace
+
 OutputFile::OutputFile(std::string path, std::string_view what) : path_(std::move(path)), what_(what) {
     std::error_code ec;
     AQPIM_CHECK(!path_.empty(), "{}: empty file name", what_);
@@ -99,9 +113,7 @@ void OutputFile::commit() {
     out_.close();
     fail_if_bad("closing");
     // mkstemp creates the file 0600; an output gets the permissions a new file of this user gets
-    const mode_t mask = ::umask(0);
-    ::umask(mask);
-    ::chmod(tmp_.c_str(), 0666 & ~mask);
+    ::chmod(tmp_.c_str(), 0666 & ~process_umask());
     std::error_code ec;
     fs::rename(tmp_, path_, ec);
     AQPIM_CHECK(!ec, "{} {}: cannot move {} into place: {}", what_, path_, tmp_, ec.message());
