@@ -68,8 +68,8 @@ if (($(left) > 160)); then  # the 8-bit kernel at the target points
 else
     echo "| bench8 | skipped: $(left)s left |  |" >>"$report"
 fi
-if command -v ncu >/dev/null && (($(left) > 100)); then
-    step profile 60 "$out/profile.log" ncu --clock-control none -k 'regex:pq_attention_kernel|pq_attention_mma_kernel|pq_attention_8bit_kernel|dense_attention_kernel' \
+if command -v ncu >/dev/null && (($(left) > 130)); then
+    step profile 90 "$out/profile.log" ncu --clock-control none -k 'regex:pq_attention_kernel|pq_attention_mma_kernel|pq_attention_8bit_kernel|dense_attention_kernel' \
         --set full build-gpu/aqpim_cuda_check --profile
 else
     echo "| profile | skipped: $(command -v ncu >/dev/null && echo "$(left)s left" || echo "no ncu") |  |" >>"$report"

@@ -105,7 +105,7 @@ CudaDeviceFigures device_figures(cudaStream_t stream) {
 double pq_smem_bytes_per_token(PqValuePath path, int nq_template, int Mk, int Mv) {
     const double lut = 4.0 * nq_template * Mk, staging = (block_bytes(Mk) + block_bytes(Mv)) / 32.0;
     const double key_codes = 4.0 * ((Mk + 3) / 4);
-    if (path == PqValuePath::mma)
+    if (is_mma(path))
         return lut + 4.0 * nq_template * (1 + kWarps) + 2.0 * nq_template * (1 + kWarps) + staging + key_codes +
                2.0 * ((Mv + 3) / 4);
     return lut + 8.0 * nq_template * Mv + 8.0 * nq_template + staging + key_codes + 4.0 * Mv;
@@ -185,14 +185,16 @@ HostPqProblem pq_problem(const CudaBenchOptions& opt, int batch, int ctx, int sm
     return make_random_pq_problem(spec);
 }
 
-/// The value paths a benchmark of these codes times: both at 4 bits, the 8-bit kernel's one at 8.
+/// The value paths a benchmark of these codes times: all three at 4 bits (the tensor-core path at 4
+/// and at 3 blocks per multiprocessor), the 8-bit kernel's one at 8.
 std::vector<PqValuePath> value_paths(const CudaBenchOptions& opt) {
     if (opt.nbits == 8) return {PqValuePath::histogram};
-    return {PqValuePath::histogram, PqValuePath::mma};
+    return {PqValuePath::histogram, PqValuePath::mma, PqValuePath::mma_wide};
 }
 
 const char* pq_row_name(const CudaBenchOptions& opt, PqValuePath path) {
-    return opt.nbits == 8 ? "pq8" : path == PqValuePath::mma ? "pq_mma" : "pq";
+    if (opt.nbits == 8) return "pq8";
+    return path == PqValuePath::mma ? "pq_mma" : path == PqValuePath::mma_wide ? "pq_mma_wide" : "pq";
 }
 
 int device_sms() {

@@ -92,7 +92,7 @@ std::vector<DeviceCheck> check_pq_specs(const std::vector<PqProblemSpec>& specs,
         const std::vector<float> got = d.download_out();
         out.push_back({std::string("pq_attention ") + to_string(path) + " " + describe(spec),
                        max_relative_error(got.data(), ref.data(), ref.size()),
-                       path == PqValuePath::mma ? kMmaTol : kF32Tol});
+                       is_mma(path) ? kMmaTol : kF32Tol});
     }
     return out;
 }

@@ -216,14 +216,22 @@ struct HistogramFamily {
 
 }  // namespace
 
-const char* to_string(PqValuePath path) { return path == PqValuePath::mma ? "mma" : "histogram"; }
+const char* to_string(PqValuePath path) {
+    switch (path) {
+        case PqValuePath::histogram: return "histogram";
+        case PqValuePath::mma: return "mma";
+        case PqValuePath::mma_wide: return "mma_wide";
+    }
+    return "?";
+}
 
 namespace {
 
 /// The kernel that serves codes of p's width through `path`.
 PqKernelFamily family_for(const PqAttentionParams& p, PqValuePath path) {
     if (p.nbits == 8) return pq_8bit_family();
-    return path == PqValuePath::mma ? pq_mma_family() : family_of<HistogramFamily>();
+    if (is_mma(path)) return pq_mma_family(path == PqValuePath::mma_wide ? 3 : 4);
+    return family_of<HistogramFamily>();
 }
 
 }  // namespace

@@ -12,8 +12,12 @@ namespace aqpim::cuda {
 
 /// How the fused PQ kernel adds up the values (docs/cuda.md): `histogram` keeps each warp's value
 /// histograms in shared memory (f32 weights); `mma` keeps them in tensor-core accumulators (f32)
-/// fed with f16 weights and one-hot codes built in registers.
-enum class PqValuePath { histogram, mma };
+/// fed with f16 weights and one-hot codes built in registers; `mma_wide` is the same kernel built for
+/// 3 blocks per multiprocessor instead of 4 (up to 168 registers a thread, no spills at GQA 4
+/// instead of 128 with a few spilled): which is faster is for a GPU to say, so the benchmark runs both.
+enum class PqValuePath { histogram, mma, mma_wide };
+/// Either build of the tensor-core value path.
+inline bool is_mma(PqValuePath path) { return path == PqValuePath::mma || path == PqValuePath::mma_wide; }
 const char* to_string(PqValuePath path);
 
 /// Fused PQ attention of every (sequence, KV head) and the reduction across chunks into p.out.

@@ -119,8 +119,8 @@ __device__ __forceinline__ float pick(const float (&v)[NQ], int i, float other) 
     return r;
 }
 
-template <int NQ, int D, int kMaxOwnGroups>
-__global__ void __launch_bounds__(kThreads, NQ >= 8 ? 2 : 4) pq_attention_mma_kernel(PqAttentionParams p) {
+template <int NQ, int D, int kMaxOwnGroups, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) pq_attention_mma_kernel(PqAttentionParams p) {
     __shared__ BlockState<NQ, D> st;
     extern __shared__ float4 dyn4[];
     float* dyn = reinterpret_cast<float*>(dyn4);
@@ -307,10 +307,14 @@ __global__ void __launch_bounds__(kThreads, NQ >= 8 ? 2 : 4) pq_attention_mma_ke
     finish_coded_block(cur >= 0, flush, st, p, id.part_slot);
 }
 
+/// kMinBlocks: blocks per multiprocessor the registers are held to (a group of 8 fits 2 either way,
+/// so both builds share its instances).
+template <int kMinBlocks>
 struct MmaFamily {
     template <int NQ, int D>
     static auto* kernel(const PqAttentionParams& p) {
-        return own_groups(p.Mv) == 2 ? pq_attention_mma_kernel<NQ, D, 2> : pq_attention_mma_kernel<NQ, D, 4>;
+        constexpr int B = NQ >= 8 ? 2 : kMinBlocks;
+        return own_groups(p.Mv) == 2 ? pq_attention_mma_kernel<NQ, D, 2, B> : pq_attention_mma_kernel<NQ, D, 4, B>;
     }
     static std::size_t smem_bytes(int nq, int D, const PqAttentionParams& p) {
         return std::size_t(MmaSmem(nq, D, p.Mk, p.Mv).total) * 4;
@@ -328,15 +332,22 @@ void require_mma_device() {
                                        std::to_string(major) + ".x");
 }
 
-}  // namespace
-
-PqKernelFamily pq_mma_family() {
-    PqKernelFamily f = family_of<MmaFamily>();
+template <int kMinBlocks>
+PqKernelFamily mma_family() {
+    PqKernelFamily f = family_of<MmaFamily<kMinBlocks>>();
     f.launch = [](const PqAttentionParams& p, cudaStream_t stream) {
         require_mma_device();
-        dispatch_instance(p.shape, PqFamilyLaunch<MmaFamily>{p, stream});
+        dispatch_instance(p.shape, PqFamilyLaunch<MmaFamily<kMinBlocks>>{p, stream});
     };
     return f;
+}
+
+}  // namespace
+
+PqKernelFamily pq_mma_family(int min_blocks) {
+    AQPIM_CUDA_REQUIRE(min_blocks == 3 || min_blocks == 4,
+                       "mma value path: " + std::to_string(min_blocks) + " blocks per multiprocessor (built: 3, 4)");
+    return min_blocks == 3 ? mma_family<3>() : mma_family<4>();
 }
 
 }  // namespace aqpim::cuda

@@ -19,7 +19,8 @@ struct PqKernelFamily {
     int (*blocks_per_sm)(const PqAttentionParams& p);
 };
 
-PqKernelFamily pq_mma_family();
+/// The tensor-core value path built for `min_blocks` blocks per multiprocessor (3 or 4; GQA 8: 2).
+PqKernelFamily pq_mma_family(int min_blocks);
 PqKernelFamily pq_8bit_family();
 
 }  // namespace aqpim::cuda

@@ -29,6 +29,7 @@ int run_checks(bool fallback) {
     if (fallback) groups.push_back(check_decompress_fallback);
     groups.push_back([] { return check_pq_attention(PqValuePath::histogram); });
     groups.push_back([] { return check_pq_attention(PqValuePath::mma); });
+    groups.push_back([] { return check_pq_attention(PqValuePath::mma_wide); });
     groups.push_back(check_pq_attention_8bit);
     for (auto group : groups) {
         std::vector<DeviceCheck> results;

@@ -29,10 +29,12 @@ void expect_passed(std::vector<cuda::DeviceCheck> (*checks)()) {
 #if AQPIM_HAVE_CUDA
 std::vector<cuda::DeviceCheck> pq_histogram_checks() { return cuda::check_pq_attention(cuda::PqValuePath::histogram); }
 std::vector<cuda::DeviceCheck> pq_mma_checks() { return cuda::check_pq_attention(cuda::PqValuePath::mma); }
+std::vector<cuda::DeviceCheck> pq_mma_wide_checks() { return cuda::check_pq_attention(cuda::PqValuePath::mma_wide); }
 #endif
 
 AQPIM_DEVICE_TEST(PqAttentionMatchesReference, pq_histogram_checks)
 AQPIM_DEVICE_TEST(PqAttentionMmaMatchesReference, pq_mma_checks)
+AQPIM_DEVICE_TEST(PqAttentionMmaWideMatchesReference, pq_mma_wide_checks)
 AQPIM_DEVICE_TEST(PqAttention8BitMatchesReference, cuda::check_pq_attention_8bit)
 AQPIM_DEVICE_TEST(DenseF16MatchesReference, cuda::check_dense_attention)
 AQPIM_DEVICE_TEST(EncodeWritesTheHostCodes, cuda::check_encode)
