@@ -67,28 +67,36 @@ public:
                 f32_to_fp16(src + i * stride, reinterpret_cast<f16_t*>(dst) + i * D_, std::size_t(D_));
         n_ += n;
     }
-    /// Forget rows before pos.
+    /// Forget rows before pos. A buffer grown for a long prefill shrinks once its rows are coded:
+    /// only the rows it holds count in memory(), so only those may stay allocated (within 4x).
     void drop_before(std::int64_t pos) {
         const std::int64_t d = std::clamp<std::int64_t>(pos - first_, 0, n_);
         first_ += d;
         off_ += d;
         n_ -= d;
         if (n_ == 0) off_ = 0;
+        const std::int64_t floor = std::max<std::int64_t>(n_, 64);
+        if (capacity() > 4 * floor) reallocate(2 * floor);
     }
 
 private:
     const std::uint8_t* at(std::int64_t pos) const { return buf_.data() + std::size_t(off_ + (pos - first_)) * row_bytes_; }
+    std::int64_t capacity() const { return std::int64_t(buf_.size() / std::max<std::size_t>(row_bytes_, 1)); }
     void reserve(std::int64_t more) {
-        const std::int64_t cap = std::int64_t(buf_.size() / std::max<std::size_t>(row_bytes_, 1));
+        const std::int64_t cap = capacity();
         if (off_ + n_ + more <= cap) return;
         if (n_ + more <= cap / 2) {  // room at the front: slide down
             std::memmove(buf_.data(), buf_.data() + std::size_t(off_) * row_bytes_, std::size_t(n_) * row_bytes_);
             off_ = 0;
             return;
         }
-        AlignedBuffer<std::uint8_t> grown(std::size_t(std::max<std::int64_t>(2 * (n_ + more), 64)) * row_bytes_);
-        if (n_ > 0) std::memcpy(grown.data(), buf_.data() + std::size_t(off_) * row_bytes_, std::size_t(n_) * row_bytes_);
-        buf_ = std::move(grown);
+        reallocate(std::max<std::int64_t>(2 * (n_ + more), 64));
+    }
+    /// A buffer of `rows` rows holding the live rows at its front.
+    void reallocate(std::int64_t rows) {
+        AlignedBuffer<std::uint8_t> next(std::size_t(rows) * row_bytes_);
+        if (n_ > 0) std::memcpy(next.data(), buf_.data() + std::size_t(off_) * row_bytes_, std::size_t(n_) * row_bytes_);
+        buf_ = std::move(next);
         off_ = 0;
     }
 
@@ -167,9 +175,7 @@ public:
             l.sink_v.resize(n_kv);
             l.tail_k.resize(n_kv);
             l.tail_v.resize(n_kv);
-            for (int ih = 0; ih < n_kv; ++ih) {
-                l.sink_k[ih].resize(std::size_t(p_.sinks) * D);
-                l.sink_v[ih].resize(std::size_t(p_.sinks) * D);
+            for (int ih = 0; ih < n_kv; ++ih) {  // sink rows are allocated as they arrive (append)
                 l.tail_k[ih].init(D, p_.sinks, window_codec_);
                 l.tail_v[ih].init(D, p_.sinks, window_codec_);
             }
@@ -244,6 +250,7 @@ private:
 
     void train_version(Sequence& s, LayerState& l, int il, int j);
     void encode(Sequence& s, LayerState& l, std::int64_t c0, std::int64_t c1);
+    void release_large_scratch();
     /// q.encode(x, n, codes) with the cache's scratch (encode() allocates a 256-row buffer per call,
     /// which a decode step would pay for every stream): q's transform and the nearest-centroid kernel
     /// over `centroids` / `norms` (q's own, or its f16 codebooks widened with cb=f16).
@@ -328,8 +335,8 @@ void PqKvCache::append(int il, int seq_id, std::int64_t n, const float* k, const
     LayerState& l = s.layers[il];
     if (n == 0) return;
     const int n_kv = shape().n_kv_head, D = shape().head_dim;
-    // Rows are stored as f16 and everything (training, codes, attention) reads the f16 values, so a
-    // token is coded the same whichever call appended it.
+    // Rows are stored as f16 (or straight from f32 in the wq= codec) and everything (training, codes,
+    // attention) reads the stored values, so a token is coded the same whichever call appended it.
     for (auto [x, what] : {std::pair{k, "key"}, std::pair{v, "value"}})
         for (std::int64_t i = 0; i < n * n_kv * D; ++i)
             if (!(std::fabs(x[i]) <= kF16Max))
@@ -354,6 +361,11 @@ void PqKvCache::append(int il, int seq_id, std::int64_t n, const float* k, const
 
     // 1. f16 rows: sinks, then the tail.
     const std::int64_t S = p_.sinks;
+    if (n0 < S)
+        for (int ih = 0; ih < n_kv; ++ih) {
+            l.sink_k[ih].resize(std::size_t(std::min(n1, S)) * D);
+            l.sink_v[ih].resize(std::size_t(std::min(n1, S)) * D);
+        }
     for (std::int64_t t = n0; t < std::min(n1, S); ++t)
         for (int ih = 0; ih < n_kv; ++ih) {
             const std::int64_t src = (t - n0) * row_stride + ih * D;
@@ -386,6 +398,24 @@ void PqKvCache::append(int il, int seq_id, std::int64_t n, const float* k, const
     }
     l.n = n1;
     s.n_max = std::max(s.n_max, n1);
+    release_large_scratch();
+}
+
+void PqKvCache::release_large_scratch() {
+    // The scratch of a long prefill is as large as the prefill; memory() does not count it, so it is
+    // not kept past the call that needed it (the small scratch of decode steps is).
+    constexpr std::size_t kKeepBytes = std::size_t(16) << 20;
+    std::size_t bytes = (xk_.capacity() + xv_.capacity() + y_.capacity()) * sizeof(float) + codes_.capacity() +
+                        idx_.capacity() * sizeof(std::int32_t);
+    for (const auto& a : aug_) bytes += a.capacity() * sizeof(float);
+    if (bytes <= kKeepBytes) return;
+    // (x = {} would keep the capacity: it assigns an empty initializer list)
+    std::vector<float>().swap(xk_);
+    std::vector<float>().swap(xv_);
+    std::vector<float>().swap(y_);
+    std::vector<std::uint8_t>().swap(codes_);
+    std::vector<std::int32_t>().swap(idx_);
+    std::vector<std::vector<float>>().swap(aug_);
 }
 
 void PqKvCache::train_version(Sequence& s, LayerState& l, int il, int j) {

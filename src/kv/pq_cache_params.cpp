@@ -427,7 +427,12 @@ PqLayout make_pq_layout(const PqKvParams& p, const KvShape& shape, std::int64_t 
     const std::int64_t pages = (L.sched.coded(ctx) + p.page - 1) / p.page;
     const auto code_bytes = [&](std::size_t w) { return std::uint64_t(pages) * round_up_64(std::size_t(p.page) * w); };
     if (pages == 0) {
-        L.width = max_w;  // nothing is coded at ctx: the codes cost nothing there
+        // Nothing is coded at ctx: the codes cost nothing there, but the rest must fit the target.
+        AQPIM_CHECK(fixed.total() <= allowed,
+                    "bits={} at context {} is out of reach: no token is coded by then (calib, sinks and window hold "
+                    "them all), and those rows take {:.3f} bits/element",
+                    p.bits, ctx, double(fixed.total()) * 8.0 / elements);
+        L.width = max_w;
     } else {
         const std::uint64_t have = allowed > fixed.total() ? allowed - fixed.total() : 0;
         std::size_t w = std::size_t(have / (std::uint64_t(pages) * std::uint64_t(p.page)));

@@ -3,9 +3,11 @@
 // a tiny model), codebook versions and their bound, paging, budget, accounting, bits=.
 
 #include <gtest/gtest.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <random>
 #include <tuple>
@@ -681,6 +683,13 @@ TEST(PqKv, BitsTargetHoldsAtTheStatedContext) {
         const KvMemory f = pq_sequence_footprint(PqKvParams::from_spec(parse_kv_scheme(spec), shape), shape, n, n);
         EXPECT_EQ(f.bytes, m.bytes) << spec;
     }
+    // A target nothing is coded by (the window holds every token) is out of reach, not ignored.
+    try {
+        pq_cache("pq:bits=2,window=2048", shape, KvCacheOptions{0, n});
+        ADD_FAILURE() << "pq:bits=2,window=2048 at 1024 tokens was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("no token is coded by then"), std::string::npos) << e.what();
+    }
     // More bits, closer to f16.
     auto f16 = make_dense_kv_cache(shape, DenseKvType::f16);
     f16->add_sequence(0);
@@ -694,6 +703,31 @@ TEST(PqKv, BitsTargetHoldsAtTheStatedContext) {
         for (int il = 0; il < 4; ++il) e += rel_error(attend(*c, d, 0, il, 0, 900, n), attend(*f16, d, 0, il, 0, 900, n));
         EXPECT_LT(e, prev) << bits;
         prev = e;
+    }
+}
+
+/// Bytes this process has allocated with malloc and not freed (glibc's count: heap and mmapped
+/// chunks), which, unlike the resident size, drops when a buffer is freed.
+std::int64_t allocated_bytes() {
+    const struct mallinfo2 m = ::mallinfo2();
+    return std::int64_t(m.uordblks + m.hblkhd);
+}
+
+TEST(PqKv, NothingUncountedStaysAllocatedAfterALongPrefill) {
+    // One 32K-token prefill, then a decode step: what memory() reports is what stays allocated. The
+    // prefill's f16 rows (2 x 32K rows a stream before they are coded) and its scratch are freed.
+    const KvShape shape = neox_shape(1, 2, 128);
+    const int n = 32768;
+    const Data d = synthetic(shape, n + 1, 1, 21);
+    for (const char* spec : {"pq:calib=256", "pq:calib=20256,sinks=20000"}) {
+        const std::int64_t before = allocated_bytes();
+        auto c = pq_cache(spec, shape, KvCacheOptions{0, n + 1});
+        for (int seq : {0, 1, 2, 3}) c->add_sequence(seq);  // sinks are allocated as they arrive
+        EXPECT_LT(allocated_bytes() - before, std::int64_t(8) << 20) << spec;
+        append_all_layers(*c, d, 0, 0, n);
+        append_all_layers(*c, d, 0, n, 1);
+        const std::int64_t held = allocated_bytes() - before, counted = std::int64_t(c->memory().bytes);
+        EXPECT_LT(held, counted + (std::int64_t(24) << 20)) << spec << ": allocated " << held << ", counted " << counted;
     }
 }
 
