@@ -46,6 +46,9 @@ struct PQParams {
 
 struct PqTransform;  // src/pq/pq_transform.h
 
+/// out[r] = |rows[r]|^2 for n rows of `dim` floats (the centroid norms nearest-centroid search uses).
+void squared_norms(const float* rows, std::int64_t n, int dim, float* out);
+
 class ProductQuantizer {
 public:
     ProductQuantizer() = default;
@@ -91,8 +94,11 @@ public:
 
     /// Codebooks in quantizer space: [M][ksub][dsub].
     const float* centroids() const { return centroids_.data(); }
-    /// Squared norms of the centroids: [M][ksub].
-    const float* centroid_norms() const { return centroid_norms_.data(); }
+    /// Squared norms of the centroids: [M][ksub]; null after release_centroid_norms().
+    const float* centroid_norms() const { return centroid_norms_.size() != 0 ? centroid_norms_.data() : nullptr; }
+    /// Free the centroids' squared norms (derived data, M x ksub floats): encode() then computes
+    /// them per call. The KV cache does this so that it holds only the bytes it counts.
+    void release_centroid_norms() { centroid_norms_ = AlignedBuffer<float>(); }
 
     /// Replace the codebooks of a trained quantizer with centroids [M][ksub][dsub] (finite; e.g.
     /// the same centroids rounded to f16) and recompute their norms; transforms are kept.
@@ -122,13 +128,12 @@ private:
     std::vector<float> rotation_;          ///< [D][D] for random_orthogonal (empty otherwise)
     std::vector<float> hadamard_signs_;    ///< [D] ±1 for hadamard (empty otherwise)
     AlignedBuffer<float> centroids_;       ///< [M][ksub][dsub]
-    AlignedBuffer<float> centroid_norms_;  ///< [M][ksub]
-    // derived by set_derived_(), never stored (see src/pq/pq_transform.h)
-    std::vector<float> key_gain_;          ///< [D] c · signs / s before the rotation (empty when all ones)
-    std::vector<float> query_gain_;        ///< [D] c · signs ∘ s (queries, and inverse) (empty when all ones)
-    bool identity_ = true;                 ///< forward() is the identity
+    AlignedBuffer<float> centroid_norms_;  ///< [M][ksub] (derived; released by release_centroid_norms)
+    bool identity_ = true;                 ///< forward() is the identity (set_derived_)
 
-    PqTransform transform_view_() const;
+    /// The transform, its gains (scale, Hadamard signs and normalisation folded: pq_transform.h)
+    /// computed into `gains` [2 D]: derived per call, so a quantizer holds only what it counts.
+    PqTransform transform_view_(float* gains) const;
     KMeansParams kmeans_params_() const;  ///< params_.kmeans with k = ksub
     void set_derived_();
     /// Fit scale, rotation (or take `rotation` [D][D] when not null) and plan on x [n][D]; write the

@@ -451,7 +451,7 @@ void PqKvCache::train_version(Sequence& s, LayerState& l, int il, int j) {
     const PqTrainSet tk{pk, nk}, tv{pv, nt};
     if (j > 0) {
         l.versions.push_back(train_pq_layer_version(p_, shape(), l.Mk, l.Mv, tk, tv));
-        if (p_.f16_codebooks) l.versions.back().store_f16();
+        l.versions.back().keep_counted_only(p_.f16_codebooks);
         return;
     }
     // Version 0 fixes the layer's m and its place in the code pages.
@@ -467,7 +467,7 @@ void PqKvCache::train_version(Sequence& s, LayerState& l, int il, int j) {
         l.Mv.assign(n_kv, L_.Mv);
         l.versions.push_back(train_pq_layer_version(p_, shape(), l.Mk, l.Mv, tk, tv));
     }
-    if (p_.f16_codebooks) l.versions.back().store_f16();
+    l.versions.back().keep_counted_only(p_.f16_codebooks);
     const std::size_t P = std::size_t(p_.page);
     std::size_t off = s.assigned * P;
     l.k_off.resize(n_kv);
@@ -498,20 +498,13 @@ void PqKvCache::encode(Sequence& s, LayerState& l, std::int64_t c0, std::int64_t
         for (int ih = 0; ih < n_kv; ++ih)
             for (const bool value : {false, true}) {
                 const ProductQuantizer& q = (value ? ver.v : ver.k)[std::size_t(ih)];  // its transform
+                // The codebooks (cb=f16: widened) and their squared norms, computed here: the
+                // cache keeps no norms (they are not counted; PqLayerVersion::keep_counted_only).
                 const float* centroids = ver.widened_centroids(value, ih, wide_centroids_);
-                const float* norms = q.centroid_norms();
-                if (centroids) {  // cb=f16: the widened codebooks and their squared norms
-                    const int K = q.ksub(), ds = q.dsub();
-                    wide_norms_.resize(std::size_t(q.M()) * K);
-                    for (std::size_t c = 0; c < wide_norms_.size(); ++c) {
-                        float sq = 0;
-                        for (int j = 0; j < ds; ++j) sq += centroids[c * ds + j] * centroids[c * ds + j];
-                        wide_norms_[c] = sq;
-                    }
-                    norms = wide_norms_.data();
-                } else {
-                    centroids = q.centroids();
-                }
+                if (!centroids) centroids = q.centroids();
+                wide_norms_.resize(std::size_t(q.M()) * q.ksub());
+                squared_norms(centroids, std::int64_t(wide_norms_.size()), q.dsub(), wide_norms_.data());
+                const float* norms = wide_norms_.data();
                 const TailRows& rows = value ? l.tail_v[ih] : l.tail_k[ih];
                 AQPIM_ASSERT(rows.first() <= S + a && rows.end() >= S + b);
                 rows.read(S + a, cnt, xk_.data());

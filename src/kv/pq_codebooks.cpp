@@ -34,6 +34,12 @@ void PqLayerVersion::store_f16() {
     }
 }
 
+void PqLayerVersion::keep_counted_only(bool f16_codebooks) {
+    if (f16_codebooks) return store_f16();
+    for (auto* qs : {&k, &v})
+        for (ProductQuantizer& q : *qs) q.release_centroid_norms();
+}
+
 const float* PqLayerVersion::widened_centroids(bool value, int ih, std::vector<float>& out) const {
     if (!f16()) return nullptr;
     const AlignedBuffer<f16_t>& c16 = (value ? v16 : k16)[std::size_t(ih)];

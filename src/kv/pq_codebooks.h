@@ -24,6 +24,9 @@ struct PqLayerVersion {
     bool f16() const { return !k16.empty(); }
     /// Keep the centroids in f16 only: round them once and release the quantizers' f32 copies.
     void store_f16();
+    /// Once trained: keep only what parameter_bytes() counts. f16: store_f16(); f32: release the
+    /// centroids' norms (derived; encoding computes them per call).
+    void keep_counted_only(bool f16_codebooks);
     /// Quantizer ih of keys or values ready to encode, decode and build tables: the stored one, or
     /// with f16 codebooks `scratch` set to it with the centroids widened to f32.
     const ProductQuantizer& quantizer(bool value, int ih, ProductQuantizer& scratch) const;

@@ -115,11 +115,20 @@ KMeansParams ProductQuantizer::kmeans_params_() const {
     return kp;
 }
 
-PqTransform ProductQuantizer::transform_view_() const {
+PqTransform ProductQuantizer::transform_view_(float* gains) const {
     PqTransform t;
-    t.D = params_.D;
-    t.key_gain = key_gain_.empty() ? nullptr : key_gain_.data();
-    t.query_gain = query_gain_.empty() ? nullptr : query_gain_.data();
+    const int D = t.D = params_.D;
+    const bool scaled = !scale_.empty(), hadamard = !hadamard_signs_.empty();
+    if (scaled || hadamard) {  // computed per call, not kept: they are not counted in parameter_bytes()
+        const float c = hadamard ? float(1.0 / std::sqrt(double(D))) : 1.0f;
+        for (int d = 0; d < D; ++d) {
+            const float sign = hadamard ? hadamard_signs_[d] : 1.0f, s = scaled ? scale_[d] : 1.0f;
+            gains[d] = c * sign / s;
+            gains[D + d] = c * sign * s;
+        }
+        t.key_gain = gains;
+        t.query_gain = gains + D;
+    }
     t.hadamard = !hadamard_signs_.empty();
     t.rotation = rotation_.empty() ? nullptr : rotation_.data();
     t.perm = is_identity_permutation(perm_) ? nullptr : perm_.data();
@@ -127,21 +136,7 @@ PqTransform ProductQuantizer::transform_view_() const {
 }
 
 void ProductQuantizer::set_derived_() {
-    const int D = params_.D;
-    const bool scaled = !scale_.empty(), hadamard = !hadamard_signs_.empty();
-    key_gain_.clear();
-    query_gain_.clear();
-    if (scaled || hadamard) {
-        const float c = hadamard ? float(1.0 / std::sqrt(double(D))) : 1.0f;
-        key_gain_.resize(D);
-        query_gain_.resize(D);
-        for (int d = 0; d < D; ++d) {
-            const float sign = hadamard ? hadamard_signs_[d] : 1.0f, s = scaled ? scale_[d] : 1.0f;
-            key_gain_[d] = c * sign / s;
-            query_gain_[d] = c * sign * s;
-        }
-    }
-    identity_ = !scaled && !hadamard && rotation_.empty() && is_identity_permutation(perm_);
+    identity_ = scale_.empty() && hadamard_signs_.empty() && rotation_.empty() && is_identity_permutation(perm_);
 }
 
 // ---- training -----------------------------------------------------------------------------------
@@ -178,9 +173,10 @@ void ProductQuantizer::prepare_training_(const float* x, std::int64_t n, const f
 
     // src: z = R · (x / s) [n][D] when rotated; else x itself, with gain 1/s applied on the way
     const float* src = x;
-    const float* gain = key_gain_.empty() ? nullptr : key_gain_.data();  // [D] 1/s or null
+    std::vector<float> gains(2 * std::size_t(D));
+    PqTransform tf = transform_view_(gains.data());  // perm_ is empty: z, not y
+    const float* gain = tf.key_gain;                 // [D] 1/s or null
     if (rotated) {
-        PqTransform tf = transform_view_();  // perm_ is empty: z, not y
         std::vector<float> scratch(2 * std::size_t(D));
         for (std::int64_t i = 0; i < n; ++i) tf.forward_one(x + i * D, gain, z + i * D, scratch.data());
         src = z;
@@ -209,18 +205,22 @@ void ProductQuantizer::prepare_training_(const float* x, std::int64_t n, const f
         for (int k = 0; k < D; ++k) pgain[k] = gain[perm_[k]];
     }
     gather_subspaces(src, n, D, ds, perm_.data(), gain ? pgain.data() : nullptr, xt);
-    set_derived_();  // now with the plan (after the last use of gain, which points into key_gain_)
+    set_derived_();  // now with the plan
+}
+
+void squared_norms(const float* rows, std::int64_t n, int dim, float* out) {
+    for (std::int64_t r = 0; r < n; ++r) {
+        const float* v = rows + r * dim;
+        float s = 0;
+        for (int j = 0; j < dim; ++j) s += v[j] * v[j];
+        out[r] = s;
+    }
 }
 
 void ProductQuantizer::finish_training_() {
-    const int M = params_.M, K = ksub(), ds = dsub();
+    const int M = params_.M, K = ksub();
     centroid_norms_.resize(std::size_t(M) * K);
-    for (std::int64_t c = 0; c < std::int64_t(M) * K; ++c) {
-        const float* v = centroids_.data() + c * ds;
-        float s = 0;
-        for (int j = 0; j < ds; ++j) s += v[j] * v[j];
-        centroid_norms_[c] = s;
-    }
+    squared_norms(centroids_.data(), std::int64_t(M) * K, dsub(), centroid_norms_.data());
     trained_ = true;
 }
 
@@ -345,8 +345,8 @@ void ProductQuantizer::forward(const float* x, float* y, std::int64_t n) const {
         return;
     }
     const int D = params_.D;
-    PqTransform tf = transform_view_();
-    std::vector<float> scratch(2 * std::size_t(D));
+    std::vector<float> scratch(4 * std::size_t(D));  // [2D] transform scratch, [2D] gains
+    PqTransform tf = transform_view_(scratch.data() + 2 * D);
     for (std::int64_t i = 0; i < n; ++i) tf.forward_one(x + i * D, tf.key_gain, y + i * D, scratch.data());
 }
 
@@ -357,8 +357,8 @@ void ProductQuantizer::transform_query(const float* q, float* qy, std::int64_t n
         return;
     }
     const int D = params_.D;
-    PqTransform tf = transform_view_();
-    std::vector<float> scratch(2 * std::size_t(D));
+    std::vector<float> scratch(4 * std::size_t(D));  // [2D] transform scratch, [2D] gains
+    PqTransform tf = transform_view_(scratch.data() + 2 * D);
     for (std::int64_t i = 0; i < n; ++i) tf.forward_one(q + i * D, tf.query_gain, qy + i * D, scratch.data());
 }
 
@@ -369,8 +369,8 @@ void ProductQuantizer::inverse(const float* y, float* x, std::int64_t n) const {
         return;
     }
     const int D = params_.D;
-    PqTransform tf = transform_view_();
-    std::vector<float> scratch(2 * std::size_t(D));
+    std::vector<float> scratch(4 * std::size_t(D));  // [2D] transform scratch, [2D] gains
+    PqTransform tf = transform_view_(scratch.data() + 2 * D);
     for (std::int64_t i = 0; i < n; ++i) tf.inverse_one(y + i * D, x + i * D, scratch.data());
 }
 
@@ -382,6 +382,13 @@ void ProductQuantizer::encode(const float* x, std::int64_t n, std::uint8_t* code
     const int D = params_.D, M = params_.M, K = ksub(), ds = dsub();
     AlignedBuffer<float> y(identity_ ? 0 : std::size_t(kChunk) * D);  // [kChunk][D] quantizer space
     std::int32_t idx[kChunk];
+    AlignedBuffer<float> own_norms;  // released norms: computed for this call
+    const float* norms = centroid_norms();
+    if (!norms) {
+        own_norms.resize(std::size_t(M) * K);
+        squared_norms(centroids_.data(), std::int64_t(M) * K, ds, own_norms.data());
+        norms = own_norms.data();
+    }
     for (std::int64_t i0 = 0; i0 < n; i0 += kChunk) {
         const std::int64_t nc = std::min(kChunk, n - i0);
         const float* src = x + i0 * D;
@@ -392,7 +399,7 @@ void ProductQuantizer::encode(const float* x, std::int64_t n, std::uint8_t* code
         std::uint8_t* out = codes + i0 * M;
         for (int m = 0; m < M; ++m) {
             nearest_centroid(src + m * ds, nc, D, ds, centroids_.data() + std::int64_t(m) * K * ds,
-                             centroid_norms_.data() + std::int64_t(m) * K, K, idx, nullptr);
+                             norms + std::int64_t(m) * K, K, idx, nullptr);
             for (std::int64_t i = 0; i < nc; ++i) out[i * M + m] = std::uint8_t(idx[i]);
         }
     }
