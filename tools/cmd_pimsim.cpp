@@ -124,6 +124,9 @@ void run_pimsim(const PimsimArgs& args) {
     AQPIM_CHECK(a.heads % a.kv_heads == 0, "--heads {} is not a multiple of --kv-heads {}", a.heads, a.kv_heads);
     AQPIM_CHECK(a.batch > 0 && a.context > 0 && a.devices > 0, "batch {}, context {} and devices {} must be positive",
                 a.batch, a.context, a.devices);
+    const std::int64_t kv_heads = std::int64_t(a.layers) * a.kv_heads * a.batch;
+    AQPIM_CHECK(a.devices <= kv_heads, "--devices {}: more PIM devices than the {} KV heads (layers x kv-heads x batch) "
+                "the work is spread over", a.devices, kv_heads);
     AQPIM_CHECK(a.workload == "all" || a.workload == "fp16" || a.workload == "pq",
                 "--workload: unknown '{}' (fp16, pq or all)", a.workload);
 

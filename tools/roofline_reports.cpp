@@ -82,7 +82,7 @@ PerfRun with_batch(PerfRun r, int b) {
 }  // namespace
 
 std::vector<Table> summary_tables(const RooflineSetup& s) {
-    const KvSizer kv(s.model.kv_shape(), s.run.kv_scheme);
+    const KvSizer kv(s.model.kv_shape(), s.run.kv_scheme, s.run.context);
     const PhaseCost d = decode_cost(s.model, s.run, kv), p = prefill_cost(s.model, s.run, kv);
     const RooflineResult rd = roofline(d, s.device, s.run), rp = roofline(p, s.device, s.run);
     return {components(d, rd, fmt::format("Decode step: {} sequence(s) at context {}, one token each (per device)", s.run.batch, s.run.context)),
@@ -91,7 +91,7 @@ std::vector<Table> summary_tables(const RooflineSetup& s) {
 }
 
 Table batch_table(const RooflineSetup& s) {
-    const KvSizer kv(s.model.kv_shape(), s.run.kv_scheme);
+    const KvSizer kv(s.model.kv_shape(), s.run.kv_scheme, s.run.context);
     Table t;
     t.name = "batch";
     t.title = fmt::format("Decode vs batch at context {} (per device)", s.run.context);
@@ -110,7 +110,7 @@ Table batch_table(const RooflineSetup& s) {
 }
 
 Table context_table(const RooflineSetup& s) {
-    const KvSizer kv(s.model.kv_shape(), s.run.kv_scheme);
+    const KvSizer kv(s.model.kv_shape(), s.run.kv_scheme, s.run.context);
     Table t;
     t.name = "context";
     t.title = fmt::format("Decode vs context at batch {}, KV {} (per device; cumulative = KV read generating tokens 1..n of one sequence)",
@@ -146,7 +146,7 @@ Table quant_table(const RooflineSetup& s) {
     double base = 0;
     const double shards = double(s.run.tp) * s.run.pp;
     for (const std::string& scheme : s.kv_schemes) {
-        const KvSizer kv(s.model.kv_shape(), scheme);
+        const KvSizer kv(s.model.kv_shape(), scheme, s.run.context);
         for (const Q& q : quants) {
             PerfRun run = s.run;
             run.weight_bits = q.w;
@@ -167,7 +167,7 @@ Table quant_table(const RooflineSetup& s) {
 }
 
 Table energy_table(const RooflineSetup& s) {
-    const KvSizer kv(s.model.kv_shape(), s.run.kv_scheme);
+    const KvSizer kv(s.model.kv_shape(), s.run.kv_scheme, s.run.context);
     const PhaseCost c = decode_cost(s.model, s.run, kv);
     const RooflineResult r = roofline(c, s.device, s.run);
     Table t;
@@ -199,7 +199,7 @@ Table devices_table(const RooflineSetup& s) {
     t.title = fmt::format("{} on every device preset: decode at batch {}, context {}, KV {} (tp {}, pp {})", s.model.name, s.run.batch,
                           s.run.context, s.run.kv_scheme, s.run.tp, s.run.pp);
     t.columns = {"device", "bandwidth_TBs", "f16_TFLOPs", "ridge", "intensity", "bound", "tokens_per_s", "roof_utilisation_%", "max_context", "fits"};
-    const KvSizer kv(s.model.kv_shape(), s.run.kv_scheme);
+    const KvSizer kv(s.model.kv_shape(), s.run.kv_scheme, s.run.context);
     const double shards = double(s.run.tp) * s.run.pp;
     for (const std::string& name : preset_names("device")) {
         const Device d = find_device(name);

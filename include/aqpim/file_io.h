@@ -55,10 +55,15 @@ std::string json_excerpt(const nlohmann::ordered_json& j, std::size_t max_chars 
 /// exist or are empty strings are skipped). `what` names the option ("-o", "--trace").
 void check_output_not_input(const std::string& out, const std::vector<std::string>& inputs, std::string_view what);
 
+/// Throws unless the file system that will hold `path` has `bytes` free (a large output fails at
+/// once instead of filling the disk and failing at the end).
+void check_free_space(const std::string& path, std::uint64_t bytes, std::string_view what);
+
 /// An output file that appears only when complete. The bytes go to a new temporary file beside
 /// `path` (created exclusively, so no existing file is touched); commit() renames it onto `path`.
 /// Destroyed without commit() (an error on the way), it removes the temporary file and `path` is as
-/// it was.
+/// it was; so does SIGINT, SIGTERM or SIGHUP while it is open (a handler is installed where the
+/// program left those signals at their default).
 class OutputFile {
 public:
     OutputFile(std::string path, std::string_view what);

@@ -44,7 +44,8 @@ struct PerfRun {
 /// sequence_bytes, which for pq is pq_sequence_footprint): exact bits/element.
 class KvSizer {
 public:
-    KvSizer(const KvShape& shape, const std::string& scheme);
+    /// `context`: the length a `pq:bits=` target is stated at (the run's -c; 0: none).
+    KvSizer(const KvShape& shape, const std::string& scheme, std::int64_t context = 0);
     const std::string& scheme() const { return scheme_; }
     /// Bytes one sequence of n tokens holds, all layers, K and V (n >= 1).
     double sequence_bytes(std::int64_t n) const;

@@ -1,7 +1,8 @@
 #pragma once
 // Vectorised exp for softmax weights: exp(x) = 2^n * p(r), n = round(x / ln2), r = x - n ln2
 // (Cody-Waite split), p a degree-6 polynomial; relative error < 2e-7 on [-87, 0]. Inputs below
-// -87.3 flush to 0 (softmax inputs are <= 0 after subtracting the max).
+// -87.3 flush to 0 (softmax inputs are <= 0 after subtracting the max); NaN stays NaN, so a NaN
+// score poisons the output on every kernel level as in the scalar reference.
 
 #include <immintrin.h>
 
@@ -9,7 +10,7 @@ namespace aqpim {
 
 #if defined(__AVX512F__)
 inline __m512 exp_avx512(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+    x = _mm512_max_ps(_mm512_set1_ps(-87.3f), x);  // x second: a NaN score stays NaN (max returns operand 2)
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
@@ -27,7 +28,7 @@ inline __m512 exp_avx512(__m512 x) {
 
 #if defined(__AVX2__) && defined(__FMA__)
 inline __m256 exp_avx2(__m256 x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    x = _mm256_max_ps(_mm256_set1_ps(-87.3f), x);  // x second: a NaN score stays NaN
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);

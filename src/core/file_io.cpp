@@ -6,8 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
+#include <mutex>
 #include <filesystem>
 #include <fstream>
 
@@ -63,7 +66,58 @@ void check_output_not_input(const std::string& out, const std::vector<std::strin
     }
 }
 
+void check_free_space(const std::string& path, std::uint64_t bytes, std::string_view what) {
+    std::error_code ec;
+    const fs::path dir = fs::absolute(path, ec).parent_path();
+    const fs::space_info space = fs::space(dir, ec);
+    if (ec) return;  // unknown: let the write say
+    AQPIM_CHECK(space.available >= bytes,
+                "{} {}: needs {} bytes ({:.2f} GiB), the file system holding it has {:.2f} GiB free", what, path, bytes,
+                double(bytes) / double(1ull << 30), double(space.available) / double(1ull << 30));
+}
+
 namespace {
+
+// Temporary files of open OutputFiles, removed by the signal handler (unlink is async-signal-safe).
+constexpr int kMaxOpenOutputs = 16;
+std::atomic<const char*> g_open_outputs[kMaxOpenOutputs];
+
+extern "C" void remove_open_outputs_and_reraise(int sig) {
+    for (auto& slot : g_open_outputs)
+        if (const char* p = slot.load()) ::unlink(p);
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+}
+
+void install_cleanup_handlers() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+            struct sigaction old {};
+            if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;  // the program's own
+            struct sigaction sa {};
+            sa.sa_handler = remove_open_outputs_and_reraise;
+            sigemptyset(&sa.sa_mask);
+            ::sigaction(sig, &sa, nullptr);
+        }
+    });
+}
+
+void register_open_output(const char* tmp) {
+    install_cleanup_handlers();
+    for (auto& slot : g_open_outputs) {
+        const char* empty = nullptr;
+        if (slot.compare_exchange_strong(empty, tmp)) return;
+    }  // more than kMaxOpenOutputs at once: this one is only removed on errors, not on signals
+}
+
+void unregister_open_output(const char* tmp) {
+    for (auto& slot : g_open_outputs) {
+        const char* expected = tmp;
+        if (slot.compare_exchange_strong(expected, nullptr)) return;
+    }
+}
+
 /// The process's umask without changing it (umask() can only be read by setting it, which races
 /// with threads creating files): Linux reports it in /proc/self/status.
 mode_t process_umask() {
@@ -86,14 +140,17 @@ OutputFile::OutputFile(std::string path, std::string_view what) : path_(std::mov
     AQPIM_CHECK(fd >= 0, "{} {}: cannot create a file beside it: {}", what_, path_, std::strerror(errno));
     ::close(fd);
     tmp_ = name;
+    register_open_output(tmp_.c_str());
     out_.open(tmp_, std::ios::binary | std::ios::trunc);
     if (!out_.is_open()) {
+        unregister_open_output(tmp_.c_str());
         fs::remove(tmp_, ec);
         AQPIM_FAIL("{} {}: cannot open {} for writing", what_, path_, tmp_);
     }
 }
 
 OutputFile::~OutputFile() {
+    unregister_open_output(tmp_.c_str());
     if (committed_) return;
     out_.close();
     std::error_code ec;

@@ -131,6 +131,8 @@ FidelityReport measure_fidelity(Transformer& model, const std::vector<std::int32
     const KvShape shape = model.kv_shape();
     const ModelConfig& c = model.config();
     const int hd = shape.head_dim, group = c.n_head / c.n_kv_head, n_ctx = chunks.n_ctx();
+    AQPIM_CHECK(options.n_bins <= n_ctx, "eval --fidelity: {} position bins for the {} positions of a chunk (at most one "
+                "bin a position)", options.n_bins, n_ctx);
     const int block = options.probe_block > 0 ? options.probe_block : std::min(hd, 16);
     AQPIM_CHECK(block <= hd, "eval --fidelity: probe block of {} tokens exceeds head_dim {}", block, hd);
     const int n_blocks = (n_ctx + block - 1) / block;

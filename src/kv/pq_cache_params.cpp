@@ -384,7 +384,9 @@ PqParts pq_footprint_parts(const PqKvParams& p, const KvShape& shape, const PqLa
     return parts;
 }
 
-PqLayout make_pq_layout(const PqKvParams& p, const KvShape& shape, std::int64_t context) {
+namespace {
+
+PqLayout layout_of(const PqKvParams& p, const KvShape& shape, std::int64_t context) {
     PqLayout L;
     L.sched = PqSchedule(p);
     L.row_bytes = std::size_t(shape.head_dim) * 2;
@@ -447,6 +449,20 @@ PqLayout make_pq_layout(const PqKvParams& p, const KvShape& shape, std::int64_t 
         L.width = std::min(w, max_w);
     }
     L.code_page_bytes = round_up_64(std::size_t(p.page) * L.width);
+    return L;
+}
+
+}  // namespace
+
+PqLayout make_pq_layout(const PqKvParams& p, const KvShape& shape, std::int64_t context) {
+    PqLayout L = layout_of(p, shape, context);
+    // A page holds `page` tokens of every coded (or dense) layer and head: bounded, so that page=
+    // cannot make one allocation of gigabytes whatever the context.
+    constexpr std::size_t kMaxPageBytes = std::size_t(1) << 30;
+    for (const auto& [bytes, what] : {std::pair{L.code_page_bytes, "code"}, {L.dense_page_bytes, "dense f16"}})
+        AQPIM_CHECK(bytes <= kMaxPageBytes,
+                    "page={} makes a {} page of {} bytes ({} tokens of every layer and head it holds): at most {} "
+                    "(use a smaller page=)", p.page, what, bytes, p.page, kMaxPageBytes);
     return L;
 }
 

@@ -69,17 +69,29 @@ public:
         AQPIM_ASSERT(rows_from.empty() || std::int64_t(rows_from.size()) == W.rows);
         if (out != W.type) require_supported_type(W.type, "convert: tensor " + name);
         // streamed while writing: W points into the source model, alive until write() returns
-        GgufWriter::RowGenerator generate = [W, out, rows_from](std::int64_t row0, std::int64_t n, std::uint8_t* dst) {
+        GgufWriter::RowGenerator generate = [W, out, rows_from, name](std::int64_t row0, std::int64_t n,
+                                                                       std::uint8_t* dst) {
             const std::size_t out_row = ggml_row_bytes(out, W.cols);
-            std::vector<float> tmp(out == W.type ? 0 : std::size_t(W.cols));
+            std::vector<float> tmp(out == W.type ? 0 : std::size_t(W.cols)), back(tmp.size());
             for (std::int64_t r = row0; r < row0 + n; ++r, dst += out_row) {
                 const std::uint8_t* src = W.row(rows_from.empty() ? r : rows_from[std::size_t(r)]);
                 if (out == W.type) {
                     std::memcpy(dst, src, out_row);
-                } else {
-                    dequantize(W.type, src, tmp.data(), W.cols);
-                    quantize(out, tmp.data(), dst, W.cols);
+                    continue;
                 }
+                // A value the target cannot hold (NaN, Inf, beyond f16's 65504 or a block scale's
+                // range) would be written as Inf or garbage: refuse it, naming where it is.
+                const auto refuse = [&](std::int64_t c) {
+                    AQPIM_FAIL("convert: tensor {} row {} column {} is {}, which {} cannot hold", name, r, c,
+                               tmp[std::size_t(c)], ggml_type_name(out));
+                };
+                dequantize(W.type, src, tmp.data(), W.cols);
+                for (std::int64_t c = 0; c < W.cols; ++c)
+                    if (!std::isfinite(tmp[std::size_t(c)])) refuse(c);
+                quantize(out, tmp.data(), dst, W.cols);
+                dequantize(out, dst, back.data(), W.cols);
+                for (std::int64_t c = 0; c < W.cols; ++c)
+                    if (!std::isfinite(back[std::size_t(c)])) refuse(c);
             }
         };
         bytes_ += ggml_row_bytes(out, W.cols) * std::uint64_t(W.rows);

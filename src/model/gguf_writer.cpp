@@ -206,6 +206,7 @@ std::uint64_t GgufWriter::file_bytes() const {
 }
 
 void GgufWriter::write(const std::string& path) const {
+    check_free_space(path, file_bytes(), "gguf writer: output");
     OutputFile file(path, "gguf writer: output");
     std::ostream& out = file.stream();
     auto put_bytes = [&](const std::uint8_t* p, std::size_t n) {

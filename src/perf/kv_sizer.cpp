@@ -5,9 +5,12 @@
 
 namespace aqpim {
 
-KvSizer::KvSizer(const KvShape& shape, const std::string& scheme) : shape_(shape), scheme_(scheme) {
+KvSizer::KvSizer(const KvShape& shape, const std::string& scheme, std::int64_t context)
+    : shape_(shape), scheme_(scheme) {
     const KvSchemeSpec spec = parse_kv_scheme(scheme);
-    cache_ = make_kv_cache(spec, shape);
+    KvCacheOptions options;
+    options.context = context;
+    cache_ = make_kv_cache(spec, shape, options);
     scheme_ = cache_->scheme();
 }
 

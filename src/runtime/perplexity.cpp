@@ -15,7 +15,10 @@ double token_nll(const float* logits, int n_vocab, std::int32_t target) {
     for (int i = 1; i < n_vocab; ++i) mx = std::max(mx, logits[i]);
     double sum = 0.0;
     for (int i = 0; i < n_vocab; ++i) sum += std::exp(double(logits[i]) - mx);
-    return std::log(sum) - (double(logits[target]) - mx);
+    const double nll = std::log(sum) - (double(logits[target]) - mx);
+    AQPIM_CHECK(std::isfinite(nll), "perplexity: the logits of a position are not finite (target {}: {}): the model's "
+                "weights or the KV cache hold NaN or Inf", target, logits[target]);
+    return nll;
 }
 
 PerplexityChunks::PerplexityChunks(const std::vector<std::int32_t>& tokens, std::int32_t bos, int n_ctx,

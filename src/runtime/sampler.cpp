@@ -24,6 +24,10 @@ std::int32_t argmax(const float* x, int n) {
 Sampler::Sampler(const SamplerParams& params) : params_(params), rng_(params.seed) { params.validate(); }
 
 std::int32_t Sampler::sample(const float* logits, int n_vocab) {
+    // NaN logits would pick token 0 (or an arbitrary one) without a word: broken weights upstream.
+    for (int i = 0; i < n_vocab; ++i)
+        AQPIM_CHECK(std::isfinite(logits[i]), "sampler: logit {} is {}: the model's weights or the KV cache hold "
+                    "non-finite values", i, logits[i]);
     if (params_.temperature == 0.0f) return argmax(logits, n_vocab);
 
     // Softmax at temperature T, then the nucleus: most probable tokens until top_p is covered.

@@ -132,7 +132,7 @@ void write_vocab_gguf(GgufWriter& w, const VocabData& v) {
     std::vector<std::int32_t> types(n, std::int32_t(TokenType::normal));
     for (std::size_t i = 0; i < v.types.size(); ++i) types[i] = std::int32_t(v.types[i]);
     w.set_i32_array(kTypes, types);
-    if (!v.merges.empty()) w.set_string_array(kMerges, v.merges);
+    if (!spm || !v.merges.empty()) w.set_string_array(kMerges, v.merges);  // llama.cpp requires it for BPE, even empty
     // An absent SPM special token is written as 0xFFFFFFFF (as converters do), since a missing key
     // would mean llama.cpp's default (1 for BOS, ...).
     auto set_id = [&](const char* key, std::int32_t id) {

@@ -101,6 +101,23 @@ TEST(Attention, SoftmaxIsStableForHugeScores) {
     }
 }
 
+TEST(Attention, ANanKeyPoisonsTheOutputAtEveryLevel) {
+    // A NaN in the cache (broken weights upstream) must show, not vanish: the vectorised exp once
+    // clamped a NaN score to -87 and gave it weight 0 on AVX-512, where ref gives NaN.
+    const int D = 16, n_q = 2;
+    const std::int64_t n = 40;
+    auto q = test::gaussian(n_q * D, 11), K = test::gaussian(n * D, 12), V = test::gaussian(n * D, 13);
+    K[std::size_t(17 * D + 3)] = std::nanf("");
+    for (SimdLevel level : supported_simd_levels()) {
+        test::SimdLevelGuard guard(level);
+        AttentionPartial part(n_q, D);
+        attend_dense_f32(q.data(), n_q, D, K.data(), V.data(), n, 1.0f, part);
+        std::vector<float> out(n_q * D);
+        part.finalize(out.data());
+        for (float x : out) ASSERT_TRUE(std::isnan(x)) << simd_level_name(level);
+    }
+}
+
 TEST(Attention, SoftmaxTileMatchesRef) {
     for (std::int64_t n_valid : {0, 1, 15, 16, 17, 100, 256})
         for (SimdLevel level : supported_simd_levels()) {

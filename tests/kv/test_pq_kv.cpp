@@ -195,6 +195,13 @@ TEST(PqKvSpec, BadSpecsAreErrorsNamingTheKey) {
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("out of reach"), std::string::npos) << e.what();
     }
+    // A page of every layer and head of a large model: bounded, whatever the context.
+    try {
+        make_pq_kv_cache(parse_kv_scheme("pq:page=1048576,refresh=0"), KvShape{32, 8, 128, RopePairs::interleaved});
+        ADD_FAILURE() << "a 16 GiB code page was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("page=1048576 makes a code page of"), std::string::npos) << e.what();
+    }
     // Hadamard needs a power-of-two head_dim.
     EXPECT_THROW(make_pq_kv_cache(parse_kv_scheme("pq:m=8,rotation=hadamard"), KvShape{1, 1, 48}), Error);
     // llama.cpp blocks need head_dim a multiple of 32; int groups take any head_dim.

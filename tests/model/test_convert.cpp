@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <fstream>
 #include <tuple>
 
@@ -370,6 +371,25 @@ TEST(Convert, MatrixTypes) {
 }
 
 // ---- biases and architectures (generated models) ------------------------------------------------
+
+TEST(Convert, ValuesTheTargetCannotHoldAreRefused) {
+    // llama2.c checkpoint (f32): token_embd row 0, column 10 set to 1e6, beyond f16's 65504, and to
+    // NaN (a quantizer's block scale would ignore it, and rounding it to an integer is undefined).
+    std::ifstream in(kStories + "/stories260K.bin", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    const std::string bin = temp_path("big_value.bin"), out = temp_path("big_value.gguf");
+    for (const auto& [value, type] : {std::pair{1e6f, "f16"}, {std::nanf(""), "f16"}, {std::nanf(""), "bf16"}}) {
+        std::memcpy(bytes.data() + 28 + 4 * 10, &value, 4);  // after the 28-byte header: token_embd
+        std::ofstream(bin, std::ios::binary | std::ios::trunc) << bytes;
+        fs::remove(out);
+        const auto r = test::run_cli("convert -m " + bin + " --tokenizer " + kStories + "/tok512.bin --type " + type +
+                                     " -o " + out);
+        EXPECT_NE(r.exit_code, 0) << type << "\n" << r.output;
+        EXPECT_NE(r.output.find("token_embd.weight row 0 column 10"), std::string::npos) << r.output;
+        EXPECT_FALSE(fs::exists(out)) << type;  // nothing half-written
+    }
+    fs::remove(bin);
+}
 
 TEST(Convert, BiasesAndArchitectures) {
     const std::string out = temp_path("tiny_bias.gguf");

@@ -41,6 +41,16 @@ TEST(RooflineCli, TablesAndCsv) {
     EXPECT_NE(r.output.find("\n8,"), std::string::npos);
 }
 
+TEST(RooflineCli, BitsTargetsAreStatedAtTheRunsContext) {
+    // pq:bits= needs the context it is stated at: the run's -c (it used to fail asking for one).
+    for (const char* t : {"summary", "quant"}) {
+        const auto r = run_cli(std::string("roofline --preset llama3-8b -c 4096 --kv pq:bits=2 --kv-list "
+                                           "\"f16;pq:bits=2\" --json --table ") + t);
+        ASSERT_EQ(r.exit_code, 0) << t << "\n" << r.output;
+        EXPECT_NE(r.output.find("pq:bits=2"), std::string::npos) << r.output;
+    }
+}
+
 TEST(RooflineCli, ModelFilesHeaderOnly) {
     for (const std::string m : {"/models/austen-13m", "/models/stories260K/stories260K.gguf", "/models/stories260K/stories260K.bin"}) {
         const auto r = run_cli("roofline -m " + shared_dir() + m + " --device a100-80g");

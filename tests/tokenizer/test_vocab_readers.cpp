@@ -190,6 +190,9 @@ TEST(VocabGguf, RoundTripsEveryKind) {
     bpe.add_space_prefix = false;
     const VocabData bpe2 = write_and_read(bpe, "bpe");
     expect_same(bpe2, bpe);
+    VocabData no_merges = bpe;  // a BPE vocabulary without merges still writes the (empty) key
+    no_merges.merges.clear();
+    expect_same(write_and_read(no_merges, "bpe_no_merges"), no_merges);
     EXPECT_EQ(bpe2.pre_tokenizer, "llama-bpe");
     EXPECT_TRUE(bpe2.ignore_merges);  // llama.cpp's rule for the Llama 3 pre-tokenizer
 }

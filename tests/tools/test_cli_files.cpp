@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
+#include "aqpim/gguf.h"
 #include "support/cli.h"
 #include "support/temp_dir.h"
 
@@ -101,12 +104,66 @@ TEST(CliFiles, OptionsThatCannotApplyAreRefused) {
     expect_error("eval -m " + gguf + " -f x --window 5", "--window requires --generate");
     expect_error("bench decode -m " + gguf + " --batch 2", "--batch requires --contexts");
     expect_error("demo --synthetic -m " + gguf, "--model excludes --synthetic");
+    // values no run can use
+    expect_error("pimsim --devices 4096 --layers 32 --kv-heads 8", "more PIM devices than the 256 KV heads");
+    expect_error("eval -m " + gguf + " -f " + test::shared_dir() + "/text/tinystories-valid.txt -c 64 --fidelity "
+                 "--bins 100 --kv pq:m=4,calib=32,page=32",
+                 "100 position bins for the 64 positions");
     // an output that cannot be written fails before the benchmark starts
     expect_error("bench pq --sections scan -o /nonexistent_dir/x.json", "-o /nonexistent_dir/x.json");
     // a trace of a cache that is not PQ says how to record one pimsim can replay
     const std::string trace = temp_path("f16.trace");
     ASSERT_EQ(run_cli("run -m " + gguf + " -n 3 --trace " + trace).exit_code, 0);
     expect_error("pimsim --kv-trace " + trace, "recorded with the 'f16' cache");
+}
+
+TEST(CliFiles, LargeOrInterruptedWritesLeaveNothing) {
+    // A file larger than the free space fails before writing, not when the disk is full.
+    const std::string huge = temp_path("huge.gguf");
+    expect_error("synth --shape custom --hidden 131072 --ffn 524288 --heads 128 --kv-heads 8 --layers 1024 "
+                 "--vocab 4000000 --type f16 -o " + huge,
+                 "GiB free");
+    EXPECT_EQ(test::files_left_beside(huge), 0);
+    // SIGINT or SIGTERM in the middle of a 3.8 GB write: the temporary file goes with the process.
+    const std::string out = temp_path("interrupted.gguf");
+    for (const char* sig : {"INT", "TERM"}) {
+        const std::string cmd = std::string("timeout -s ") + sig + " 0.5 " + AQPIM_CLI_PATH +
+                                " synth --shape llama2-7b --type q4_0 -o " + out + " >/dev/null 2>&1";
+        EXPECT_NE(std::system(cmd.c_str()), 0) << sig;
+        EXPECT_FALSE(fs::exists(out)) << sig;
+        EXPECT_EQ(test::files_left_beside(out), 0) << sig;
+    }
+}
+
+TEST(CliFiles, NonFiniteWeightsAreAnErrorNotANumber) {
+    // A Q8_0 block scale of NaN (a hostile or broken file) used to give "PPL = nan" with exit 0, a
+    // plausible perplexity on AVX-512 (NaN scores weighed 0) and token 0 from the sampler.
+    const std::string q8 = temp_path("austen_q8.gguf");
+    ASSERT_EQ(run_cli("convert -m " + test::shared_dir() + "/models/austen-13m/austen-13m-f16.gguf --type q8_0 -o " + q8)
+                  .exit_code,
+              0);
+    std::string bytes;
+    {
+        const GgufFile g(q8);
+        const GgufTensorInfo& t = g.tensor("blk.0.attn_k.weight");
+        ASSERT_EQ(t.type, GgmlType::Q8_0);
+        const std::string head(reinterpret_cast<const char*>(g.tensor_data(t)), 64);
+        std::ifstream in(q8, std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(in), {});
+        const std::size_t at = bytes.find(head);
+        ASSERT_NE(at, std::string::npos);
+        bytes[at] = char(0x00);  // the block's f16 scale: 0x7E00 is a NaN
+        bytes[at + 1] = char(0x7E);
+    }
+    std::ofstream(q8, std::ios::binary | std::ios::trunc) << bytes;
+    const std::string text = test::shared_dir() + "/text/northanger-abbey.txt";
+    for (const std::string simd : {"ref", "avx2", "avx512"}) {
+        const auto r = run_cli("--simd " + simd + " ppl -m " + q8 + " -f " + text + " -c 128 --chunks 1");
+        if (r.output.find("not supported by this CPU") != std::string::npos) continue;
+        EXPECT_NE(r.exit_code, 0) << simd << "\n" << r.output;
+        EXPECT_NE(r.output.find("not finite"), std::string::npos) << simd << "\n" << r.output;
+    }
+    expect_error("run -m " + q8 + " -p Once -n 3", "hold non-finite values");
 }
 
 }  // namespace
