@@ -35,6 +35,16 @@ std::vector<double> naive_attention(const std::vector<float>& q, int n_q, int D,
     return out;
 }
 
+/// attend_dense_f32 of n_q query heads over n rows at one kernel level, finalized: [n_q][D].
+std::vector<float> dense_f32_at(SimdLevel level, const std::vector<float>& q, int n_q, int D, const std::vector<float>& K,
+                                const std::vector<float>& V, std::int64_t n, float scale) {
+    test::SimdLevelGuard guard(level);
+    AttentionPartial part(n_q, D);
+    attend_dense_f32(q.data(), n_q, D, K.data(), V.data(), n, scale, part);
+    std::vector<float> out(std::size_t(n_q) * D);
+    part.finalize(out.data());
+    return out;
+}
 
 TEST(Attention, DenseF32MatchesNaiveAtEveryLevel) {
     for (int D : {8, 20, 64, 128})
@@ -44,11 +54,7 @@ TEST(Attention, DenseF32MatchesNaiveAtEveryLevel) {
                 const float scale = 1.0f / std::sqrt(float(D));
                 auto expect = naive_attention(q, n_q, D, K, V, n, scale);
                 for (SimdLevel level : supported_simd_levels()) {
-                    test::SimdLevelGuard guard(level);
-                    AttentionPartial part(n_q, D);
-                    attend_dense_f32(q.data(), n_q, D, K.data(), V.data(), n, scale, part);
-                    std::vector<float> out(std::size_t(n_q) * D);
-                    part.finalize(out.data());
+                    const std::vector<float> out = dense_f32_at(level, q, n_q, D, K, V, n, scale);
                     for (std::size_t i = 0; i < out.size(); ++i)
                         ASSERT_NEAR(out[i], expect[i], 2e-5) << simd_level_name(level) << " D=" << D << " n_q=" << n_q << " n=" << n;
                 }
@@ -89,11 +95,7 @@ TEST(Attention, SoftmaxIsStableForHugeScores) {
     auto q = test::gaussian(n_q * D, 7, 100.0f), K = test::gaussian(n * D, 8, 10.0f), V = test::gaussian(n * D, 9);
     auto expect = naive_attention(q, n_q, D, K, V, n, 1.0f);
     for (SimdLevel level : supported_simd_levels()) {
-        test::SimdLevelGuard guard(level);
-        AttentionPartial part(n_q, D);
-        attend_dense_f32(q.data(), n_q, D, K.data(), V.data(), n, 1.0f, part);
-        std::vector<float> out(n_q * D);
-        part.finalize(out.data());
+        const std::vector<float> out = dense_f32_at(level, q, n_q, D, K, V, n, 1.0f);
         for (std::size_t i = 0; i < out.size(); ++i) {
             ASSERT_TRUE(std::isfinite(out[i]));
             ASSERT_NEAR(out[i], expect[i], 1e-4) << simd_level_name(level);
@@ -108,14 +110,8 @@ TEST(Attention, ANanKeyPoisonsTheOutputAtEveryLevel) {
     const std::int64_t n = 40;
     auto q = test::gaussian(n_q * D, 11), K = test::gaussian(n * D, 12), V = test::gaussian(n * D, 13);
     K[std::size_t(17 * D + 3)] = std::nanf("");
-    for (SimdLevel level : supported_simd_levels()) {
-        test::SimdLevelGuard guard(level);
-        AttentionPartial part(n_q, D);
-        attend_dense_f32(q.data(), n_q, D, K.data(), V.data(), n, 1.0f, part);
-        std::vector<float> out(n_q * D);
-        part.finalize(out.data());
-        for (float x : out) ASSERT_TRUE(std::isnan(x)) << simd_level_name(level);
-    }
+    for (SimdLevel level : supported_simd_levels())
+        for (float x : dense_f32_at(level, q, n_q, D, K, V, n, 1.0f)) ASSERT_TRUE(std::isnan(x)) << simd_level_name(level);
 }
 
 TEST(Attention, SoftmaxTileMatchesRef) {
