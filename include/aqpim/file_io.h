@@ -60,10 +60,12 @@ void check_output_not_input(const std::string& out, const std::vector<std::strin
 void check_free_space(const std::string& path, std::uint64_t bytes, std::string_view what);
 
 /// An output file that appears only when complete. The bytes go to a new temporary file beside
-/// `path` (created exclusively, so no existing file is touched); commit() renames it onto `path`.
-/// Destroyed without commit() (an error on the way), it removes the temporary file and `path` is as
-/// it was; so does SIGINT, SIGTERM or SIGHUP while it is open (a handler is installed where the
-/// program left those signals at their default).
+/// `path` (created exclusively, so no existing file is touched); commit() renames it onto `path`
+/// (onto the file a symlink names, keeping an existing file's permissions). Destroyed without
+/// commit() (an error on the way), it removes the temporary file and `path` is as it was; so does
+/// SIGINT, SIGTERM, SIGHUP, SIGQUIT or SIGPIPE while it is open (a handler is installed where the
+/// program left those signals at their default). A path that exists and is not a regular file
+/// (/dev/stdout, a FIFO, a device) is written directly: there is nothing to replace.
 class OutputFile {
 public:
     OutputFile(std::string path, std::string_view what);
@@ -79,9 +81,10 @@ public:
 private:
     void fail_if_bad(std::string_view doing);
 
-    std::string path_, tmp_, what_;
+    std::string path_, target_, tmp_, what_;  ///< target_: where the bytes end (path_, symlinks resolved)
     std::ofstream out_;
-    bool committed_ = false;
+    bool committed_ = false, direct_ = false;   ///< direct_: written in place (not a regular file)
+    int mode_ = -1;                             ///< the replaced file's permissions (-1: a new file)
 };
 
 /// Write `text` to `path` through an OutputFile.

@@ -92,7 +92,7 @@ extern "C" void remove_open_outputs_and_reraise(int sig) {
 void install_cleanup_handlers() {
     static std::once_flag once;
     std::call_once(once, [] {
-        for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+        for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) {
             struct sigaction old {};
             if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;  // the program's own
             struct sigaction sa {};
@@ -135,7 +135,21 @@ OutputFile::OutputFile(std::string path, std::string_view what) : path_(std::mov
     std::error_code ec;
     AQPIM_CHECK(!path_.empty(), "{}: empty file name", what_);
     AQPIM_CHECK(!fs::is_directory(path_, ec), "{} {}: is a directory; give a file name", what_, path_);
-    std::string name = path_ + ".XXXXXX";
+    target_ = path_;
+    const fs::file_status st = fs::status(path_, ec);  // follows symlinks
+    if (fs::exists(st) && !fs::is_regular_file(st)) {
+        direct_ = true;  // /dev/stdout, a FIFO, a device: write into it, never replace it
+        out_.open(path_, std::ios::binary);
+        AQPIM_CHECK(out_.is_open(), "{} {}: cannot open for writing: {}", what_, path_, std::strerror(errno));
+        return;
+    }
+    if (fs::is_symlink(fs::symlink_status(path_, ec))) {
+        const fs::path resolved = fs::weakly_canonical(path_, ec);
+        AQPIM_CHECK(!ec, "{} {}: cannot resolve the symbolic link: {}", what_, path_, ec.message());
+        target_ = resolved.string();
+    }
+    if (fs::exists(st)) mode_ = int(fs::status(target_, ec).permissions() & fs::perms::mask);
+    std::string name = target_ + ".XXXXXX";
     const int fd = ::mkstemp(name.data());
     AQPIM_CHECK(fd >= 0, "{} {}: cannot create a file beside it: {}", what_, path_, std::strerror(errno));
     ::close(fd);
@@ -150,6 +164,7 @@ OutputFile::OutputFile(std::string path, std::string_view what) : path_(std::mov
 }
 
 OutputFile::~OutputFile() {
+    if (direct_) return;
     unregister_open_output(tmp_.c_str());
     if (committed_) return;
     out_.close();
@@ -169,12 +184,16 @@ void OutputFile::commit() {
     fail_if_bad("writing");
     out_.close();
     fail_if_bad("closing");
-    // mkstemp creates the file 0600; an output gets the permissions a new file of this user gets
-    ::chmod(tmp_.c_str(), 0666 & ~process_umask());
-    std::error_code ec;
-    fs::rename(tmp_, path_, ec);
-    AQPIM_CHECK(!ec, "{} {}: cannot move {} into place: {}", what_, path_, tmp_, ec.message());
     committed_ = true;
+    if (direct_) return;
+    // mkstemp creates the file 0600: the replaced file's permissions, or a new file's of this user
+    ::chmod(tmp_.c_str(), mode_t(mode_ >= 0 ? mode_ : 0666 & ~process_umask()));
+    std::error_code ec;
+    fs::rename(tmp_, target_, ec);
+    if (ec) {
+        committed_ = false;  // the destructor removes the temporary file
+        AQPIM_FAIL("{} {}: cannot move {} into place: {}", what_, path_, tmp_, ec.message());
+    }
 }
 
 void write_output_file(const std::string& path, std::string_view text, std::string_view what) {

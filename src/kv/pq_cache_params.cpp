@@ -432,7 +432,8 @@ PqLayout layout_of(const PqKvParams& p, const KvShape& shape, std::int64_t conte
         // Nothing is coded at ctx: the codes cost nothing there, but the rest must fit the target.
         AQPIM_CHECK(fixed.total() <= allowed,
                     "bits={} at context {} is out of reach: no token is coded by then (calib, sinks and window hold "
-                    "them all), and those rows take {:.3f} bits/element",
+                    "them all), and those rows take {:.3f} bits/element (state the target at a longer ctx=, or "
+                    "give calib= and window= below the context)",
                     p.bits, ctx, double(fixed.total()) * 8.0 / elements);
         L.width = max_w;
     } else {

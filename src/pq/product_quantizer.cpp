@@ -208,7 +208,29 @@ void ProductQuantizer::prepare_training_(const float* x, std::int64_t n, const f
     set_derived_();  // now with the plan
 }
 
+namespace {
+/// Rows of a fixed width: the compiler vectorises across rows (4-5x at dsub 2-4, where the runtime
+/// width did not), with each row's sum in the same order, so the norms are bit-identical.
+template <int DIM>
+void squared_norms_of_width(const float* rows, std::int64_t n, float* out) {
+    for (std::int64_t r = 0; r < n; ++r) {
+        const float* v = rows + r * DIM;
+        float s = 0;
+#pragma GCC unroll 16
+        for (int j = 0; j < DIM; ++j) s += v[j] * v[j];
+        out[r] = s;
+    }
+}
+}  // namespace
+
 void squared_norms(const float* rows, std::int64_t n, int dim, float* out) {
+    switch (dim) {  // the dsub of 4-bit codebooks at head_dim 64-128 (m = D/2 .. D/16)
+        case 2: return squared_norms_of_width<2>(rows, n, out);
+        case 4: return squared_norms_of_width<4>(rows, n, out);
+        case 8: return squared_norms_of_width<8>(rows, n, out);
+        case 16: return squared_norms_of_width<16>(rows, n, out);
+        default: break;
+    }
     for (std::int64_t r = 0; r < n; ++r) {
         const float* v = rows + r * dim;
         float s = 0;

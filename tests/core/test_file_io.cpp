@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "aqpim/error.h"
 #include "aqpim/file_io.h"
@@ -116,8 +117,36 @@ TEST(OutputFile, AppearsOnlyWhenCommittedAndTouchesNoOtherFile) {
     ::umask(mask);
     EXPECT_EQ(fs::status(out).permissions(), fs::perms(0666 & ~mask));
 
+    // an existing file keeps its permissions
+    ::chmod(out.c_str(), 0600);
+    write_output_file(out, "private", "-o");
+    EXPECT_EQ(fs::status(out).permissions(), fs::perms(0600));
+
     EXPECT_THROW(OutputFile(temp_path("no_such_dir/x.json"), "-o"), Error);
     EXPECT_THROW(OutputFile(temp_path(""), "-o"), Error);  // the test directory itself
+}
+
+TEST(OutputFile, WritesThroughSymlinksAndIntoSpecialFiles) {
+    // a symlink stays a symlink; the file it names gets the bytes
+    const std::string target = temp_path("target.json"), link = temp_path("link.json");
+    write_file(target, "old");
+    fs::remove(link);
+    fs::create_symlink(target, link);
+    write_output_file(link, "new", "--plot");
+    EXPECT_TRUE(fs::is_symlink(fs::symlink_status(link)));
+    EXPECT_EQ(contents(target), "new");
+    EXPECT_EQ(test::files_left_beside(target), 0);
+    // /dev/null (and /dev/stdout, a FIFO): written into, never replaced, even by root
+    write_output_file("/dev/null", "discarded", "--plot");
+    EXPECT_TRUE(fs::is_character_file("/dev/null"));
+    const std::string fifo = temp_path("out_fifo");
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    std::string got;
+    std::thread reader([&] { got = contents(fifo); });
+    write_output_file(fifo, "through the pipe", "-o");
+    reader.join();
+    EXPECT_EQ(got, "through the pipe");
+    EXPECT_TRUE(fs::is_fifo(fifo));
 }
 
 }  // namespace
