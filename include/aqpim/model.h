@@ -95,6 +95,7 @@ struct LoadedModel {
 
 struct LoadOptions {
     std::string tokenizer_path;  ///< overrides the vocabulary (tokenizer.bin, tokenizer.json, tokenizer.model, .gguf)
+    bool vocabulary = true;      ///< false: weights only (a llama2.c checkpoint needs no tokenizer beside it)
 };
 
 /// Load a model: a directory (safetensors + config.json), a .gguf file, or a llama2.c .bin

@@ -30,7 +30,9 @@ std::vector<float> CapturedAttention::kv_head(const std::vector<float>& kv, int 
 }
 
 CapturedAttention capture_layer0(const std::string& model_path, std::span<const std::int32_t> tokens) {
-    const LoadedModel model = load_model(model_path);
+    LoadOptions weights_only;
+    weights_only.vocabulary = false;  // the capture takes token ids
+    const LoadedModel model = load_model(model_path, weights_only);
     const ModelConfig& cfg = model.weights.config;
     for (std::int32_t id : tokens)
         AQPIM_CHECK(id >= 0 && id < cfg.n_vocab, "token id {} out of range [0, {})", id, cfg.n_vocab);

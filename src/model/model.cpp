@@ -161,11 +161,12 @@ LoadedModel load_model(const std::string& path, const LoadOptions& options) {
         const std::uintmax_t size = fs::file_size(path);
         AQPIM_CHECK(size >= 8, "model {}: {} bytes, too short for a GGUF file or a llama2.c checkpoint", path, size);
         if (starts_with_gguf_magic(path)) m = load_gguf_model(path);
-        else if (options.tokenizer_path.empty()) m = load_llama2c_model(path, find_llama2c_tokenizer(path));
+        else if (options.tokenizer_path.empty())
+            m = load_llama2c_model(path, options.vocabulary ? find_llama2c_tokenizer(path) : std::string());
         else m = load_llama2c_model(path, "");
     }
     check_vectors_finite(m.weights, path);
-    if (!options.tokenizer_path.empty()) m.tokenizer = load_tokenizer_file(options.tokenizer_path, m.weights.config.n_vocab);
+    if (options.vocabulary && !options.tokenizer_path.empty()) m.tokenizer = load_tokenizer_file(options.tokenizer_path, m.weights.config.n_vocab);
     return m;
 }
 

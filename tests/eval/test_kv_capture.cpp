@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "aqpim/error.h"
 #include "aqpim/kv_capture.h"
@@ -77,6 +78,13 @@ TEST(KvCapture, AnyModelTheRuntimeReads) {
     const CapturedAttention l2 = capture_layer0(test::shared_dir() + "/models/stories260K/stories260K.bin", small_ids);
     EXPECT_EQ(l2.head_dim, 8);
     EXPECT_EQ(l2.k.size(), small_ids.size() * l2.n_kv_head * 8);
+    // the capture takes token ids: a checkpoint with no vocabulary beside it is enough
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() / "aqpim_capture_alone";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    std::filesystem::copy_file(test::shared_dir() + "/models/stories260K/stories260K.bin", dir / "stories.bin");
+    EXPECT_EQ(capture_layer0((dir / "stories.bin").string(), small_ids).k, l2.k);
+    std::filesystem::remove_all(dir);
 }
 
 TEST(KvCapture, BadInputsAreErrors) {
