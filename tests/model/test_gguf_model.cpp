@@ -15,6 +15,7 @@
 #include "aqpim/error.h"
 #include "aqpim/gguf.h"
 #include "aqpim/model.h"
+#include "aqpim/transformer.h"
 #include "support/cli.h"
 #include "support/temp_dir.h"
 
@@ -297,6 +298,11 @@ TEST(GgufModel, RopeFrequencyFactorsAndScaling) {
     const LoadedModel m = load_gguf_model(t.write("rope_freqs"));
     ASSERT_EQ(m.weights.rope_freq_factors.size(), 64u);
     EXPECT_EQ(m.weights.rope_freq_factors[10], value_at("rope_freqs.weight", 10));
+    t.nan_at_3.insert("rope_freqs.weight");  // a divisor of NaN would make every angle of pair 3 NaN
+    const LoadedModel bad = load_gguf_model(t.write("rope_freqs_nan"));
+    EXPECT_NE(error_of([&] { rope_inverse_frequencies(bad.weights); }).find("rope_freqs: factor 3 is nan"),
+              std::string::npos);
+    t.nan_at_3.clear();
 
     t.extra.clear();
     t.meta = [](GgufWriter& w) {
@@ -326,6 +332,15 @@ TEST(GgufModel, RopeFrequencyFactorsAndScaling) {
     EXPECT_EQ(s.factor, 8.0f);
     EXPECT_EQ(s.high_freq_factor, 4.0f);
     EXPECT_EQ(s.original_context, 8192);
+
+    t.meta = [](GgufWriter& w) {  // the llama3 rule divides by high - low
+        w.set_string("llama.rope.scaling.type", "llama3");
+        w.set_f32("llama.rope.scaling.factor", 8.0f);
+        w.set_f32("llama.rope.scaling.low_freq_factor", 4.0f);
+        w.set_f32("llama.rope.scaling.high_freq_factor", 4.0f);
+    };
+    EXPECT_NE(error_of([&] { load_gguf_model(t.write("rope_llama3_equal")); }).find("high_freq_factor"),
+              std::string::npos);
 
     t.meta = [](GgufWriter& w) {
         w.set_string("llama.rope.scaling.type", "yarn");

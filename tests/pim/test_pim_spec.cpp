@@ -72,6 +72,9 @@ TEST(PimSpec, InconsistentFieldsAreNamed) {
     expect_error_naming([](auto& j) { j["pim"]["placement"] = "socket"; }, "socket");
     expect_error_naming([](auto& j) { j["timing"]["nRCD"]["value"] = 19.5; }, "timing.nRCD");
     expect_error_naming([](auto& j) { j["timing"]["nRCD"].erase("source"); }, "timing.nRCD");
+    // positive but no DRAM clock: 5e299 GB/s or an infinite time otherwise
+    expect_error_naming([](auto& j) { j["timing"]["tCK"]["value"] = 1e-300; }, "timing.tCK");
+    expect_error_naming([](auto& j) { j["timing"]["tCK"]["value"] = 1e300; }, "timing.tCK");
 }
 
 TEST(PimBaseline, DevicePresetAndOffload) {
