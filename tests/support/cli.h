@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <string>
 
+#include "support/shared_data.h"
+
 namespace aqpim::test {
 
 struct CliResult {
@@ -24,7 +26,5 @@ inline CliResult run_cli(const std::string& args) {
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     return r;
 }
-
-inline std::string shared_dir() { return AQPIM_SHARED_DIR; }
 
 }  // namespace aqpim::test
