@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# Install the Debian 12 packages aqpim builds with (skips what is already installed).
+# Install the Debian 12 packages aqpim builds and tests with (skips what is already installed).
 set -euo pipefail
 packages=(g++ cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev
           nlohmann-json3-dev libcli11-dev libfaiss-dev libopenblas-dev libpcre2-dev
-          pkg-config python3-matplotlib)
+          pkg-config python3-matplotlib
+          libcpp-httplib-dev                                   # aqpim serve (HTTP)
+          python3-pybind11 python3-numpy python3-torch python3-pytest python3-dev  # python/
+          redis-server libhiredis-dev                          # KV store shared through Redis
+          clang-14 libclang-rt-14-dev)                         # fuzzing, sanitizers, the clang build
+# Node.js and npm run the official `openai` client in the server tests; a machine that has a
+# Node.js of its own (with npm) keeps it (Debian's npm conflicts with NodeSource's nodejs).
+command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
