@@ -35,6 +35,13 @@ struct PyModel {
     }
 };
 
+/// A vocabulary (the model's, or a file's) as Python sees it.
+struct PyTokenizer {
+    std::shared_ptr<const Tokenizer> tok;
+};
+
+py::str utf8(const std::string& bytes) { return py::bytes(bytes).attr("decode")("utf-8", "replace"); }
+
 std::shared_ptr<PyModel> load(const std::string& path, const std::string& tokenizer, int n_threads) {
     if (n_threads < 0) throw py::value_error(fmt::format("Model: n_threads={}: expected >= 0 (0 = default)", n_threads));
     auto m = std::make_shared<PyModel>();
@@ -124,7 +131,7 @@ GenerateResult generate(PyModel& m, const py::handle& prompt_obj, int n_predict,
     if (!on_piece.is_none()) {
         o.on_piece = [&on_piece](const std::string& piece) {
             py::gil_scoped_acquire acquire;
-            on_piece(py::bytes(piece).attr("decode")("utf-8", "replace"));
+            on_piece(utf8(piece));
         };
     }
     py::gil_scoped_release release;
@@ -146,6 +153,22 @@ PerplexityResult perplexity(PyModel& m, const std::string& text, int n_ctx, cons
     co.context = n_ctx;  // as `aqpim ppl -c n_ctx` states bits= targets
     return aqpim::perplexity(*m.transformer, tokens, tok.bos(),
                              [&](const KvShape& shape) { return make_kv_cache(spec, shape, co); }, o);
+}
+
+void bind_tokenizer(py::module_& m) {
+    py::class_<PyTokenizer>(m, "Tokenizer", "A model's vocabulary: SentencePiece-style or byte-level BPE (aqpim/tokenizer.h).")
+        .def_static("load", [](const std::string& path, int n_vocab) { return PyTokenizer{load_tokenizer_file(path, n_vocab)}; },
+                    "path"_a, "n_vocab"_a = 0,
+                    "A vocabulary file: .gguf, tokenizer.json, tokenizer.model, or a llama2.c tokenizer.bin (needs n_vocab).")
+        .def("encode", [](const PyTokenizer& t, const std::string& text, bool add_bos) { return t.tok->encode(text, add_bos); },
+             "text"_a, "add_bos"_a = true, "Token ids of text (llama.cpp's rules: BOS first when add_bos and the vocabulary adds one).")
+        .def("decode", [](const PyTokenizer& t, const std::vector<std::int32_t>& ids) { return utf8(t.tok->decode(ids)); },
+             "ids"_a, "Text of token ids (invalid UTF-8 replaced).")
+        .def("piece", [](const PyTokenizer& t, std::int32_t prev, std::int32_t id) { return utf8(t.tok->piece(prev, id)); },
+             "prev"_a, "id"_a, "Text of token id as printed after token prev (-1: at the start).")
+        .def_property_readonly("n_vocab", [](const PyTokenizer& t) { return t.tok->n_vocab(); })
+        .def_property_readonly("bos", [](const PyTokenizer& t) { return t.tok->bos(); })
+        .def_property_readonly("eos", [](const PyTokenizer& t) { return t.tok->eos(); });
 }
 
 void bind_results(py::module_& m) {
@@ -183,6 +206,7 @@ void bind_results(py::module_& m) {
 }  // namespace
 
 void bind_model(py::module_& m) {
+    bind_tokenizer(m);
     bind_results(m);
     py::class_<PyModel, std::shared_ptr<PyModel>>(m, "Model", R"doc(
 A model file run by the runtime's forward pass: a .gguf file, a Hugging Face safetensors
@@ -191,8 +215,10 @@ n_threads: threads of the forward pass (0 = aqpim.default_threads()).)doc")
         .def(py::init(&load), "path"_a, py::kw_only(), "tokenizer"_a = "", "n_threads"_a = 0)
         .def_property_readonly("config", &config_dict, "The model's shapes and settings (a dict).")
         .def_property_readonly("n_vocab", [](const PyModel& m) { return m.config().n_vocab; })
-        .def_property_readonly("bos", [](const PyModel& m) { return m.tokenizer("bos").bos(); })
-        .def_property_readonly("eos", [](const PyModel& m) { return m.tokenizer("eos").eos(); })
+        .def_property_readonly("tokenizer", [](const PyModel& m) {
+                m.tokenizer("tokenizer");
+                return PyTokenizer{m.loaded->tokenizer};
+            }, "The model's vocabulary (aqpim.Tokenizer).")
         .def("new_cache", [](const PyModel& m, const std::string& kv, std::int64_t context, std::uint64_t memory_budget,
                              int n_threads) {
                 return make_py_kv_cache(kv, m.transformer->kv_shape(), context, memory_budget, n_threads);
@@ -202,7 +228,7 @@ n_threads: threads of the forward pass (0 = aqpim.default_threads()).)doc")
                 return m.tokenizer("tokenize").encode(text, add_bos);
             }, "text"_a, "add_bos"_a = true, "Token ids of text (BOS first when add_bos and the vocabulary adds one).")
         .def("detokenize", [](const PyModel& m, const std::vector<std::int32_t>& ids) {
-                return py::bytes(m.tokenizer("detokenize").decode(ids)).attr("decode")("utf-8", "replace");
+                return utf8(m.tokenizer("detokenize").decode(ids));
             }, "ids"_a, "Text of token ids.")
         .def("logits", &logits, "tokens"_a, py::kw_only(), "kv"_a = "f16", "cache"_a = py::none(), "seq_id"_a = 0,
              "last_only"_a = false,
