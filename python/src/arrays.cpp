@@ -39,7 +39,10 @@ FloatArray float_array(py::handle obj, const char* what, int ndim, const char* l
         throw py::type_error(fmt::format("{}: expected a float array {} (float32; float16 and float64 are converted), got dtype {}",
                                          what, layout, std::string(py::str(a.dtype()))));
     require_ndim(a, what, ndim, layout);
-    return FloatArray::ensure(a);  // in place when float32 and C-contiguous, else one converted copy
+    // in place when float32 and C-contiguous, else one converted copy
+    auto converted = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(a);
+    if (!converted) throw py::type_error(fmt::format("{}: cannot convert dtype {} to float32", what, std::string(py::str(a.dtype()))));
+    return py::reinterpret_steal<FloatArray>(converted.release());
 }
 
 ByteArray byte_array(py::handle obj, const char* what, int ndim, const char* layout) {
@@ -48,7 +51,9 @@ ByteArray byte_array(py::handle obj, const char* what, int ndim, const char* lay
         throw py::type_error(fmt::format("{}: expected a uint8 array {} (codes as encode() returns them), got dtype {}", what,
                                          layout, std::string(py::str(a.dtype()))));
     require_ndim(a, what, ndim, layout);
-    return ByteArray::ensure(a);
+    auto contiguous = ByteArray::ensure(a);
+    if (!contiguous) throw py::type_error(fmt::format("{}: cannot read the array as C-contiguous uint8", what));
+    return contiguous;
 }
 
 FloatArray new_float_array(std::initializer_list<py::ssize_t> shape) { return FloatArray(std::vector<py::ssize_t>(shape)); }

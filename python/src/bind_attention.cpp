@@ -65,6 +65,7 @@ bool is_float16(py::handle obj) {
 /// k or v [n_tokens, D] of float16, C-contiguous (copied when strided), as raw f16 bits.
 py::array half_rows(py::handle obj, const char* what, py::ssize_t D) {
     const py::array a = py::array::ensure(obj, py::array::c_style);
+    if (!a) throw py::type_error(fmt::format("{}: cannot read the float16 array as C-contiguous", what));
     if (a.ndim() != 2)
         throw py::value_error(fmt::format("{}: expected 2 dimensions [n_tokens, D], got shape {}", what, shape_text(a)));
     require_dim(a, 1, D, what, "D, the query's dims");
