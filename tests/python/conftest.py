@@ -52,3 +52,13 @@ def run_reference(*args):
 @pytest.fixture
 def rng():
     return np.random.default_rng(20)
+
+
+@pytest.fixture(scope="session")
+def synth_gguf(tmp_path_factory):
+    """A random-weight GGUF (aqpim synth): 2 layers, 4 heads / 2 KV heads of 64, vocab 512."""
+    path = tmp_path_factory.mktemp("synth") / "synth.gguf"
+    status, _, err = run_cli("synth", "--shape", "custom", "--hidden", 256, "--ffn", 512, "--heads", 4, "--kv-heads", 2,
+                             "--head-dim", 64, "--layers", 2, "--vocab", 512, "--ctx", 1024, "--type", "f16", "-o", path)
+    assert status == 0, err
+    return path
