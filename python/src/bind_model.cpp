@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <mutex>
+#include <optional>
 
 #include "aqpim/error.h"
 #include "aqpim/generate.h"
@@ -66,7 +67,12 @@ py::dict config_dict(const PyModel& m) {
 
 std::vector<std::int32_t> token_ids(const py::handle& obj, const PyModel& m, const char* what) {
     std::vector<std::int32_t> ids;
-    if (py::isinstance<py::str>(obj)) return m.tokenizer(what).encode(obj.cast<std::string>(), true);
+    if (py::isinstance<py::str>(obj)) {
+        const Tokenizer& tok = m.tokenizer(what);
+        const std::string text = obj.cast<std::string>();
+        py::gil_scoped_release release;  // a book takes a while
+        return tok.encode(text, true);
+    }
     try {
         ids = obj.cast<std::vector<std::int32_t>>();
     } catch (const py::cast_error&) {
@@ -139,20 +145,25 @@ GenerateResult generate(PyModel& m, const py::handle& prompt_obj, int n_predict,
     return aqpim::generate(*m.transformer, tok, *c->cache, prompt, o);
 }
 
-PerplexityResult perplexity(PyModel& m, const std::string& text, int n_ctx, const std::string& kv, int max_chunks) {
-    const Tokenizer& tok = m.tokenizer("perplexity");
-    if (tok.bos() < 0) throw py::value_error("perplexity: the vocabulary has no BOS token; the protocol needs one");
+PerplexityResult perplexity(PyModel& m, const py::handle& text_obj, int n_ctx, const std::string& kv, int max_chunks,
+                            std::optional<std::int32_t> bos) {
+    // Text is tokenized with BOS (as `aqpim ppl`); ids are taken as given, BOS first.
+    const std::vector<std::int32_t> tokens = token_ids(text_obj, m, "perplexity: text");
+    if (!bos) {
+        if (!m.loaded->tokenizer || m.loaded->tokenizer->bos() < 0)
+            throw py::value_error("perplexity: the model has no vocabulary with a BOS token; pass bos=ID");
+        bos = m.loaded->tokenizer->bos();
+    }
     const KvSchemeSpec spec = parse_kv_scheme(kv);
     PerplexityOptions o;
     o.n_ctx = n_ctx;
     o.max_chunks = max_chunks;
-    py::gil_scoped_release release;
-    std::lock_guard lock(m.mu);
-    const std::vector<std::int32_t> tokens = tok.encode(text, true);
     KvCacheOptions co;
     co.context = n_ctx;  // as `aqpim ppl -c n_ctx` states bits= targets
-    return aqpim::perplexity(*m.transformer, tokens, tok.bos(),
-                             [&](const KvShape& shape) { return make_kv_cache(spec, shape, co); }, o);
+    py::gil_scoped_release release;
+    std::lock_guard lock(m.mu);
+    return aqpim::perplexity(*m.transformer, tokens, *bos, [&](const KvShape& shape) { return make_kv_cache(spec, shape, co); },
+                             o);
 }
 
 void bind_tokenizer(py::module_& m) {
@@ -240,7 +251,9 @@ token with last_only. With a cache from new_cache(), calls continue the sequence
              "Generate after prompt (text, tokenized with BOS, or ids) in sequence 0 of the cache; on_piece(str) gets "
              "each token's text as it is produced. temperature 0: greedy.")
         .def("perplexity", &perplexity, "text"_a, py::kw_only(), "n_ctx"_a = 512, "kv"_a = "f16", "max_chunks"_a = 0,
-             "Perplexity of text with llama.cpp's protocol, exactly as `aqpim ppl -c n_ctx --kv kv` computes it.")
+             "bos"_a = py::none(),
+             "Perplexity with llama.cpp's protocol, exactly as `aqpim ppl -c n_ctx --kv kv` computes it, of text "
+             "(tokenized with BOS) or of token ids (BOS first; bos: the id chunks start with, default the vocabulary's).")
         .def("__repr__", [](const PyModel& m) {
             const ModelConfig& c = m.config();
             return fmt::format("Model('{}', {}, {} layers, {} heads / {} KV heads of {}, vocab {})", c.name,
