@@ -31,10 +31,14 @@ class Outcomes:
         elif report.skipped:
             self.skipped += 1
 
+    def pytest_collectreport(self, report):  # a module skipped as a whole (pytest.importorskip)
+        if report.skipped:
+            self.skipped += 1
+
 
 outcomes = Outcomes()
 status = pytest.main(["-q", "-rs", "-p", "no:cacheprovider", *sys.argv[1:]], plugins=[outcomes])
-if status == 0 and outcomes.passed == 0 and outcomes.skipped > 0:
+if status in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) and outcomes.passed == 0 and outcomes.skipped > 0:
     print(f"skipped: all {outcomes.skipped} tests of {' '.join(sys.argv[1:])} were skipped (reasons above)")
     sys.exit(SKIP)
 sys.exit(int(status))
