@@ -40,6 +40,17 @@ endif()
 
 set(pybind11_FOUND FALSE)
 if(AQPIM_PYTHON_EXECUTABLE)
+  # Another interpreter than at the last configure: forget what FindPython cached for the old one
+  # (its headers, its library), so the module is built against the new one's.
+  if(DEFINED AQPIM_PYTHON_CONFIGURED AND NOT AQPIM_PYTHON_CONFIGURED STREQUAL AQPIM_PYTHON_EXECUTABLE)
+    get_cmake_property(cached CACHE_VARIABLES)
+    foreach(v ${cached})
+      if(v MATCHES "^_?Python_" OR v MATCHES "^PYBIND11_PYTHON")
+        unset(${v} CACHE)
+      endif()
+    endforeach()
+  endif()
+  set(AQPIM_PYTHON_CONFIGURED ${AQPIM_PYTHON_EXECUTABLE} CACHE INTERNAL "interpreter of the last configure")
   set(Python_EXECUTABLE ${AQPIM_PYTHON_EXECUTABLE})
   find_package(Python 3.8 QUIET COMPONENTS Interpreter Development.Module)
   if(Python_FOUND)

@@ -36,6 +36,8 @@ from ._aqpim import (  # noqa: E402
     simd_level,
 )
 
+Error.__module__ = "aqpim"  # tracebacks say aqpim.Error
+
 __version__ = "0.1.0"
 
 __all__ = [

@@ -91,7 +91,7 @@ def test_update_returns_dense_keys_only_with_the_fallback():
 def test_errors_are_clear():
     cache = pq_cache()
     k = torch.randn(1, H_KV, 4, HD)
-    with pytest.raises(ValueError, match="holds no tokens yet"):
+    with pytest.raises(ValueError, match="layer 0 holds no tokens yet"):
         cache.attend(torch.randn(1, H, 1, HD), 0)
     with pytest.raises(TypeError, match="dtype torch.int64, expected float32, float16 or bfloat16"):
         cache.append(k.long(), k, 0)

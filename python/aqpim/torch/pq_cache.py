@@ -43,7 +43,8 @@ class PQKVCache:
 
     rope_pairs / rope_theta (or rope_inv_freq) describe how keys were rotated: 'neox' for Hugging
     Face Llama checkpoints (rotate_half). ``for_model(aqpim.Model)`` takes them from a model file.
-    Inference only (the codes have no gradient).
+    ``cache`` is the ``aqpim.KvCache`` underneath (batch row b = its sequence b). Inference only
+    (the codes have no gradient).
     """
 
     def __init__(self, scheme="pq", *, n_layers, n_kv_heads, head_dim, rope_pairs="neox", rope_theta=10000.0,
@@ -122,10 +123,11 @@ class PQKVCache:
         the tokens at or before it. Returns [batch, n_heads, seq, head_dim] in q's dtype.
         """
         _check_states(query_states, "query_states", head_dim=self.cache.head_dim)
-        if self._batch is None:
-            raise ValueError("PQKVCache.attend: the cache holds no tokens yet (append keys and values first)")
-        if query_states.shape[0] != self._batch:
-            raise ValueError(f"PQKVCache.attend: batch of {query_states.shape[0]} for a cache of {self._batch} sequences")
+        if self.cache.n_tokens(0, layer_idx) == 0:
+            raise ValueError(f"PQKVCache.attend: layer {layer_idx} holds no tokens yet (append keys and values first)")
+        batch = self._batch or 1  # the cache may have been filled through .cache (e.g. by aqpim.Model.logits)
+        if query_states.shape[0] != batch:
+            raise ValueError(f"PQKVCache.attend: batch of {query_states.shape[0]} for a cache of {batch} sequences")
         q = _rows(query_states)
         out = torch.empty_like(q)
         for b in range(q.shape[0]):
@@ -137,7 +139,7 @@ class PQKVCache:
 
     # ---- the rest of HF's Cache interface --------------------------------------------------------
     def get_seq_length(self, layer_idx=0):
-        return self.cache.n_tokens(0, layer_idx) if self._batch is not None else 0
+        return self.cache.n_tokens(0, layer_idx)
 
     def get_max_length(self):
         return None
