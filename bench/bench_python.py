@@ -206,7 +206,7 @@ def main():
     if "operator" in sections:
         bench_operator(200 if args.quick else 1000)
     if "model" in sections:
-        bench_model(16 if args.quick else 48, 2 if args.quick else 5)
+        bench_model(16, 3 if args.quick else 12)
     if "llama" in sections:
         bench_llama([1024, 8192] if args.quick else [1024, 2048, 4096, 8192], 8 if args.quick else 24, args.scheme)
     if args.json:

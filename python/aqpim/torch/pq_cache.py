@@ -1,6 +1,7 @@
 """PQKVCache: an aqpim KV cache (any ``--kv`` scheme; PQ by default) behind the Hugging Face
 ``Cache`` calling convention, with attention computed on the codes by the C++ cache."""
 
+import numpy as np
 import torch
 
 import aqpim
@@ -26,8 +27,13 @@ def _check_states(t, name, n_heads=None, head_dim=None):
 
 
 def _rows(t):
-    """[batch, heads, seq, d] -> float32 [batch, seq, heads, d], contiguous (the C++ cache's row layout)."""
-    return t.detach().to(torch.float32).transpose(1, 2).contiguous()
+    """[batch, heads, seq, d] -> numpy float32 [batch, seq, heads, d], C-contiguous (the C++ cache's row
+    layout): a view when the tensor is float32 and seq is 1 (a decode step), else one copy."""
+    if t.requires_grad:
+        t = t.detach()
+    if t.dtype != torch.float32:
+        t = t.to(torch.float32)
+    return np.ascontiguousarray(t.numpy().transpose(0, 2, 1, 3))
 
 
 class PQKVCache:
@@ -99,7 +105,7 @@ class PQKVCache:
         self._sequences(key_states.shape[0])
         k, v = _rows(key_states), _rows(value_states)
         for b in range(k.shape[0]):
-            self.cache.append(layer_idx, k[b].numpy(), v[b].numpy(), b)
+            self.cache.append(layer_idx, k[b], v[b], b)
         if self.dense_fallback:
             dk, dv = key_states.detach(), value_states.detach()
             if self._dense_k[layer_idx] is not None:
@@ -129,10 +135,12 @@ class PQKVCache:
         if query_states.shape[0] != batch:
             raise ValueError(f"PQKVCache.attend: batch of {query_states.shape[0]} for a cache of {batch} sequences")
         q = _rows(query_states)
-        out = torch.empty_like(q)
+        out = np.empty_like(q)
         for b in range(q.shape[0]):
-            self.cache.attend(layer_idx, q[b].numpy(), b, scale=scale, out=out[b].numpy())
-        result = out.transpose(1, 2).to(query_states.dtype)
+            self.cache.attend(layer_idx, q[b], b, scale=scale, out=out[b])
+        result = torch.from_numpy(out).transpose(1, 2)
+        if result.dtype != query_states.dtype:
+            result = result.to(query_states.dtype)
         if torch.is_grad_enabled() and query_states.requires_grad:
             return InferenceOnly.apply("PQKVCache.attend", query_states, result)
         return result
