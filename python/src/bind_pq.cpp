@@ -41,11 +41,17 @@ void require_trained(const ProductQuantizer& pq, const char* what) {
     if (!pq.is_trained()) throw py::value_error(fmt::format("{}: the ProductQuantizer is not trained (call train(x) first)", what));
 }
 
+/// Vectors [n, D] of the quantizer's D.
+FloatArray vectors(const ProductQuantizer& pq, py::handle obj, const char* what) {
+    FloatArray x = float_array(obj, what, 2, "[n, D]");
+    require_dim(x, 1, pq.D(), what, "D, the quantizer's dims");
+    return x;
+}
+
 /// x [n, D] -> a new [n, D] array through one of the quantizer's transforms.
 template <class Fn>
 FloatArray transform_rows(const ProductQuantizer& pq, py::handle x_obj, const char* what, Fn fn) {
-    const FloatArray x = float_array(x_obj, what, 2, "[n, D]");
-    require_dim(x, 1, pq.D(), what, "D, the quantizer's dims");
+    const FloatArray x = vectors(pq, x_obj, what);
     FloatArray y = new_float_array({x.shape(0), pq.D()});
     const float* xp = x.data();
     float* yp = y.mutable_data();
@@ -118,8 +124,7 @@ subspace, 'none', 'interleaved' (2i, 2i+1) or 'neox' (i, i + d/2); rotation: 'no
         .def(
             "train",
             [](ProductQuantizer& pq, py::handle x_obj, py::object w_obj) {
-                const FloatArray x = float_array(x_obj, "train: x", 2, "[n, D]");
-                require_dim(x, 1, pq.D(), "train: x", "D, the quantizer's dims");
+                const FloatArray x = vectors(pq, x_obj, "train: x");
                 FloatArray w;
                 if (!w_obj.is_none()) {
                     w = float_array(w_obj, "train: weights", 1, "[n]");
@@ -138,8 +143,7 @@ subspace, 'none', 'interleaved' (2i, 2i+1) or 'neox' (i, i + d/2); rotation: 'no
             "encode",
             [](const ProductQuantizer& pq, py::handle x_obj) {
                 require_trained(pq, "encode");
-                const FloatArray x = float_array(x_obj, "encode: x", 2, "[n, D]");
-                require_dim(x, 1, pq.D(), "encode: x", "D, the quantizer's dims");
+                const FloatArray x = vectors(pq, x_obj, "encode: x");
                 ByteArray codes(std::vector<py::ssize_t>{x.shape(0), pq.M()});
                 std::uint8_t* out = codes.mutable_data();
                 {
@@ -168,8 +172,7 @@ subspace, 'none', 'interleaved' (2i, 2i+1) or 'neox' (i, i + d/2); rotation: 'no
             "lut",
             [](const ProductQuantizer& pq, py::handle q_obj) {
                 require_trained(pq, "lut");
-                const FloatArray q = float_array(q_obj, "lut: q", 2, "[n_q, D]");
-                require_dim(q, 1, pq.D(), "lut: q", "D, the quantizer's dims");
+                const FloatArray q = vectors(pq, q_obj, "lut: q");
                 const std::int64_t n_q = q.shape(0);
                 FloatArray lut = new_float_array({n_q, pq.M(), pq.ksub()});
                 float* out = lut.mutable_data();
