@@ -283,10 +283,13 @@ def main(argv=None):
     p.add_argument("--kv", default="pq", help="aqpim scheme of the PQ cache (e.g. pq:bits=2,cb=f16)")
     p.add_argument("-n", "--decode", type=int, default=64, help="tokens to decode for the speed figure")
     p.add_argument("-t", "--threads", type=int, default=1, help="torch threads")
+    p.add_argument("--compare", action="store_true",
+                   help="also print how far the logits of the first chunk are from aqpim.Model's (f32, f16, --kv)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    tokenizer = aqpim.Model(args.model, n_threads=1).tokenizer  # the runtime's SentencePiece tokenizer
+    runtime = aqpim.Model(args.model, n_threads=1)
+    tokenizer = runtime.tokenizer  # the runtime's SentencePiece tokenizer
     with open(args.file, encoding="utf-8") as f:
         tokens = tokenizer.encode(f.read())
     dense = load_llama(args.model)
@@ -298,6 +301,14 @@ def main(argv=None):
         tps = decode_speed(model, make, tokens[:args.ctx - args.decode], args.decode)
         print(f"  {name:<12} perplexity {ppl:.4f}   KV bytes at {args.ctx} tokens {kv_bytes:>10,}   "
               f"decode {tps:.1f} tokens/s")
+    if args.compare:
+        chunk = [tokenizer.bos] + list(tokens[1:args.ctx])
+        for kv in ("f32", "f16", args.kv):
+            ref = runtime.logits(chunk, kv=kv)
+            ours = pq(torch.tensor([chunk]), pq.pq_cache(kv, context=len(chunk)))[0].numpy()
+            diff = abs(ours - ref).max(axis=1)
+            print(f"  logits vs aqpim.Model, kv {kv:<10} max abs difference {diff.max():.2e}, "
+                  f"rows beyond 1e-4: {(diff > 1e-4).sum()} of {len(chunk)}")
 
 
 if __name__ == "__main__":

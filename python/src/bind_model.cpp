@@ -4,6 +4,7 @@
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
+#include <ctime>
 #include <mutex>
 #include <optional>
 
@@ -27,6 +28,7 @@ struct PyModel {
     std::unique_ptr<LoadedModel> loaded;  ///< owns the weights the Transformer points into
     std::unique_ptr<Transformer> transformer;
     std::mutex mu;
+    double last_forward_cpu_seconds = 0;  ///< CPU time of this thread in the last logits() call's forward pass
 
     const ModelConfig& config() const { return loaded->weights.config; }
     const Tokenizer& tokenizer(const char* what) const {
@@ -99,6 +101,13 @@ std::shared_ptr<PyKvCache> cache_for(const PyModel& m, const py::object& cache, 
     return c;
 }
 
+/// CPU seconds of the calling thread (what the boundary benchmark subtracts: the forward pass).
+double thread_cpu_seconds() {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
 /// A float32 array that owns `v` (moved, not copied).
 FloatArray owning_array(std::vector<float>&& v, std::vector<py::ssize_t> shape) {
     auto* owned = new std::vector<float>(std::move(v));
@@ -117,7 +126,9 @@ FloatArray logits(PyModel& m, const py::handle& tokens_obj, const std::string& k
         std::scoped_lock lock(m.mu, c->mu);
         AQPIM_CHECK(c->cache->has_sequence(seq_id), "logits: no sequence {} in the cache", seq_id);
         const BatchSequence seq{seq_id, tokens, !last_only};
+        const double t0 = thread_cpu_seconds();
         m.transformer->forward({&seq, 1}, *c->cache, out);
+        m.last_forward_cpu_seconds = thread_cpu_seconds() - t0;
     }
     const py::ssize_t n_vocab = m.config().n_vocab;
     if (last_only) return owning_array(std::move(out), {n_vocab});
@@ -246,6 +257,8 @@ n_threads: threads of the forward pass (0 = aqpim.default_threads()).)doc")
              R"doc(One forward pass over tokens (ids, or text: tokenized with BOS) appended to the cache's sequence
 (cache=None: a new cache of scheme kv). Returns logits [n_tokens, n_vocab], or [n_vocab] of the last
 token with last_only. With a cache from new_cache(), calls continue the sequence: decoding from Python.)doc")
+        .def_property_readonly("_last_forward_cpu_seconds", [](const PyModel& m) { return m.last_forward_cpu_seconds; },
+                               "CPU seconds of this thread in the last logits() call's forward pass (bench/bench_python.py).")
         .def("generate", &generate, "prompt"_a, py::kw_only(), "n_predict"_a = 128, "kv"_a = "f16", "cache"_a = py::none(),
              "temperature"_a = 0.8f, "top_p"_a = 0.95f, "seed"_a = 42, "stop_at_eos"_a = true, "on_piece"_a = py::none(),
              "Generate after prompt (text, tokenized with BOS, or ids) in sequence 0 of the cache; on_piece(str) gets "
