@@ -126,6 +126,23 @@ protected:
         l.bytes = new_bytes;
     }
 
+    /// Before restoring a sequence that will hold `bytes`: beyond the budget this throws (nothing changes).
+    void check_restore_budget(std::uint64_t bytes, int seq_id) const {
+        AQPIM_CHECK(budget_ == 0 || bytes_ + bytes <= budget_,
+                    "kv cache {}: restoring sequence {} needs {} bytes in all, over the memory budget of {} bytes "
+                    "(holding {} bytes now)",
+                    scheme(), seq_id, bytes_ + bytes, budget_, bytes_);
+    }
+    /// Restore: sequence seq_id (checked free) from its layer states, their `bytes` set.
+    void insert_sequence(int seq_id, std::vector<LayerState> layers) {
+        std::uint64_t b = 0;
+        for (const LayerState& l : layers) b += l.bytes;
+        check_restore_budget(b, seq_id);
+        AQPIM_ASSERT(int(layers.size()) == shape().n_layer && !has_sequence(seq_id));
+        seqs_.emplace(seq_id, std::move(layers));
+        bytes_ += b;
+    }
+
     /// Sequences -> [n_layer] layer states.
     const std::map<int, std::vector<LayerState>>& sequences() const { return seqs_; }
     /// Tokens stored, summed over sequences (layer 0's count, as the dense caches report).
