@@ -847,6 +847,8 @@ void PqKvCache::restore_sequence(int seq_id, ByteReader& in) {
 
 void PqKvCache::restore_dense_layer(Sequence& s, int il, ByteReader& in) {
     const std::int64_t n = s.layers[il].n, P = p_.page;
+    // Pages only for rows the input holds.
+    in.require(std::uint64_t(n) * shape().head_dim * 2 * shape().n_kv_head, sizeof(f16_t), "dense f16 layer rows");
     ensure_pages(s.dense_pages, *dense_pool_, (n + P - 1) / P);
     for (int ih = 0; ih < shape().n_kv_head; ++ih)
         for (const bool value : {false, true})
@@ -910,6 +912,11 @@ void PqKvCache::restore_coded_layer(Sequence& s, int il, ByteReader& in) {
     }
     for (std::uint32_t j = 0; j < n_versions; ++j)
         l.versions.push_back(read_pq_version(in, p_, shape(), l.Mk, l.Mv, fmt::format("{} version {}", at, j)));
+    std::uint64_t code_bytes = 0;  // pages only for codes the input holds
+    for (int ih = 0; ih < n_kv && c > 0; ++ih)
+        code_bytes += std::uint64_t(code_blocks_for(c)) *
+                      (code_block_bytes(l.Mk[ih], p_.nbits) + code_block_bytes(l.Mv[ih], p_.nbits));
+    in.require(code_bytes, 1, at + " codes");
     if (c > 0) ensure_pages(s.code_pages, *code_pool_, (c + P - 1) / P);
     for (int ih = 0; ih < n_kv && c > 0; ++ih)  // c > 0: version 0 is trained (the count was checked)
         for (const bool value : {false, true}) {
