@@ -14,6 +14,11 @@ constexpr std::uint64_t kP1 = 0x9E3779B185EBCA87ull, kP2 = 0xC2B2AE3D27D4EB4Full
                         kP4 = 0x85EBCA77C2B2AE63ull, kP5 = 0x27D4EB2F165667C5ull;
 
 std::uint64_t read64(const unsigned char* p) {
+    if constexpr (std::endian::native == std::endian::little) {
+        std::uint64_t v;
+        std::memcpy(&v, p, 8);
+        return v;
+    }
     std::uint64_t v = 0;
     for (int b = 0; b < 8; ++b) v |= std::uint64_t(p[b]) << (8 * b);  // little-endian on any host
     return v;
@@ -27,9 +32,15 @@ std::uint64_t merge(std::uint64_t h, std::uint64_t v) { return (h ^ lane_round(0
 
 /// 32-byte stripes of p[0, n - n % 32) into the four lanes; returns the bytes consumed.
 std::size_t stripes(std::uint64_t* v, const unsigned char* p, std::size_t n) {
+    std::uint64_t v0 = v[0], v1 = v[1], v2 = v[2], v3 = v[3];  // in registers: four independent chains
     std::size_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        for (int l = 0; l < 4; ++l) v[l] = lane_round(v[l], read64(p + i + 8 * l));
+    for (; i + 32 <= n; i += 32) {
+        v0 = lane_round(v0, read64(p + i));
+        v1 = lane_round(v1, read64(p + i + 8));
+        v2 = lane_round(v2, read64(p + i + 16));
+        v3 = lane_round(v3, read64(p + i + 24));
+    }
+    v[0] = v0, v[1] = v1, v[2] = v2, v[3] = v3;
     return i;
 }
 

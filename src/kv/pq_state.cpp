@@ -2,6 +2,7 @@
 
 #include "kv/pq_state.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -85,12 +86,21 @@ PqLayerVersion read_pq_version(ByteReader& in, const PqKvParams& p, const KvShap
 }
 
 bool code_blocks_canonical(const std::uint8_t* blocks, std::int64_t n, int M, int nbits) {
-    // Repacking the codes of the n tokens writes zero into every padding position.
-    const std::size_t bytes = std::size_t(code_blocks_for(n)) * code_block_bytes(M, nbits);
-    std::vector<std::uint8_t> codes(std::size_t(n) * M), repacked(bytes);
-    unpack_code_blocks(blocks, n, M, nbits, codes.data());
-    pack_code_blocks(codes.data(), n, M, nbits, repacked.data());
-    return std::memcmp(blocks, repacked.data(), bytes) == 0;
+    // Repacking the codes of a block writes zero into its padding. Only blocks with padding need the
+    // check: every block when M has padding subspaces (4-bit codes, M not a multiple of 4), else the
+    // last one when n is not a multiple of the block.
+    const std::size_t bb = code_block_bytes(M, nbits);
+    const std::int64_t n_blocks = code_blocks_for(n);
+    const std::int64_t first = code_padded_M(M, nbits) != M ? 0 : n % kCodeBlock != 0 ? n_blocks - 1 : n_blocks;
+    std::vector<std::uint8_t> codes(std::size_t(kCodeBlock) * M), repacked(bb);
+    for (std::int64_t b = first; b < n_blocks; ++b) {
+        const std::uint8_t* block = blocks + std::size_t(b) * bb;
+        const std::int64_t t = std::min<std::int64_t>(kCodeBlock, n - b * kCodeBlock);
+        unpack_code_blocks(block, t, M, nbits, codes.data());
+        pack_code_blocks(codes.data(), t, M, nbits, repacked.data());
+        if (std::memcmp(block, repacked.data(), bb) != 0) return false;
+    }
+    return true;
 }
 
 }  // namespace aqpim::kv

@@ -15,6 +15,9 @@
 #include "aqpim/kv_capture.h"
 #include "aqpim/kv_scheme.h"
 #include "aqpim/kv_state.h"
+#include "aqpim/pq_codes.h"
+#include "kv/pq_state.h"
+#include "support/random.h"
 
 using namespace aqpim;
 
@@ -271,4 +274,25 @@ TEST(KvStateCaches, ASchemeWithoutStateSupportSaysSo) {
     }
     ByteReader r(w.data(), "test");
     EXPECT_THROW(bare.restore_sequence(1, r), Error);
+}
+
+// The restore's check that code blocks are what encoding leaves (padding tokens and subspaces zero).
+TEST(KvStateCaches, CodeBlocksWithNonZeroPaddingAreNotCanonical) {
+    for (const auto& [M, nbits] : {std::pair{6, 4}, std::pair{8, 4}, std::pair{5, 8}}) {
+        SCOPED_TRACE(M);
+        const std::int64_t n = 45;  // a partial second block
+        const std::vector<std::uint8_t> codes = test::random_codes(std::size_t(n) * M, 1 << nbits, 3);
+        std::vector<std::uint8_t> blocks(std::size_t(code_blocks_for(n)) * code_block_bytes(M, nbits));
+        pack_code_blocks(codes.data(), n, M, nbits, blocks.data());
+        EXPECT_TRUE(kv::code_blocks_canonical(blocks.data(), n, M, nbits));
+        std::vector<std::uint8_t> padded_token = blocks;  // token 46 (in the second block), subspace 0
+        store_token_code(padded_token.data(), 46, M, nbits, std::vector<std::uint8_t>(M, 1).data());
+        EXPECT_FALSE(kv::code_blocks_canonical(padded_token.data(), n, M, nbits));
+        if (code_padded_M(M, nbits) != M) {  // a padding subspace of token 3, in the first (full) block
+            std::vector<std::uint8_t> padded_sub = blocks;
+            int shift;
+            padded_sub[code_byte_in_block(3, M, nbits, &shift)] |= std::uint8_t(1 << shift);
+            EXPECT_FALSE(kv::code_blocks_canonical(padded_sub.data(), n, M, nbits));
+        }
+    }
 }
