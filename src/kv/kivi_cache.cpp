@@ -11,7 +11,6 @@
 
 #include <fmt/format.h>
 
-#include "kv/kv_state_io.h"
 #include "kv/scalar_cache.h"
 
 namespace aqpim::kv {
@@ -133,11 +132,7 @@ public:
     }
 
     void restore_sequence(int seq_id, ByteReader& in) override {
-        check_new_sequence(*this, seq_id);
-        const std::vector<std::int64_t> n = read_layer_counts(in, shape());
-        std::uint64_t bytes = 0;
-        for (std::int64_t t : n) bytes += layer_bytes(t);
-        check_restore_budget(bytes, seq_id);
+        const std::vector<std::int64_t> n = begin_restore(seq_id, in, [&](std::int64_t t) { return layer_bytes(t); });
         const std::uint64_t hd = std::uint64_t(shape().head_dim);
         std::vector<KiviLayer> layers(shape().n_layer);
         for (int il = 0; il < shape().n_layer; ++il) {

@@ -13,6 +13,7 @@
 #include "aqpim/half.h"
 #include "aqpim/kv_cache.h"
 #include "aqpim/kv_scheme.h"
+#include "kv/kv_state_io.h"
 #include "kv/scalar_codec.h"
 
 namespace aqpim::kv {
@@ -126,6 +127,17 @@ protected:
         l.bytes = new_bytes;
     }
 
+    /// The start of every restore_sequence: a free id, the layers' token counts (docs/kv-state.md),
+    /// and the budget for the bytes they will hold (layer_bytes(n) per layer), checked before reading on.
+    template <class LayerBytes>
+    std::vector<std::int64_t> begin_restore(int seq_id, ByteReader& in, LayerBytes layer_bytes) const {
+        check_new_sequence(*this, seq_id);
+        std::vector<std::int64_t> n = read_layer_counts(in, shape());
+        std::uint64_t bytes = 0;
+        for (std::int64_t t : n) bytes += layer_bytes(t);
+        check_restore_budget(bytes, seq_id);
+        return n;
+    }
     /// Before restoring a sequence that will hold `bytes`: beyond the budget this throws (nothing changes).
     void check_restore_budget(std::uint64_t bytes, int seq_id) const {
         AQPIM_CHECK(budget_ == 0 || bytes_ + bytes <= budget_,

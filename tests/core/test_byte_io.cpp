@@ -5,26 +5,17 @@
 
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "aqpim/byte_io.h"
 #include "aqpim/error.h"
+#include "support/errors.h"
 
 using namespace aqpim;
 
-namespace {
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
-}  // namespace
+using test::error_of;
 
 TEST(ByteIo, FieldsAreLittleEndianWhateverTheHost) {
     ByteWriter w;

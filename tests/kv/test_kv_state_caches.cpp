@@ -17,6 +17,7 @@
 #include "aqpim/kv_state.h"
 #include "aqpim/pq_codes.h"
 #include "kv/pq_state.h"
+#include "support/one_thread.h"
 #include "support/random.h"
 
 using namespace aqpim;
@@ -92,6 +93,25 @@ std::vector<std::uint8_t> section(const KvCache& c, int seq) {
     return w.take();
 }
 
+/// Sequence seq holding the first n tokens as a slot holds them: a prefill of n - 1, a decode step.
+std::unique_ptr<KvCache> decoded_to(const std::string& spec, int seq, int n) {
+    auto c = cache_for(spec);
+    c->add_sequence(seq);
+    append(*c, seq, 0, n - 1);
+    append(*c, seq, n - 1, 1);
+    return c;
+}
+
+/// The section of a sequence of the first n tokens (and the cache holding it).
+std::vector<std::uint8_t> filled_section(const std::string& spec, int n, std::unique_ptr<KvCache>* keep = nullptr) {
+    auto c = cache_for(spec);
+    c->add_sequence(0);
+    append(*c, 0, 0, n);
+    std::vector<std::uint8_t> bytes = section(*c, 0);
+    if (keep) *keep = std::move(c);
+    return bytes;
+}
+
 std::unique_ptr<KvCache> restored(const std::string& spec, const std::vector<std::uint8_t>& bytes, int seq = 0) {
     auto c = cache_for(spec);
     ByteReader r(bytes, "test");
@@ -113,6 +133,7 @@ void expect_same_memory(const KvMemory& a, const KvMemory& b) {
 // caches save the same bytes.
 TEST(KvStateCaches, RestoreAnywhereThenContinueBitIdentically) {
     const std::vector<int> points = {2, 30, 40, 47, 104, 120, 175, 300};
+    const test::OneThread one;
     for (const std::string& spec : all_schemes()) {
         SCOPED_TRACE(spec);
         auto a = cache_for(spec);
@@ -127,10 +148,10 @@ TEST(KvStateCaches, RestoreAnywhereThenContinueBitIdentically) {
             auto b = restored(spec, bytes);
             expect_same_memory(b->memory(), a->memory());
             ASSERT_EQ(attend_at(*b, 0, n - 1), attend_at(*a, 0, n - 1));
-            // Continue both: 20 tokens at once, then 15 one at a time.
+            // Continue both: 20 tokens at once, then 10 one at a time.
             auto a2 = restored(spec, bytes);
             int m = n;
-            for (int step : {20, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}) {
+            for (int step : {20, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}) {
                 if (m + step > 400) break;
                 append(*a2, 0, m, step);
                 append(*b, 0, m, step);
@@ -145,12 +166,10 @@ TEST(KvStateCaches, RestoreAnywhereThenContinueBitIdentically) {
 
 // The restored cache continues as the original itself does (not only as another restored copy).
 TEST(KvStateCaches, RestoredContinuesAsTheOriginal) {
+    const test::OneThread one;
     for (const std::string& spec : all_schemes()) {
         SCOPED_TRACE(spec);
-        auto a = cache_for(spec);
-        a->add_sequence(0);
-        append(*a, 0, 0, 99);
-        append(*a, 0, 99, 1);
+        auto a = decoded_to(spec, 0, 100);
         auto b = restored(spec, section(*a, 0));
         for (int t = 100; t < 190; t += 9) {
             append(*a, 0, t, 9);
@@ -162,21 +181,16 @@ TEST(KvStateCaches, RestoredContinuesAsTheOriginal) {
 }
 
 TEST(KvStateCaches, ForkCopiesASequenceThatThenContinuesOnItsOwn) {
+    const test::OneThread one;
     for (const std::string& spec : all_schemes()) {
         SCOPED_TRACE(spec);
-        auto c = cache_for(spec);
-        c->add_sequence(3);
-        append(*c, 3, 0, 150);
-        append(*c, 3, 150, 1);
+        auto c = decoded_to(spec, 3, 151);
         const KvMemory one = c->memory();
         fork_sequence(*c, 3, 8);
         EXPECT_EQ(c->memory().bytes, 2 * one.bytes) << "a copy: its bytes count too";
         EXPECT_EQ(attend_at(*c, 8, 150), attend_at(*c, 3, 150));
         // The fork continues with other tokens (data from position 200 on), the source with its own.
-        auto ref = cache_for(spec);  // what a sequence of tokens [0, 151) then [200, 240) holds
-        ref->add_sequence(0);
-        append(*ref, 0, 0, 150);
-        append(*ref, 0, 150, 1);
+        auto ref = decoded_to(spec, 0, 151);  // then tokens [200, 240): what the fork gets
         const std::size_t row = 2 * 32;
         for (int il = 0; il < 3; ++il) {
             c->append(il, 8, 40, data().a.k.data() + 200 * row, data().a.v.data() + 200 * row);
@@ -199,12 +213,11 @@ TEST(KvStateCaches, ForkCopiesASequenceThatThenContinuesOnItsOwn) {
 }
 
 TEST(KvStateCaches, RestoreRefusesAnIdInUseABudgetAndLeavesTheCacheAsItWas) {
+    const test::OneThread one;
     for (const std::string& spec : all_schemes()) {
         SCOPED_TRACE(spec);
-        auto a = cache_for(spec);
-        a->add_sequence(0);
-        append(*a, 0, 0, 200);
-        const std::vector<std::uint8_t> bytes = section(*a, 0);
+        std::unique_ptr<KvCache> a;
+        const std::vector<std::uint8_t> bytes = filled_section(spec, 200, &a);
         auto b = cache_for(spec);
         b->add_sequence(0);
         ByteReader r(bytes, "test");
@@ -230,12 +243,10 @@ TEST(KvStateCaches, RestoreRefusesAnIdInUseABudgetAndLeavesTheCacheAsItWas) {
 
 // Truncated sections: a clear error at every length tried, the cache unchanged (pages given back).
 TEST(KvStateCaches, TruncatedSectionsAreErrorsAndChangeNothing) {
+    const test::OneThread one;
     for (const std::string& spec : all_schemes()) {
         SCOPED_TRACE(spec);
-        auto a = cache_for(spec);
-        a->add_sequence(0);
-        append(*a, 0, 0, 180);
-        const std::vector<std::uint8_t> bytes = section(*a, 0);
+        const std::vector<std::uint8_t> bytes = filled_section(spec, 180);
         auto b = cache_for(spec);
         b->add_sequence(1);
         append(*b, 1, 0, 50);

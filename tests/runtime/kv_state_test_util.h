@@ -10,9 +10,9 @@
 
 #include "aqpim/generate.h"
 #include "aqpim/kv_state.h"
-#include "aqpim/threads.h"
 #include "aqpim/tokenizer.h"
 #include "aqpim/transformer.h"
+#include "support/one_thread.h"
 
 namespace aqpim::test {
 
@@ -28,14 +28,6 @@ inline std::shared_ptr<const Tokenizer> plain_vocabulary(int n) {
     v.eos = 2;
     return Tokenizer::create(std::move(v));
 }
-
-/// One thread for the test's lifetime: the 2-core machine is shared, and OpenMP barriers stall badly
-/// when other processes hold the cores (results do not depend on the thread count).
-struct OneThread {
-    int saved = default_threads();
-    OneThread() { set_default_threads(1); }
-    ~OneThread() { set_default_threads(saved); }
-};
 
 struct ContinueCase {
     std::string kv;

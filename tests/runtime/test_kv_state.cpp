@@ -15,6 +15,7 @@
 #include "aqpim/hash.h"
 #include "aqpim/kv_scheme.h"
 #include "runtime/kv_state_test_util.h"
+#include "support/errors.h"
 #include "support/temp_dir.h"
 #include "support/tiny_model.h"
 
@@ -107,12 +108,7 @@ Bytes with_section(Bytes b, const char* tag, std::uint32_t flags, const Bytes& p
 }
 
 std::string load_error(const Bytes& b) {
-    try {
-        load_kv_state(b, {&tiny().id, nullptr, 0});
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
+    return test::error_of([&] { load_kv_state(b, {&tiny().id, nullptr, 0}); });
 }
 
 }  // namespace
@@ -149,14 +145,7 @@ TEST(KvState, TheLayoutIsTheDocumentedOne) {
 TEST(KvState, RestoreChecksModelShapeSchemeAndId) {
     Tiny& m = tiny();
     const Bytes b = saved_state(kPq, 30);
-    const auto err = [&](const std::function<void()>& f) -> std::string {
-        try {
-            f();
-        } catch (const Error& e) {
-            return e.what();
-        }
-        return "";
-    };
+    const auto err = test::error_of;
     ModelIdentity other = m.id;
     other.fingerprint ^= 1;
     other.name = "other";

@@ -17,6 +17,18 @@ const SamplerParams kGreedy{0.0f, 1.0f, 1}, kSampled{0.9f, 0.95f, 1234};
 
 std::vector<std::int32_t> ids(std::initializer_list<std::int32_t> l) { return l; }
 
+/// A shared model on one thread, its identity, and a prompt's tokens.
+struct SharedModel {
+    test::OneThread one;
+    LoadedModel m;
+    Transformer t;
+    ModelIdentity id;
+    std::vector<std::int32_t> prompt;
+    SharedModel(const std::string& rel, const std::string& text)
+        : m(load_model(test::shared_path(rel))), t(m.weights), id(model_identity(m.weights)),
+          prompt(m.tokenizer->encode(text, true)) {}
+};
+
 }  // namespace
 
 TEST(KvStateGenerate, TinyModelEveryScheme) {
@@ -47,37 +59,29 @@ TEST(KvStateGenerate, TinyModelEveryScheme) {
 
 TEST(KvStateGenerate, Stories260K) {
     AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.bin");
-    const test::OneThread one;
-    const LoadedModel m = load_model(test::shared_path("models/stories260K/stories260K.bin"));
-    Transformer t(m.weights);
-    const ModelIdentity id = model_identity(m.weights);
-    const std::vector<std::int32_t> prompt = m.tokenizer->encode("Once upon a time, a little dog", true);
-    const int n = int(prompt.size());
+    SharedModel s("models/stories260K/stories260K.bin", "Once upon a time, a little dog");
+    const int n = int(s.prompt.size());
     // head_dim 8: q8_0/q4_0 need 32; pq m=4 (dsub 2). calib 32: version 0 trains at 32 tokens, version 1
     // at 64 + 28 = 92, window 8.
     const std::vector<int> points = {32 - n + 1, 40, 92 - n + 1, 100};
     for (const char* kv : {"f16", "int4:g=8", "kivi2:g=8,window=16", "pq:calib=32,window=8,refresh=64,page=32"})
         for (const SamplerParams& sp : {kGreedy, kSampled}) {
             SCOPED_TRACE(std::string(kv) + (sp.temperature > 0 ? " sampled" : " greedy"));
-            test::expect_restore_continues_exactly(t, *m.tokenizer, id, {kv, prompt, 120, points, sp});
+            test::expect_restore_continues_exactly(s.t, *s.m.tokenizer, s.id, {kv, s.prompt, 120, points, sp});
         }
 }
 
 TEST(KvStateGenerate, Austen13m) {
     AQPIM_REQUIRE_SHARED("models/austen-13m/austen-13m-f16.gguf");
-    const test::OneThread one;
-    const LoadedModel m = load_model(test::shared_path("models/austen-13m/austen-13m-f16.gguf"));
-    Transformer t(m.weights);
-    const ModelIdentity id = model_identity(m.weights);
-    const std::vector<std::int32_t> prompt = m.tokenizer->encode("It is a truth universally acknowledged", true);
-    const int n = int(prompt.size());
+    SharedModel s("models/austen-13m/austen-13m-f16.gguf", "It is a truth universally acknowledged");
+    const int n = int(s.prompt.size());
     // head_dim 128, GQA 2:1. pq: calib 32 (version 0 trains at 32 tokens), window 8, refresh 32
     // (version 1 trains at 64 tokens); saved right after each. The others: saved once the window (and
     // for bits=2 the calibration) has passed.
     test::expect_restore_continues_exactly(
-        t, *m.tokenizer, id, {"pq:calib=32,window=8,refresh=32,versions=2,page=32", prompt, 68, {32 - n + 1, 64 - n + 1}, kSampled});
+        s.t, *s.m.tokenizer, s.id, {"pq:calib=32,window=8,refresh=32,versions=2,page=32", s.prompt, 68, {32 - n + 1, 64 - n + 1}, kSampled});
     for (const char* kv : {"f16", "q8_0", "q4_0", "kivi2:g=8,window=8", "pq:refresh=0,bits=2,cb=f16,wq=q8_0,window=16,calib=16,ctx=1024"}) {
         SCOPED_TRACE(kv);
-        test::expect_restore_continues_exactly(t, *m.tokenizer, id, {kv, prompt, 26, {20}, kGreedy});
+        test::expect_restore_continues_exactly(s.t, *s.m.tokenizer, s.id, {kv, s.prompt, 26, {20}, kGreedy});
     }
 }
