@@ -111,8 +111,9 @@ public:
 
     // ---- state (save / restore one sequence: aqpim/kv_state.h, docs/kv-state.md) ------------------
     /// Append to `out` everything sequence seq_id holds, as the scheme's section of docs/kv-state.md
-    /// lays it out: what continuing it exactly needs, nothing process-dependent. Default (a scheme
-    /// that does not implement it): aqpim::Error "kv cache X: scheme X cannot save its state".
+    /// lays it out: what continuing it exactly needs, nothing process-dependent. It reads as
+    /// attend() does (concurrent attend() calls are fine, an append() is not). Default (a scheme
+    /// that does not implement it): aqpim::Error "kv cache: scheme X cannot save its state".
     virtual void save_sequence(int seq_id, ByteWriter& out) const;
     /// Create sequence seq_id (not in use) from bytes save_sequence wrote in a cache of the same
     /// shape and scheme(), reading exactly those bytes from `in` (untrusted: every size is checked

@@ -85,3 +85,53 @@ TEST(KvStateGenerate, Austen13m) {
         test::expect_restore_continues_exactly(s.t, *s.m.tokenizer, s.id, {kv, s.prompt, 26, {20}, kGreedy});
     }
 }
+
+// A prefix saved once (a shared system prompt longer than calib: its codebooks come from it), then
+// restored for two requests that continue with their own tokens: each gives exactly what a fresh run
+// that prefills the same prefix and then its own tokens gives.
+TEST(KvStateGenerate, APrefixRestoredForRequestsThatDiffer) {
+    const test::OneThread one;
+    test::TinyModelShape s;
+    s.n_embd = 64;
+    const ModelWeights w = test::tiny_model(s, 8);
+    Transformer t(w);
+    const auto tok = test::plain_vocabulary(s.n_vocab);
+    const ModelIdentity id = model_identity(w);
+    const std::string kv = "pq:m=8,calib=24,window=8,refresh=0,page=32";
+    std::vector<std::int32_t> prefix;
+    for (int i = 0; i < 40; ++i) prefix.push_back(3 + (i * 7) % 60);
+    GenerateOptions opt;
+    opt.stop_at_eos = false;
+    const KvCacheOptions ko{0, 256};
+    // The prefix, prefilled and saved with nothing waiting (n_predict 0).
+    auto base = make_kv_cache(parse_kv_scheme(kv), t.kv_shape(), ko);
+    base->add_sequence(0);
+    SlotState p{prefix, 0, {}};
+    Sampler unused(SamplerParams{});
+    opt.n_predict = 0;
+    generate(t, *tok, *base, 0, p, unused, opt);
+    ASSERT_EQ(p.n_cached, 40);
+    const std::vector<std::uint8_t> saved = save_kv_state(*base, 0, p, id, ko.context);
+    auto server = make_kv_cache(parse_kv_scheme(kv), t.kv_shape(), ko);  // one cache, many requests
+    for (const std::vector<std::int32_t>& own : {std::vector<std::int32_t>{9, 8, 7}, std::vector<std::int32_t>{50, 51}}) {
+        const int seq = own[0];
+        SlotState r = restore_kv_state(saved, *server, seq, id);
+        r.tokens.insert(r.tokens.end(), own.begin(), own.end());
+        Sampler sr(SamplerParams{0.9f, 0.95f, 3});
+        opt.n_predict = 30;
+        generate(t, *tok, *server, seq, r, sr, opt);
+        // Fresh: the prefix in one call, then the request's tokens in one call, as the restore did.
+        auto fresh = make_kv_cache(parse_kv_scheme(kv), t.kv_shape(), ko);
+        fresh->add_sequence(0);
+        SlotState f{prefix, 0, {}};
+        opt.n_predict = 0;
+        generate(t, *tok, *fresh, 0, f, unused, opt);
+        f.tokens.insert(f.tokens.end(), own.begin(), own.end());
+        Sampler sf(SamplerParams{0.9f, 0.95f, 3});
+        opt.n_predict = 30;
+        generate(t, *tok, *fresh, 0, f, sf, opt);
+        EXPECT_EQ(r.tokens, f.tokens);
+        EXPECT_EQ(save_kv_state(*server, seq, r, id, ko.context), save_kv_state(*fresh, 0, f, id, ko.context));
+    }
+    EXPECT_TRUE(server->has_sequence(9) && server->has_sequence(50));
+}
