@@ -212,11 +212,11 @@ public:
     std::uint64_t sequence_bytes(std::int64_t n_tokens) const override { return footprint(n_tokens); }
     /// pq_layer_read_view (aqpim/kv_pq.h): layer il of sequence seq_id as a decode step reads it.
     PqLayerReadView read_view(int seq_id, int il) const;
-    /// Sinks, then coded runs split at version and page boundaries, then the f16 tail (window and
-    /// tokens waiting for their version); a dense f16 layer is one span.
     /// Section "pq" of docs/kv-state.md.
     void save_sequence(int seq_id, ByteWriter& out) const override;
     void restore_sequence(int seq_id, ByteReader& in) override;
+    /// Sinks, then coded runs split at version and page boundaries, then the f16 tail (window and
+    /// tokens waiting for their version); a dense f16 layer is one span.
     std::vector<KvSpan> layout(int seq_id, int il) const override {
         const LayerState& l = layer(seq_id, il);
         if (L_.dense[il]) return {KvSpan{0, l.n, -1, -1}};
