@@ -13,6 +13,7 @@
 #include "aqpim/half.h"
 #include "aqpim/kv_cache.h"
 #include "aqpim/kv_scheme.h"
+#include "kv/kv_state_io.h"
 #include "kv/scalar_codec.h"
 
 namespace aqpim::kv {
@@ -124,6 +125,34 @@ protected:
                     scheme(), n, il, seq_id, need, budget_, bytes_);
         bytes_ = need;
         l.bytes = new_bytes;
+    }
+
+    /// The start of every restore_sequence: a free id, the layers' token counts (docs/kv-state.md),
+    /// and the budget for the bytes they will hold (layer_bytes(n) per layer), checked before reading on.
+    template <class LayerBytes>
+    std::vector<std::int64_t> begin_restore(int seq_id, ByteReader& in, LayerBytes layer_bytes) const {
+        check_new_sequence(*this, seq_id);
+        std::vector<std::int64_t> n = read_layer_counts(in, shape());
+        std::uint64_t bytes = 0;
+        for (std::int64_t t : n) bytes += layer_bytes(t);
+        check_restore_budget(bytes, seq_id);
+        return n;
+    }
+    /// Before restoring a sequence that will hold `bytes`: beyond the budget this throws (nothing changes).
+    void check_restore_budget(std::uint64_t bytes, int seq_id) const {
+        AQPIM_CHECK(budget_ == 0 || bytes_ + bytes <= budget_,
+                    "kv cache {}: restoring sequence {} needs {} bytes in all, over the memory budget of {} bytes "
+                    "(holding {} bytes now)",
+                    scheme(), seq_id, bytes_ + bytes, budget_, bytes_);
+    }
+    /// Restore: sequence seq_id (checked free) from its layer states, their `bytes` set.
+    void insert_sequence(int seq_id, std::vector<LayerState> layers) {
+        std::uint64_t b = 0;
+        for (const LayerState& l : layers) b += l.bytes;
+        check_restore_budget(b, seq_id);
+        AQPIM_ASSERT(int(layers.size()) == shape().n_layer && !has_sequence(seq_id));
+        seqs_.emplace(seq_id, std::move(layers));
+        bytes_ += b;
     }
 
     /// Sequences -> [n_layer] layer states.
