@@ -28,11 +28,14 @@ struct SegmentedHead {
     std::int64_t window = 0;    ///< a row at p reads quantized the oldest floor(max(0, p + 1 - window) /
     std::int64_t granule = 1;   ///< granule) * granule tokens (at least f16_start, at most p + 1)
     std::int64_t f16_start = 0;
+    std::int64_t coded_from = 0;  ///< a row at p with p + 1 < coded_from reads nothing quantized
     const f16_t* k16 = nullptr;  ///< [n_tokens - f16_start][head_dim]
     const f16_t* v16 = nullptr;  ///< [n_tokens - f16_start][head_dim]
 
     /// Tokens [0, quant_end(p)) a row at position p reads from the quantized store; [.., p] from f16.
     std::int64_t quant_end(std::int64_t p) const;
+    /// Tokens quantized at steady state when n are stored (what a row at n - 1 reads quantized).
+    std::int64_t quantized(std::int64_t n) const;
 };
 
 /// Decodes quantized tokens of one head.
@@ -61,8 +64,13 @@ std::int64_t tile_for_granule(std::int64_t granule);
 template <class LayerState>
 class ScalarCacheBase : public KvCache {
 public:
-    ScalarCacheBase(const KvShape& shape, const KvCacheOptions& options)
-        : KvCache(shape), budget_(options.memory_budget) {}
+    /// fixed_bytes: what the cache holds whatever its sequences (tables shared by all of them),
+    /// charged against the budget from the start.
+    ScalarCacheBase(const KvShape& shape, const KvCacheOptions& options, std::uint64_t fixed_bytes = 0)
+        : KvCache(shape), budget_(options.memory_budget), bytes_(fixed_bytes) {
+        AQPIM_CHECK(budget_ == 0 || fixed_bytes <= budget_,
+                    "kv cache: its shared tables need {} bytes, over the memory budget of {} bytes", fixed_bytes, budget_);
+    }
 
     void add_sequence(int seq_id) override {
         AQPIM_CHECK(seq_id >= 0, "kv cache {}: sequence id {} must be non-negative", scheme(), seq_id);
@@ -134,7 +142,7 @@ protected:
         for (const auto& [id, layers] : seqs_) n += layers[0].n_tokens;
         return n;
     }
-    /// Bytes held now (sum of every layer state's `bytes`).
+    /// Bytes held now (the fixed bytes plus every layer state's `bytes`).
     std::uint64_t held_bytes() const { return bytes_; }
 
 private:
