@@ -9,6 +9,7 @@
 #include "aqpim/error.h"
 #include "aqpim/half.h"
 #include "kv/scalar_codec.h"
+#include "kv/turbo_kernels.h"
 #include "pq/rotation.h"
 
 namespace aqpim::kv {
@@ -46,6 +47,17 @@ float load_f16(const std::uint8_t* p) {
     f16_t h;
     std::memcpy(&h, p, sizeof h);
     return fp16_to_f32_scalar(h);
+}
+
+/// Σ a[j] b[j] in 8 partial sums of a fixed order (vectorisable without -ffast-math, the same everywhere).
+float dot8(const float* a, const float* b, int n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const int n8 = n / 8 * 8;
+    for (int j = 0; j < n8; j += 8)
+        for (int k = 0; k < 8; ++k) acc[k] += a[j + k] * b[j + k];
+    float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (int j = n8; j < n; ++j) sum += a[j] * b[j];
+    return sum;
 }
 
 /// Stores x as f16 and returns the stored value.
@@ -164,20 +176,15 @@ void TurboStreamCoder::encode(const float* x, const int* channels, std::uint8_t*
         }
         if (p.spec.sketch_bits > 0) {
             std::memset(out, 0, p.sign_bytes);
-            for (int i = 0; i < p.spec.sketch_bits; ++i) {
-                const float* Si = p.projection.data() + std::size_t(i) * d;
-                double dot = 0;
-                for (int j = 0; j < d; ++j) dot += double(Si[j]) * r[j];
-                if (dot > 0) out[i / 8] |= std::uint8_t(1u << (i % 8));
-            }
+            for (int i = 0; i < p.spec.sketch_bits; ++i)
+                if (dot8(p.projection.data() + std::size_t(i) * d, r, d) > 0) out[i / 8] |= std::uint8_t(1u << (i % 8));
             store_f16(float(norm2(r, d)), out + p.sign_bytes);
         }
     }
 }
 
 void TurboStreamCoder::decode_ext(const std::uint8_t* rows, std::int64_t n, float* ext) const {
-    CoderScratch& s = coder_scratch();
-    s.reserve(std::size_t(head_dim_));
+    const TurboKernels& k = turbo_kernels(active_simd_level());
     const std::size_t rb = row_bytes_.total();
     for (std::int64_t t = 0; t < n; ++t) {
         const std::uint8_t* row = rows + t * rb;
@@ -185,18 +192,12 @@ void TurboStreamCoder::decode_ext(const std::uint8_t* rows, std::int64_t n, floa
         for (const Part& p : parts_) {
             const std::uint8_t* in = row + p.byte_offset;
             if (p.codebook) {
-                unpack_bits(in, p.spec.dim, p.spec.mse_bits, s.idx.data());
-                const float norm = load_f16(in + p.code_bytes);
-                const float* c = p.codebook->centroids.data();
-                float* dst = e + p.mse_offset;
-                for (int j = 0; j < p.spec.dim; ++j) dst[j] = norm * c[s.idx[j]];
+                k.centroids(in, p.spec.dim, p.spec.mse_bits, p.codebook->centroids.data(), load_f16(in + p.code_bytes),
+                            e + p.mse_offset);
                 in += p.code_bytes + sizeof(f16_t);
             }
-            if (p.spec.sketch_bits > 0) {
-                const float v = p.sketch_scale * load_f16(in + p.sign_bytes);
-                float* dst = e + p.sketch_offset;
-                for (int i = 0; i < p.spec.sketch_bits; ++i) dst[i] = (in[i / 8] >> (i % 8)) & 1 ? v : -v;
-            }
+            if (p.spec.sketch_bits > 0)
+                k.signs(in, p.spec.sketch_bits, p.sketch_scale * load_f16(in + p.sign_bytes), e + p.sketch_offset);
         }
     }
 }
@@ -214,13 +215,8 @@ void TurboStreamCoder::prepare_query(const float* q, const int* channels, float*
             rotate(p, qp, y, false);
             qs = y;
         }
-        if (p.spec.sketch_bits > 0)
-            for (int i = 0; i < p.spec.sketch_bits; ++i) {
-                const float* Si = p.projection.data() + std::size_t(i) * d;
-                float dot = 0;
-                for (int j = 0; j < d; ++j) dot += Si[j] * qs[j];
-                q_ext[p.sketch_offset + i] = dot;
-            }
+        for (int i = 0; i < p.spec.sketch_bits; ++i)
+            q_ext[p.sketch_offset + i] = dot8(p.projection.data() + std::size_t(i) * d, qs, d);
     }
 }
 
@@ -240,7 +236,7 @@ void TurboStreamCoder::decode(const std::uint8_t* rows, std::int64_t n, const in
     s.reserve(std::size_t(head_dim_) + std::size_t(ext_dim_));
     float* ext = s.c.data();
     for (std::int64_t t = 0; t < n; ++t) {
-        decode_ext(rows + t * row_bytes_.total(), 1, ext);  // uses s.idx only
+        decode_ext(rows + t * row_bytes_.total(), 1, ext);
         for (const Part& p : parts_) {
             const int d = p.spec.dim;
             float* y = s.a.data();  // the part in its coding coordinates

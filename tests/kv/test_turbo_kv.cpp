@@ -12,9 +12,11 @@
 #include "aqpim/error.h"
 #include "aqpim/kv_scheme.h"
 #include "aqpim/kv_turbo.h"
+#include "kv/scalar_codec.h"
 #include "kv/scalar_kv_test_util.h"
 #include "kv/turbo_cache.h"
 #include "kv/turbo_codec.h"
+#include "kv/turbo_kernels.h"
 #include "kv/turbo_lloyd_max.h"
 
 using namespace aqpim;
@@ -83,6 +85,43 @@ TEST(TurboLloydMax, LowDimensionsAreTheExactBetaQuantizers) {
     EXPECT_EQ(sphere_codebook(64, 0).centroids, std::vector<float>{0.0f});
     EXPECT_THROW(sphere_codebook(1, 2), Error);
     EXPECT_THROW(sphere_codebook(8, 9), Error);
+}
+
+// ---- decode kernels --------------------------------------------------------------------------------
+
+TEST(TurboKernels, EveryLevelEqualsRefOnOddSizes) {
+    // Codes packed by pack_bits (the row layout), every width the codebooks use and beyond, counts
+    // that end inside a byte and inside a vector step; the ref kernel against the unpacked codes.
+    const std::vector<float> c = test::gaussian(256, 71);
+    for (int bits : {1, 2, 3, 4, 5, 8})
+        for (int n : {1, 3, 7, 8, 13, 16, 17, 31, 64, 100, 128}) {
+            const std::vector<std::uint8_t> q = test::random_codes(std::size_t(n), 1 << bits, std::uint64_t(bits * 131 + n));
+            std::vector<std::uint8_t> packed((std::size_t(n) * bits + 7) / 8);
+            pack_bits(q.data(), n, bits, packed.data());
+            std::vector<float> want(n);
+            for (int j = 0; j < n; ++j) want[j] = 0.75f * c[q[j]];
+            for (SimdLevel level : supported_simd_levels()) {
+                std::vector<float> got(n + 1, 42.0f);
+                turbo_kernels(level).centroids(packed.data(), n, bits, c.data(), 0.75f, got.data());
+                EXPECT_EQ(got[n], 42.0f) << "wrote past n";
+                got.pop_back();
+                EXPECT_EQ(got, want) << simd_level_name(level) << " bits " << bits << " n " << n;
+            }
+        }
+    for (int m : {1, 5, 8, 9, 16, 23, 64, 100, 256}) {
+        const std::vector<std::uint8_t> b = test::random_codes(std::size_t(m), 2, std::uint64_t(m));
+        std::vector<std::uint8_t> packed((std::size_t(m) + 7) / 8);
+        pack_bits(b.data(), m, 1, packed.data());
+        std::vector<float> want(m);
+        for (int i = 0; i < m; ++i) want[i] = b[i] ? 0.5f : -0.5f;
+        for (SimdLevel level : supported_simd_levels()) {
+            std::vector<float> got(m + 1, 42.0f);
+            turbo_kernels(level).signs(packed.data(), m, 0.5f, got.data());
+            EXPECT_EQ(got[m], 42.0f) << "wrote past m";
+            got.pop_back();
+            EXPECT_EQ(got, want) << simd_level_name(level) << " m " << m;
+        }
+    }
 }
 
 // ---- the code --------------------------------------------------------------------------------------
