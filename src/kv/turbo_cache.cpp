@@ -108,7 +108,7 @@ HeadChannels& head_channels() {
 class TurboKvCache final : public ScalarCacheBase<TurboLayer> {
 public:
     TurboKvCache(TurboCacheParams p, const KvShape& shape, const KvCacheOptions& options, std::uint64_t shared)
-        : ScalarCacheBase(shape, options, shared), p_(std::move(p)), shared_(shared) {
+        : ScalarCacheBase(shape, options, shared), p_(std::move(p)) {
         split_k_ = p_.keys->parts().size() > 1;
         split_v_ = p_.values->turbo() && p_.values->turbo()->parts().size() > 1;
     }
@@ -206,8 +206,10 @@ public:
         return m;
     }
 
+    /// One more sequence's bytes: the shared tables are held once, whatever the sequences, so they
+    /// are in memory() but not here.
     std::uint64_t sequence_bytes(std::int64_t n_tokens) const override {
-        return shared_ + std::uint64_t(shape().n_layer) * layer_bytes(n_tokens);
+        return std::uint64_t(shape().n_layer) * layer_bytes(n_tokens);
     }
 
 protected:
@@ -292,7 +294,6 @@ private:
     }
 
     TurboCacheParams p_;
-    std::uint64_t shared_ = 0;  ///< rotations, projections and codebooks: held once, whatever the sequences
     bool split_k_ = false, split_v_ = false;
 };
 

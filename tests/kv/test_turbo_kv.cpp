@@ -448,23 +448,26 @@ TEST(TurboKv, MemoryMatchesHandCountedBytes) {
 }
 
 TEST(TurboKv, SequenceBytesIsWhatMemoryHoldsOnTheWay) {
-    // One sequence decoded token by token: memory() at every n equals sequence_bytes(n), before the
-    // outlier choice (f16 rows and the channel energies), at it and after (codes, masks, window).
+    // One sequence decoded token by token: memory() at every n is the shared tables (what the empty
+    // cache holds) plus sequence_bytes(n), before the outlier choice (f16 rows and the channel
+    // energies), at it and after (codes, masks, window); a second sequence adds only its own bytes.
     const KvShape shape{2, 2, 32};
     const test::KvData d = test::gaussian_kv(shape, 40, 1, 63);
     for (const char* spec : {"turbo:bits=2.5,sel=9,window=3", "turbo:bits=2,qjl=1", "qjl:sel=5,values=q8_0"}) {
         auto cache = make(spec, shape);
+        const std::uint64_t shared = cache->memory().bytes;
+        EXPECT_GT(shared, 0u) << spec;
         cache->add_sequence(0);
-        EXPECT_EQ(cache->sequence_bytes(0), cache->memory().bytes) << spec;  // the shared tables alone
+        EXPECT_EQ(cache->sequence_bytes(0), 0u) << spec;
         for (int t = 0; t < 40; ++t) {
             test::append_tokens(*cache, d, 0, t, 1);
-            ASSERT_EQ(cache->memory().bytes, cache->sequence_bytes(t + 1)) << spec << " at " << t + 1;
+            ASSERT_EQ(cache->memory().bytes, shared + cache->sequence_bytes(t + 1)) << spec << " at " << t + 1;
         }
-        cache->add_sequence(1);  // a second sequence adds its own bytes, not the shared tables again
+        cache->add_sequence(1);
         test::append_tokens(*cache, d, 1, 0, 7);
-        EXPECT_EQ(cache->memory().bytes, cache->sequence_bytes(40) + cache->sequence_bytes(7) - cache->sequence_bytes(0));
+        EXPECT_EQ(cache->memory().bytes, shared + cache->sequence_bytes(40) + cache->sequence_bytes(7)) << spec;
         cache->remove_sequence(0);
-        EXPECT_EQ(cache->memory().bytes, cache->sequence_bytes(7)) << spec;
+        EXPECT_EQ(cache->memory().bytes, shared + cache->sequence_bytes(7)) << spec;
     }
 }
 
