@@ -500,9 +500,9 @@ TEST(TurboKv, BudgetRefusesAppendAndLeavesCacheUnchanged) {
 
 TEST(TurboKv, SchemeTextRoundTripsAndNamesAreRegistered) {
     const KvShape shape{1, 1, 64};
-    EXPECT_EQ(make("turbo", shape)->scheme(), "turbo:bits=3.5,qjl=0,sel=32,window=0");
+    EXPECT_EQ(make("turbo", shape)->scheme(), "turbo:bits=3.5,qjl=0,sel=128,window=0");
     EXPECT_EQ(make("turbo:bits=3,qjl=1,seed=9", shape)->scheme(), "turbo:bits=3,qjl=1,window=0,seed=9");
-    EXPECT_EQ(make("qjl", shape)->scheme(), "qjl:m=128,outliers=4,outlier_m=64,sel=32,window=0,values=int2,vg=32");
+    EXPECT_EQ(make("qjl", shape)->scheme(), "qjl:m=128,outliers=4,outlier_m=64,sel=128,window=0,values=int2,vg=32");
     EXPECT_EQ(make("qjl:outliers=0,values=q4_0,attn=decode", shape)->scheme(),
               "qjl:m=128,outliers=0,window=0,attn=decode,values=q4_0");
     for (const char* spec : {"turbo", "turbo:bits=2.25,sel=3,window=8", "turbo:bits=4,qjl=1,attn=decode", "qjl",
