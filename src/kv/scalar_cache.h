@@ -87,13 +87,7 @@ public:
     std::int64_t n_tokens(int seq_id, int il) const override { return layer(seq_id, il).n_tokens; }
 
     void attend(int il, int seq_id, int ih, const KvQuery& query) const override {
-        const LayerState& l = layer(seq_id, il);
-        AQPIM_CHECK(ih >= 0 && ih < shape().n_kv_head, "kv cache {}: KV head {} out of range [0, {})", scheme(), ih,
-                    shape().n_kv_head);
-        for (int r = 0; r < query.n_rows; ++r)
-            AQPIM_CHECK(query.pos[r] >= 0 && query.pos[r] < l.n_tokens,
-                        "kv cache {}: query position {} but layer {} of sequence {} holds {} tokens", scheme(),
-                        query.pos[r], il, seq_id, l.n_tokens);
+        const LayerState& l = attended_layer(il, seq_id, ih, query);
         struct Source final : TileSource {
             const ScalarCacheBase* cache;
             const LayerState* l;
@@ -121,6 +115,24 @@ protected:
         return it->second[il];
     }
     LayerState& mutable_layer(int seq_id, int il) { return const_cast<LayerState&>(layer(seq_id, il)); }
+    /// The layer an attend() call reads, after checking its KV head and every row's position.
+    const LayerState& attended_layer(int il, int seq_id, int ih, const KvQuery& query) const {
+        const LayerState& l = layer(seq_id, il);
+        AQPIM_CHECK(ih >= 0 && ih < shape().n_kv_head, "kv cache {}: KV head {} out of range [0, {})", scheme(), ih,
+                    shape().n_kv_head);
+        for (int r = 0; r < query.n_rows; ++r)
+            AQPIM_CHECK(query.pos[r] >= 0 && query.pos[r] < l.n_tokens,
+                        "kv cache {}: query position {} but layer {} of sequence {} holds {} tokens", scheme(),
+                        query.pos[r], il, seq_id, l.n_tokens);
+        return l;
+    }
+    /// Append the head rows of KV head ih of n tokens (src [n][n_kv_head][head_dim]) to dst as f16.
+    void append_f16_rows(const float* src, std::int64_t n, int ih, std::vector<f16_t>& dst) const {
+        const int n_kv = shape().n_kv_head, hd = shape().head_dim;
+        const std::size_t old = dst.size();
+        dst.resize(old + std::size_t(n) * hd);
+        for (std::int64_t t = 0; t < n; ++t) f32_to_fp16(src + (t * n_kv + ih) * hd, dst.data() + old + t * hd, std::size_t(hd));
+    }
 
     /// Before appending n tokens to layer il of sequence seq_id: the layer will hold new_bytes. Beyond
     /// the budget this throws and nothing changes; else the accounting is updated.

@@ -127,12 +127,8 @@ public:
         std::vector<float> x(hd);
         for (int ih = 0; ih < n_kv; ++ih) {
             TurboHead& h = l.heads[ih];
-            for (auto [src, dst] : {std::pair{k, &h.k16}, std::pair{v, &h.v16}}) {
-                const std::size_t old = dst->size();
-                dst->resize(old + std::size_t(n) * hd);
-                for (std::int64_t t = 0; t < n; ++t)
-                    f32_to_fp16(src + (t * n_kv + ih) * hd, dst->data() + old + t * hd, std::size_t(hd));
-            }
+            append_f16_rows(k, n, ih, h.k16);
+            append_f16_rows(v, n, ih, h.v16);
             choose_outliers(h, l.n_tokens, n_new, l.f16_start);
             HeadChannels& ch = head_channels();
             const int* kch = mask_channels(h.k_mask, hd, ch.k);
@@ -156,14 +152,8 @@ public:
     }
 
     void attend(int il, int seq_id, int ih, const KvQuery& query) const override {
-        if (p_.decode_attention) return ScalarCacheBase::attend(il, seq_id, ih, query);  // checks, then decode tiles
-        const TurboLayer& l = layer(seq_id, il);
-        AQPIM_CHECK(ih >= 0 && ih < shape().n_kv_head, "kv cache {}: KV head {} out of range [0, {})", scheme(), ih,
-                    shape().n_kv_head);
-        for (int r = 0; r < query.n_rows; ++r)
-            AQPIM_CHECK(query.pos[r] >= 0 && query.pos[r] < l.n_tokens,
-                        "kv cache {}: query position {} but layer {} of sequence {} holds {} tokens", scheme(),
-                        query.pos[r], il, seq_id, l.n_tokens);
+        if (p_.decode_attention) return ScalarCacheBase::attend(il, seq_id, ih, query);  // decoded tiles, dense
+        const TurboLayer& l = attended_layer(il, seq_id, ih, query);
         const TurboHead& h = l.heads[ih];
         HeadChannels& ch = head_channels();
         TurboHeadView view{head_view(l, ih), h.k_rows.data(), h.v_rows.data(),

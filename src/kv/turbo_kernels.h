@@ -4,6 +4,7 @@
 // specification; tests compare every level with it on odd sizes.
 
 #include <cstdint>
+#include <type_traits>
 
 #include "aqpim/simd.h"
 
@@ -18,6 +19,19 @@ struct TurboKernels {
 };
 
 const TurboKernels& turbo_kernels(SimdLevel level);
+
+/// f(std::integral_constant<int, B>{}) for the code widths B = 1..4 the vector kernels specialise;
+/// false (f not called) for any other width.
+template <class F>
+bool with_vector_bits(int bits, F&& f) {
+    switch (bits) {
+        case 1: f(std::integral_constant<int, 1>{}); return true;
+        case 2: f(std::integral_constant<int, 2>{}); return true;
+        case 3: f(std::integral_constant<int, 3>{}); return true;
+        case 4: f(std::integral_constant<int, 4>{}); return true;
+        default: return false;
+    }
+}
 
 #define AQPIM_DECLARE_TURBO_KERNELS(isa)                                                                       \
     void turbo_centroids_##isa(const std::uint8_t* codes, int n, int bits, const float* c, float scale, float* out); \

@@ -59,13 +59,8 @@ void centroids(const std::uint8_t* codes, int n, const float* c, float scale, fl
 }  // namespace
 
 void turbo_centroids_avx2(const std::uint8_t* codes, int n, int bits, const float* c, float scale, float* out) {
-    switch (bits) {
-        case 1: return centroids<1>(codes, n, c, scale, out);
-        case 2: return centroids<2>(codes, n, c, scale, out);
-        case 3: return centroids<3>(codes, n, c, scale, out);
-        case 4: return centroids<4>(codes, n, c, scale, out);
-        default: return turbo_centroids_ref(codes, n, bits, c, scale, out);
-    }
+    if (!with_vector_bits(bits, [&](auto B) { centroids<B()>(codes, n, c, scale, out); }))
+        turbo_centroids_ref(codes, n, bits, c, scale, out);
 }
 
 void turbo_signs_avx2(const std::uint8_t* bits, int m, float v, float* out) {

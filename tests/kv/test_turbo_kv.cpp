@@ -267,11 +267,7 @@ namespace {
 // Attention output error (relative L2 vs f32 dense) on 300 tokens of head_dim 64, GQA group 2, no f16
 // rows but the first token's (sel=1), Gaussian / outlier-channel data: about 1.5x what was measured
 // (in the comments). For scale (test_scalar_kv.cpp, same data): q4_0 0.107 / 0.063, int4 0.099 / 0.058.
-struct TurboTolerance {
-    const char* spec;
-    double gaussian, outlier;
-};
-constexpr TurboTolerance kTurboTol[] = {
+constexpr test::AttentionTolerance kTurboTol[] = {
     {"turbo:bits=1", 1.07, 0.73},           // 0.712 / 0.488
     {"turbo:bits=2", 0.64, 0.38},           // 0.427 / 0.255
     {"turbo:bits=2.5,sel=1", 0.50, 0.27},   // 0.332 / 0.182
@@ -289,15 +285,7 @@ constexpr TurboTolerance kTurboTol[] = {
 
 TEST(TurboKv, AttentionErrorByBitWidth) {
     const KvShape shape{1, 2, 64};
-    for (const TurboTolerance& t : kTurboTol) {
-        auto a = make(t.spec, shape), b = make(t.spec, shape);
-        const double e_gauss = test::attention_error_vs_f32(*a, test::gaussian_kv(shape, 300, 2, 41));
-        const double e_outlier = test::attention_error_vs_f32(*b, test::outlier_kv(shape, 300, 2, 42));
-        EXPECT_LE(e_gauss, t.gaussian) << t.spec;
-        EXPECT_LE(e_outlier, t.outlier) << t.spec;
-        RecordProperty(std::string(t.spec) + "_gaussian", std::to_string(e_gauss));
-        RecordProperty(std::string(t.spec) + "_outlier", std::to_string(e_outlier));
-    }
+    for (const test::AttentionTolerance& t : kTurboTol) test::expect_attention_within(shape, t, 41);
     // More bits, less error, for TurboQuant_mse through the fractional settings (a test that would
     // notice the outlier part ignored or the parts' codebooks swapped).
     double last = 1e9;
@@ -314,38 +302,10 @@ TEST(TurboKv, BatchedRowsEqualTokenByTokenAcrossSelectionWindowAndTiles) {
     // A prefill of 30 rows, single tokens, a batch across the outlier choice (sel), more single
     // tokens and a batch across the 128-token tiles: every row equals token-by-token decoding, bit for bit.
     const KvShape shape{2, 2, 32};
-    const int n = 300;
-    const test::KvData d = test::outlier_kv(shape, n, 2, 51);
-    const std::vector<int> steps = {30, 1, 1, 1, 17, 1, 1, 9, 203, 36};
+    const test::KvData d = test::outlier_kv(shape, 300, 2, 51);
     for (const char* spec : {"turbo:bits=2.5,sel=40,window=5", "turbo:bits=3,qjl=1,window=12", "qjl:sel=33",
-                             "turbo:bits=3.5,sel=35,attn=decode", "qjl:sel=31,window=4,values=int3,vg=8"}) {
-        auto batched = make(spec, shape), single = make(spec, shape);
-        batched->add_sequence(0);
-        single->add_sequence(0);
-        std::vector<float> got[2][2], want[2][2];  // [layer][head]
-        int t0 = 0;
-        for (int m : steps) {
-            test::append_tokens(*batched, d, 0, t0, m);
-            for (int il = 0; il < 2; ++il)
-                for (int ih = 0; ih < 2; ++ih) {
-                    const auto o = test::attend_rows(*batched, d, il, 0, ih, test::positions(t0, t0 + m - 1));
-                    got[il][ih].insert(got[il][ih].end(), o.begin(), o.end());
-                }
-            t0 += m;
-        }
-        ASSERT_EQ(t0, n);
-        for (int t = 0; t < n; ++t) {
-            test::append_tokens(*single, d, 0, t, 1);
-            for (int il = 0; il < 2; ++il)
-                for (int ih = 0; ih < 2; ++ih) {
-                    const auto o = test::attend_rows(*single, d, il, 0, ih, {t});
-                    want[il][ih].insert(want[il][ih].end(), o.begin(), o.end());
-                }
-        }
-        for (int il = 0; il < 2; ++il)
-            for (int ih = 0; ih < 2; ++ih) ASSERT_EQ(got[il][ih], want[il][ih]) << spec << " layer " << il << " head " << ih;
-        EXPECT_EQ(batched->memory().parts, single->memory().parts) << spec;
-    }
+                             "turbo:bits=3.5,sel=35,attn=decode", "qjl:sel=31,window=4,values=int3,vg=8"})
+        test::expect_batched_equals_token_by_token(spec, d, {30, 1, 1, 1, 17, 1, 1, 9, 203, 36});
 }
 
 TEST(TurboKv, WindowAndPreSelectionRowsEqualTheF16Cache) {
