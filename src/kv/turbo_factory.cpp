@@ -78,7 +78,7 @@ BitSplit split_bits(const KvSchemeSpec& spec, double bits, int hd) {
     const double high = (bits - s.low_bits) * hd;
     s.n_high = int(std::llround(high));
     AQPIM_CHECK(std::fabs(high - s.n_high) < 1e-6,
-                "--kv {}: bits={} puts {} of head_dim {} channels at {} bits: give bits in steps of 1/{}", spec.text, bits,
+                "--kv {}: bits={} puts {:.4g} of head_dim {} channels at {} bits: give bits in steps of 1/{}", spec.text, bits,
                 high, hd, s.low_bits + 1, hd);
     AQPIM_CHECK(s.n_high == 0 || (s.n_high >= 2 && hd - s.n_high >= 2),
                 "--kv {}: bits={} gives parts of {} and {} channels; each needs at least 2", spec.text, bits, s.n_high,
