@@ -57,12 +57,8 @@ public:
         std::vector<float> rows(std::size_t(g) * hd);  // [g][hd] one group of tokens back in f32
         for (int ih = 0; ih < n_kv; ++ih) {
             KiviHead& h = l.heads[ih];
-            for (auto [src, dst] : {std::pair{k, &h.k16}, std::pair{v, &h.v16}}) {
-                const std::size_t old = dst->size();
-                dst->resize(old + std::size_t(n) * hd);
-                for (std::int64_t t = 0; t < n; ++t)
-                    f32_to_fp16(src + (t * n_kv + ih) * hd, dst->data() + old + t * hd, std::size_t(hd));
-            }
+            append_f16_rows(k, n, ih, h.k16);
+            append_f16_rows(v, n, ih, h.v16);
             h.k_blocks.resize(std::size_t(q_new / g) * key_.bytes());
             h.v_rows.resize(std::size_t(q_new) * value_.row_bytes());
             for (std::int64_t t0 = l.n_quant; t0 < q_new; t0 += g) {
