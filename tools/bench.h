@@ -9,6 +9,9 @@
 
 namespace aqpim::cli {
 
+/// One aligned table per "section" of the rows (tools/cmd_bench.cpp).
+void print_bench_tables(const nlohmann::ordered_json& rows);
+
 struct BenchOptions {
     bool quick = false;      ///< smaller sizes, fewer repetitions (smoke runs, CI)
     int max_threads = 2;     ///< figures are taken at 1 thread and, if > 1, at max_threads

@@ -65,7 +65,10 @@ void print_tables(const json& rows) {
 
 }  // namespace
 
-void add_bench_cuda_command(CLI::App& bench);  // tools/bench_cuda.cpp
+void print_bench_tables(const json& rows) { print_tables(rows); }
+
+void add_bench_cuda_command(CLI::App& bench);      // tools/bench_cuda.cpp
+void add_bench_kv_state_command(CLI::App& bench);  // tools/bench_kv_state.cpp
 
 void add_bench_command(CLI::App& app) {
     auto* bench = app.add_subcommand("bench", "benchmarks (each against its baseline in the same run)");
@@ -145,6 +148,7 @@ void add_bench_command(CLI::App& app) {
             print_tables(rows);
     });
     add_bench_cuda_command(*bench);
+    add_bench_kv_state_command(*bench);
 }
 
 }  // namespace aqpim::cli

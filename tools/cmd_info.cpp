@@ -15,7 +15,7 @@
 namespace aqpim::cli {
 namespace {
 
-const char* kDefaultSchemes = "f32;f16;int8;int4;q8_0;q4_0;kivi2;pq;pq:bits=2;pq:bits=1";
+const char* kDefaultSchemes = "f32;f16;int8;int4;q8_0;q4_0;kivi2;pq;pq:bits=2;pq:bits=1;turbo:bits=2.5;turbo:bits=3.5;qjl";
 
 struct ModelSummary {
     KvShape kv_shape;

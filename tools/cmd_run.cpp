@@ -11,6 +11,7 @@
 #include "cli_checks.h"
 #include "commands.h"
 #include "model_options.h"
+#include "run_state.h"
 
 namespace aqpim::cli {
 
@@ -28,16 +29,20 @@ void add_run_command(CLI::App& app) {
     auto trace_path = std::make_shared<std::string>();
     cmd->add_option("--trace", *trace_path, "write a KV trace of the decode for `aqpim pimsim --kv-trace` (docs/pimsim.md)");
     cmd->add_flag("--ignore-eos", [gen](std::int64_t) { gen->stop_at_eos = false; }, "keep generating after EOS");
+    auto state = std::make_shared<RunStateOptions>();
+    add_run_state_options(cmd, *state);
     cmd->callback([=] {
         gen->sampler.validate();
         if (!trace_path->empty()) check_output_not_input(*trace_path, {opts->model, opts->tokenizer}, "--trace");
+        check_run_state_files(*state, *opts);
         const LoadedModel model = load_model_for_cli(*opts);
         AQPIM_CHECK(model.tokenizer, "model {} has no vocabulary; pass --tokenizer", opts->model);
         Transformer transformer(model.weights);
-        const std::vector<std::int32_t> ids = model.tokenizer->encode(*prompt, true);
-        std::unique_ptr<KvCache> cache =
-            make_cli_kv_cache(*opts, transformer.kv_shape(), std::int64_t(ids.size()) + gen->n_predict);
-        warn_past_training_context(model.weights.config, std::int64_t(ids.size()) + gen->n_predict);
+        // A restored state continues its tokens: the prompt is appended text (no BOS).
+        const std::vector<std::int32_t> ids = model.tokenizer->encode(*prompt, state->restore.empty());
+        RunSequence seq = start_run_sequence(*state, *cmd, *opts, model, transformer, ids, *gen);
+        std::unique_ptr<KvCache>& cache = seq.cache;
+        warn_past_training_context(model.weights.config, std::int64_t(seq.slot.tokens.size()) + gen->n_predict);
         std::fputs(prompt->c_str(), stdout);
         std::shared_ptr<KvTraceWriter> trace;
         if (!trace_path->empty())
@@ -50,8 +55,9 @@ void add_run_command(CLI::App& app) {
             // The cache as decode step `step` finds it (before the step appends its token).
             if (trace) trace->record((*step)++, {0});
         };
-        const GenerateResult r = generate(transformer, *model.tokenizer, *cache, ids, *gen);
+        const GenerateResult r = generate(transformer, *model.tokenizer, *cache, 0, seq.slot, *seq.sampler, *gen);
         if (trace) trace->finish();
+        finish_run_sequence(*state, seq);
         std::fputs("\n", stdout);
         std::fflush(stdout);
 

@@ -18,7 +18,11 @@ void add_model_options(CLI::App* cmd, ModelOptions& opts) {
     cmd->add_option("--tokenizer", opts.tokenizer,
                     "vocabulary file (tokenizer.bin, tokenizer.json, tokenizer.model or .gguf); "
                     "default: the model's own, or tokenizer.bin / tok*.bin beside a llama2.c checkpoint");
-    cmd->add_option("--kv", opts.kv, "KV cache scheme NAME[:key=value,...] (see docs/kv-pq.md)");
+    std::string names;
+    for (const std::string& n : kv_scheme_names()) names += (names.empty() ? "" : ", ") + n;
+    cmd->add_option("--kv", opts.kv,
+                    "KV cache scheme NAME[:key=value,...], NAME one of " + names +
+                        " (docs/kv-scalar.md, docs/kv-pq.md, docs/kv-baselines.md)");
 }
 
 LoadedModel load_model_for_cli(const ModelOptions& opts) {

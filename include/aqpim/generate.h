@@ -34,4 +34,15 @@ struct GenerateResult {
 GenerateResult generate(Transformer& model, const Tokenizer& tokenizer, KvCache& cache,
                         const std::vector<std::int32_t>& prompt, const GenerateOptions& options);
 
+struct SlotState;  // aqpim/kv_state.h
+
+/// Continue a slot: sequence seq_id of `cache` holds slot.tokens[0, slot.n_cached); feed the rest
+/// (at least one token) in one forward call, then sample and decode as above, drawing from
+/// `sampler` (options.sampler is not used). Every sampled token is appended to slot.tokens, a
+/// sampled EOS too (it ends the run unfed: n_cached stops one short of it); slot.n_cached becomes
+/// what the cache holds. Saving the slot (with sampler.state()) and the sequence (aqpim/kv_state.h),
+/// restoring and calling this again gives the tokens one uninterrupted call gives.
+GenerateResult generate(Transformer& model, const Tokenizer& tokenizer, KvCache& cache, int seq_id, SlotState& slot,
+                        Sampler& sampler, const GenerateOptions& options);
+
 }  // namespace aqpim

@@ -28,6 +28,9 @@
 
 namespace aqpim {
 
+class ByteWriter;  // aqpim/byte_io.h
+class ByteReader;
+
 struct KvShape {
     int n_layer = 0;
     int n_kv_head = 0;
@@ -105,6 +108,20 @@ public:
     virtual std::uint64_t sequence_bytes(std::int64_t n_tokens) const;
     /// How layer il of a sequence is stored, in position order. Default: every token as one uncoded span.
     virtual std::vector<KvSpan> layout(int seq_id, int il) const { return {KvSpan{0, n_tokens(seq_id, il), -1, -1}}; }
+
+    // ---- state (save / restore one sequence: aqpim/kv_state.h, docs/kv-state.md) ------------------
+    /// Append to `out` everything sequence seq_id holds, as the scheme's section of docs/kv-state.md
+    /// lays it out: what continuing it exactly needs, nothing process-dependent. It reads as
+    /// attend() does (concurrent attend() calls are fine, an append() is not). Default (a scheme
+    /// that does not implement it): aqpim::Error "kv cache: scheme X cannot save its state".
+    virtual void save_sequence(int seq_id, ByteWriter& out) const;
+    /// Create sequence seq_id (not in use) from bytes save_sequence wrote in a cache of the same
+    /// shape and scheme(), reading exactly those bytes from `in` (untrusted: every size is checked
+    /// against the shape and the bytes left before anything is allocated). Afterwards memory() counts
+    /// what it counted for the saved sequence and attend() answers its last position bit-identically.
+    /// Bad bytes or a memory budget exceeded: aqpim::Error naming the field, and the cache is as it
+    /// was. Default: aqpim::Error as save_sequence's.
+    virtual void restore_sequence(int seq_id, ByteReader& in);
 
 private:
     KvShape shape_;

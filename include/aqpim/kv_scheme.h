@@ -7,6 +7,8 @@
 //   q8_0, q4_0                        llama.cpp blocks (32 values + f16 scale)
 //   kivi2[:g=32,window=128]           KIVI: keys per-channel, values per-token, f16 residual window
 //   pq[:m=32,nbits=4,calib=256,...]   adaptive product quantization (see docs/kv-pq.md)
+//   turbo[:bits=3.5,qjl=0,...]        TurboQuant: random rotation + Lloyd-Max codes (docs/kv-baselines.md)
+//   qjl[:m=256,values=int2,...]       QJL keys: 1-bit JL sketch + norm; per-token values (docs/kv-baselines.md)
 
 #include <cstdint>
 #include <map>

@@ -16,6 +16,7 @@
 #include <iosfwd>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "aqpim/aligned.h"
@@ -45,6 +46,16 @@ struct PQParams {
 };
 
 struct PqTransform;  // src/pq/pq_transform.h
+
+/// What training learns beside the parameters, as save() stores it (docs/pq-format.md sections):
+/// for containers that keep a quantizer in their own layout (the KV state, docs/kv-state.md).
+struct PqTrainedParts {
+    std::vector<float> centroids;          ///< [M][ksub][dsub]
+    std::vector<float> scale;              ///< [D] with scale folding, else empty
+    std::vector<std::int32_t> permutation; ///< [D]; empty: the identity
+    std::vector<float> hadamard_signs;     ///< [D] with the Hadamard rotation, else empty
+    std::vector<float> rotation;           ///< [D][D] row-major with the random rotation, else empty
+};
 
 /// out[r] = |rows[r]|^2 for n rows of `dim` floats (the centroid norms nearest-centroid search uses).
 void squared_norms(const float* rows, std::int64_t n, int dim, float* out);
@@ -117,6 +128,10 @@ public:
     // ---- persistence (layout: docs/pq-format.md) ------------------------------------------------
     void save(std::ostream& out) const;
     static ProductQuantizer load(std::istream& in);  ///< throws aqpim::Error naming the bad field
+    /// A trained quantizer from its parameters and parts, every part checked as load() checks it
+    /// (sizes, finite values, positive scales, a pair-keeping permutation, ±1 signs, an orthogonal
+    /// rotation): aqpim::Error "<what>: ..." naming the part.
+    static ProductQuantizer from_parts(const PQParams& params, PqTrainedParts parts, std::string_view what = "pq parts");
     void save_file(const std::string& path) const;
     static ProductQuantizer load_file(const std::string& path);
 
@@ -140,6 +155,7 @@ private:
     /// transformed data as xt [M][n][dsub]. z: scratch [n][D], used only with a rotation.
     void prepare_training_(const float* x, std::int64_t n, const float* rotation, float* z, float* xt);
     void finish_training_();  ///< centroid norms, trained_
+    void assign_parts_(PqTrainedParts parts, std::string_view what);  ///< from_parts / load: check, take, finish
 
     friend KMeansStats train_product_quantizers(std::span<ProductQuantizer> pqs, std::span<const float* const> xs,
                                                 std::int64_t n);

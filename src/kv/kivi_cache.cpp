@@ -57,12 +57,8 @@ public:
         std::vector<float> rows(std::size_t(g) * hd);  // [g][hd] one group of tokens back in f32
         for (int ih = 0; ih < n_kv; ++ih) {
             KiviHead& h = l.heads[ih];
-            for (auto [src, dst] : {std::pair{k, &h.k16}, std::pair{v, &h.v16}}) {
-                const std::size_t old = dst->size();
-                dst->resize(old + std::size_t(n) * hd);
-                for (std::int64_t t = 0; t < n; ++t)
-                    f32_to_fp16(src + (t * n_kv + ih) * hd, dst->data() + old + t * hd, std::size_t(hd));
-            }
+            append_f16_rows(k, n, ih, h.k16);
+            append_f16_rows(v, n, ih, h.v16);
             h.k_blocks.resize(std::size_t(q_new / g) * key_.bytes());
             h.v_rows.resize(std::size_t(q_new) * value_.row_bytes());
             for (std::int64_t t0 = l.n_quant; t0 < q_new; t0 += g) {
@@ -111,6 +107,52 @@ public:
         return blocks * (key_.code_bytes() + key_.scale_bytes() + key_.min_bytes()) +
                quant * (value_.code_bytes() + value_.scale_bytes() + value_.min_bytes()) +
                2 * f16_rows * shape().head_dim * sizeof(f16_t);
+    }
+
+    /// Section (docs/kv-state.md): layer counts, then per layer and KV head (q = the tokens quantized
+    /// at n): key blocks [q / g][key block bytes], value rows [q][value row bytes], f16 keys and values
+    /// [n - q][head_dim] of the rest. Only the steady state is kept (the f16 rows of tokens quantized
+    /// by the last append are not): the restored sequence answers its last position, as after a
+    /// decode step.
+    void save_sequence(int seq_id, ByteWriter& out) const override {
+        layer(seq_id, 0);  // validates
+        write_layer_counts(out, *this, seq_id);
+        const std::size_t hd = std::size_t(shape().head_dim);
+        for (const KiviLayer& l : sequences().at(seq_id))
+            for (const KiviHead& h : l.heads) {
+                out.bytes(h.k_blocks.data(), h.k_blocks.size());
+                out.bytes(h.v_rows.data(), h.v_rows.size());
+                const std::size_t skip = std::size_t(l.n_quant - l.f16_start) * hd;  // rows kept for the last step
+                for (const auto* rows : {&h.k16, &h.v16}) out.u16s(rows->data() + skip, rows->size() - skip);
+            }
+    }
+
+    void restore_sequence(int seq_id, ByteReader& in) override {
+        const std::vector<std::int64_t> n = begin_restore(seq_id, in, [&](std::int64_t t) { return layer_bytes(t); });
+        const std::uint64_t hd = std::uint64_t(shape().head_dim);
+        std::vector<KiviLayer> layers(shape().n_layer);
+        for (int il = 0; il < shape().n_layer; ++il) {
+            KiviLayer& l = layers[il];
+            l.n_tokens = n[il];
+            l.n_quant = l.f16_start = kivi_quantized_tokens(l.n_tokens, p_);
+            l.bytes = layer_bytes(l.n_tokens);
+            l.heads.resize(shape().n_kv_head);
+            for (int ih = 0; ih < shape().n_kv_head; ++ih) {
+                KiviHead& h = l.heads[ih];
+                const std::string at = fmt::format("layer {} KV head {}", il, ih);
+                const auto kb = in.bytes(std::uint64_t(l.n_quant / p_.g) * key_.bytes(), at + " key blocks");
+                h.k_blocks.assign(kb.begin(), kb.end());
+                const auto vr = in.bytes(std::uint64_t(l.n_quant) * value_.row_bytes(), at + " value rows");
+                h.v_rows.assign(vr.begin(), vr.end());
+                const std::uint64_t f16_values = std::uint64_t(l.n_tokens - l.n_quant) * hd;
+                for (auto [rows, what] : {std::pair{&h.k16, " f16 keys"}, std::pair{&h.v16, " f16 values"}}) {
+                    in.require(f16_values, 2, at + what);
+                    rows->resize(std::size_t(f16_values));
+                    read_finite_f16(in, rows->data(), f16_values, at + what);
+                }
+            }
+        }
+        insert_sequence(seq_id, std::move(layers));
     }
 
 protected:

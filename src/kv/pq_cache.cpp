@@ -17,8 +17,10 @@
 #include "aqpim/kv_pq.h"
 #include "aqpim/page_pool.h"
 #include "aqpim/pq_codes.h"
+#include "kv/kv_state_io.h"
 #include "kv/pq_codebooks.h"
 #include "kv/pq_layout.h"
+#include "kv/pq_state.h"
 
 namespace aqpim {
 
@@ -77,6 +79,17 @@ public:
         if (n_ == 0) off_ = 0;
         const std::int64_t floor = std::max<std::int64_t>(n_, 64);
         if (capacity() > 4 * floor) reallocate(2 * floor);
+    }
+
+    // kv state (save_sequence / restore_sequence): the rows as stored
+    std::size_t row_bytes() const { return row_bytes_; }
+    /// The stored bytes of the rows from pos on, [end() - pos][row_bytes()].
+    const std::uint8_t* stored_rows(std::int64_t pos) const { return at(pos); }
+    /// Append n rows given as stored bytes [n][row_bytes()].
+    void push_stored(const std::uint8_t* rows, std::int64_t n) {
+        reserve(n);
+        std::memcpy(buf_.data() + std::size_t(off_ + n_) * row_bytes_, rows, std::size_t(n) * row_bytes_);
+        n_ += n;
     }
 
 private:
@@ -199,6 +212,9 @@ public:
     std::uint64_t sequence_bytes(std::int64_t n_tokens) const override { return footprint(n_tokens); }
     /// pq_layer_read_view (aqpim/kv_pq.h): layer il of sequence seq_id as a decode step reads it.
     PqLayerReadView read_view(int seq_id, int il) const;
+    /// Section "pq" of docs/kv-state.md.
+    void save_sequence(int seq_id, ByteWriter& out) const override;
+    void restore_sequence(int seq_id, ByteReader& in) override;
     /// Sinks, then coded runs split at version and page boundaries, then the f16 tail (window and
     /// tokens waiting for their version); a dense f16 layer is one span.
     std::vector<KvSpan> layout(int seq_id, int il) const override {
@@ -274,6 +290,14 @@ private:
                       std::int64_t c, AttentionPartial& part) const;
     void attend_dense_layer(const Sequence& s, int il, int ih, const float* q, int group, float scale, std::int64_t p,
                             AttentionPartial& part) const;
+
+    // kv state (definitions at the end of the file)
+    void save_dense_layer(const Sequence& s, int il, ByteWriter& out) const;
+    void save_coded_layer(const Sequence& s, const LayerState& l, ByteWriter& out) const;
+    void restore_dense_layer(Sequence& s, int il, ByteReader& in);
+    void restore_coded_layer(Sequence& s, int il, ByteReader& in);
+    /// Restored code regions of every calibrated layer tile the first s.assigned bytes per token of a page.
+    void check_restored_regions(const Sequence& s, ByteReader& in) const;
 
     PqKvParams p_;
     PqLayout L_;
@@ -726,6 +750,222 @@ PqLayerReadView PqKvCache::read_view(int seq_id, int il) const {
         }
     }
     return v;
+}
+
+// ---- kv state (section "pq" of docs/kv-state.md) -----------------------------------------------------
+
+void PqKvCache::save_sequence(int seq_id, ByteWriter& out) const {
+    const Sequence& s = sequence(seq_id);
+    write_layer_counts(out, *this, seq_id);
+    // What the bytes depend on beyond the scheme text: the page width (bits= solves it at the context)
+    // and the context the last version's key augmentation reaches.
+    out.u64(L_.width);
+    out.i64(aug_context_);
+    for (int il = 0; il < shape().n_layer; ++il) {
+        if (L_.dense[il])
+            save_dense_layer(s, il, out);
+        else
+            save_coded_layer(s, s.layers[il], out);
+    }
+}
+
+void PqKvCache::save_dense_layer(const Sequence& s, int il, ByteWriter& out) const {
+    const std::int64_t n = s.layers[il].n, P = p_.page;
+    for (int ih = 0; ih < shape().n_kv_head; ++ih)
+        for (const bool value : {false, true})
+            for (std::int64_t t = 0; t < n; t += P)  // a page holds rows [t, t + P) contiguously
+                out.u16s(dense_row(s, il, t, ih, value), std::size_t(std::min(P, n - t)) * shape().head_dim);
+}
+
+void PqKvCache::save_coded_layer(const Sequence& s, const LayerState& l, ByteWriter& out) const {
+    const int n_kv = shape().n_kv_head, D = shape().head_dim;
+    const std::int64_t S = std::min<std::int64_t>(p_.sinks, l.n), c = L_.sched.coded(l.n), P = p_.page;
+    for (int ih = 0; ih < n_kv; ++ih)
+        for (const auto* sink : {&l.sink_k[ih], &l.sink_v[ih]}) out.u16s(sink->data(), std::size_t(S) * D);
+    out.u32(std::uint32_t(l.versions.size()));
+    if (!l.versions.empty())
+        for (int ih = 0; ih < n_kv; ++ih) {
+            out.u32(std::uint32_t(l.Mk[ih]));
+            out.u32(std::uint32_t(l.Mv[ih]));
+            out.u64(l.k_off[ih]);
+            out.u64(l.v_off[ih]);
+        }
+    for (const PqLayerVersion& ver : l.versions)
+        for (int ih = 0; ih < n_kv; ++ih) {
+            write_pq_quantizer(out, ver, false, ih);
+            write_pq_quantizer(out, ver, true, ih);
+        }
+    // Codes of coded indices [0, c): per stream the code blocks of each page, concatenated (pages
+    // hold whole blocks), so the bytes do not depend on the page size.
+    for (int ih = 0; ih < n_kv && c > 0; ++ih)
+        for (const bool value : {false, true}) {
+            const int M = (value ? l.Mv : l.Mk)[ih];
+            for (std::int64_t i = 0; i < c; i += P)
+                out.bytes(code_region(s, l, i, ih, value),
+                          std::size_t(code_blocks_for(std::min(P, c - i))) * code_block_bytes(M, p_.nbits));
+        }
+    // The tail a decode step at the last position reads: rows [sinks + c, n), as stored (f16 or wq=).
+    const std::int64_t first = p_.sinks + c;
+    for (int ih = 0; ih < n_kv; ++ih)
+        for (const TailRows* rows : {&l.tail_k[ih], &l.tail_v[ih]})
+            if (l.n > first) out.bytes(rows->stored_rows(first), std::size_t(l.n - first) * rows->row_bytes());
+}
+
+void PqKvCache::restore_sequence(int seq_id, ByteReader& in) {
+    check_new_sequence(*this, seq_id);
+    const std::vector<std::int64_t> n = read_layer_counts(in, shape());
+    const std::uint64_t width = in.u64("pq page width");
+    const std::int64_t aug_context = in.i64("pq augmentation context");
+    if (width != L_.width || aug_context != aug_context_)
+        in.fail(fmt::format("saved by a cache of {} code bytes per token with key augmentation to context {}, this "
+                            "cache has {} and {}: build it with the context the saving cache had (KvCacheOptions::"
+                            "context, or ctx= in the spec)",
+                            width, aug_context, L_.width, aug_context_));
+    add_sequence(seq_id);
+    Sequence& s = seqs_.find(seq_id)->second;
+    try {
+        const std::int64_t n_max = *std::max_element(n.begin(), n.end());
+        try {
+            charge(s, seq_id, 0, n_max, n_max);
+        } catch (const Error& e) {
+            AQPIM_FAIL("kv cache {}: restoring sequence {} of {} tokens: {}", scheme(), seq_id, n_max, e.what());
+        }
+        for (int il = 0; il < shape().n_layer; ++il) {
+            s.layers[il].n = n[il];
+            if (L_.dense[il])
+                restore_dense_layer(s, il, in);
+            else
+                restore_coded_layer(s, il, in);
+        }
+        check_restored_regions(s, in);
+        s.n_max = n_max;
+    } catch (...) {
+        remove_sequence(seq_id);
+        throw;
+    }
+}
+
+void PqKvCache::restore_dense_layer(Sequence& s, int il, ByteReader& in) {
+    const std::int64_t n = s.layers[il].n, P = p_.page;
+    // Pages only for rows the input holds.
+    in.require(std::uint64_t(n) * shape().head_dim * 2 * shape().n_kv_head, sizeof(f16_t), "dense f16 layer rows");
+    ensure_pages(s.dense_pages, *dense_pool_, (n + P - 1) / P);
+    for (int ih = 0; ih < shape().n_kv_head; ++ih)
+        for (const bool value : {false, true})
+            for (std::int64_t t = 0; t < n; t += P)
+                read_finite_f16(in, dense_row(s, il, t, ih, value), std::uint64_t(std::min(P, n - t)) * shape().head_dim,
+                                fmt::format("layer {} KV head {} f16 {}", il, ih, value ? "values" : "keys"));
+}
+
+void PqKvCache::restore_coded_layer(Sequence& s, int il, ByteReader& in) {
+    LayerState& l = s.layers[il];
+    const int n_kv = shape().n_kv_head, D = shape().head_dim;
+    const std::int64_t S = std::min<std::int64_t>(p_.sinks, l.n), c = L_.sched.coded(l.n), P = p_.page;
+    const std::string at = fmt::format("layer {}", il);
+    for (int ih = 0; ih < n_kv; ++ih)
+        for (auto* sink : {&l.sink_k[ih], &l.sink_v[ih]}) {
+            in.require(std::uint64_t(S) * D, 2, at + " sinks");
+            sink->resize(std::size_t(S) * D);
+            read_finite_f16(in, sink->data(), std::uint64_t(S) * D, at + " sinks");
+        }
+    // Versions: exactly those the schedule has trained at n tokens.
+    const std::uint32_t n_versions = in.u32(at + " versions");
+    const int want = l.n > p_.sinks ? L_.sched.versions_trained(l.n - p_.sinks) : 0;
+    if (n_versions != std::uint32_t(want))
+        in.fail(fmt::format("{} holds {} codebook versions; at {} tokens the schedule has trained {}", at, n_versions,
+                            l.n, want));
+    if (n_versions > 0) {
+        l.Mk.resize(n_kv);
+        l.Mv.resize(n_kv);
+        l.k_off.resize(n_kv);
+        l.v_off.resize(n_kv);
+        const std::vector<int> ck = pq_m_candidates(p_, shape(), true), cv = pq_m_candidates(p_, shape(), false);
+        const std::uint64_t region_end = std::uint64_t(L_.width) * std::uint64_t(P);
+        l.token_bytes = 0;
+        for (int ih = 0; ih < n_kv; ++ih) {
+            for (const bool value : {false, true}) {
+                const std::uint32_t M = in.u32(at + (value ? " value m" : " key m"));
+                const int fixed = value ? L_.Mv : L_.Mk;
+                const std::vector<int>& cand = value ? cv : ck;
+                const bool ok = fixed > 0 ? M == std::uint32_t(fixed)
+                                          : std::find(cand.begin(), cand.end(), int(M)) != cand.end();
+                if (!ok)
+                    in.fail(fmt::format("{} KV head {}: {} m = {} is not one this scheme codes with", at, ih,
+                                        value ? "value" : "key", M));
+                (value ? l.Mv : l.Mk)[ih] = int(M);
+            }
+            for (const bool value : {false, true}) {
+                const std::uint64_t off = in.u64(at + " code offset");
+                const std::uint64_t len = std::uint64_t(P) * pq_token_code_bytes((value ? l.Mv : l.Mk)[ih], p_.nbits);
+                if (off > region_end || len > region_end - off)
+                    in.fail(fmt::format("{} KV head {}: codes at byte {} (+{}) of a page of {} code bytes", at, ih, off,
+                                        len, region_end));
+                (value ? l.v_off : l.k_off)[ih] = std::size_t(off);
+                l.token_bytes += std::size_t(len / std::uint64_t(P));
+            }
+        }
+        s.assigned += l.token_bytes;
+        ++s.n_calibrated;
+        if (s.assigned > L_.width)
+            in.fail(fmt::format("{}: the layers' codes take {} bytes per token, more than the page width {}", at,
+                                s.assigned, L_.width));
+    }
+    for (std::uint32_t j = 0; j < n_versions; ++j)
+        l.versions.push_back(read_pq_version(in, p_, shape(), l.Mk, l.Mv, fmt::format("{} version {}", at, j)));
+    std::uint64_t code_bytes = 0;  // pages only for codes the input holds
+    for (int ih = 0; ih < n_kv && c > 0; ++ih)
+        code_bytes += std::uint64_t(code_blocks_for(c)) *
+                      (code_block_bytes(l.Mk[ih], p_.nbits) + code_block_bytes(l.Mv[ih], p_.nbits));
+    in.require(code_bytes, 1, at + " codes");
+    if (c > 0) ensure_pages(s.code_pages, *code_pool_, (c + P - 1) / P);
+    for (int ih = 0; ih < n_kv && c > 0; ++ih)  // c > 0: version 0 is trained (the count was checked)
+        for (const bool value : {false, true}) {
+            const int M = (value ? l.Mv : l.Mk)[ih];
+            const std::string field = fmt::format("{} KV head {} {} codes", at, ih, value ? "value" : "key");
+            const auto blocks = in.bytes(std::uint64_t(code_blocks_for(c)) * code_block_bytes(M, p_.nbits), field);
+            if (!code_blocks_canonical(blocks.data(), c, M, p_.nbits))
+                in.fail(fmt::format("'{}': codes of padding tokens or subspaces are not zero", field));
+            for (std::int64_t i = 0; i < c; i += P) {
+                const std::size_t b = std::size_t(code_blocks_for(std::min(P, c - i))) * code_block_bytes(M, p_.nbits);
+                std::memcpy(code_region(s, l, i, ih, value),
+                            blocks.data() + std::size_t(i / kCodeBlock) * code_block_bytes(M, p_.nbits), b);
+            }
+        }
+    const std::int64_t first = p_.sinks + c, rows = std::max<std::int64_t>(0, l.n - first);
+    for (int ih = 0; ih < n_kv; ++ih)
+        for (const bool value : {false, true}) {
+            TailRows& tail = (value ? l.tail_v : l.tail_k)[ih];
+            tail.init(D, first, window_codec_);
+            const std::string field = fmt::format("{} KV head {} tail {}", at, ih, value ? "values" : "keys");
+            const auto stored = in.bytes(std::uint64_t(rows) * tail.row_bytes(), field);
+            if (tail.is_f16()) {  // finite, as append stores them
+                ByteReader check(stored, in.what(), in.offset() - stored.size());
+                std::vector<f16_t> values(std::size_t(rows) * D);
+                read_finite_f16(check, values.data(), values.size(), field);
+            }
+            tail.push_stored(stored.data(), rows);
+        }
+}
+
+void PqKvCache::check_restored_regions(const Sequence& s, ByteReader& in) const {
+    std::vector<std::pair<std::size_t, std::size_t>> regions;  // [begin, end) bytes of a page
+    const std::size_t P = std::size_t(p_.page);
+    for (int il = 0; il < shape().n_layer; ++il) {
+        const LayerState& l = s.layers[il];
+        if (L_.dense[il] || l.versions.empty()) continue;
+        for (int ih = 0; ih < shape().n_kv_head; ++ih) {
+            regions.emplace_back(l.k_off[ih], l.k_off[ih] + P * pq_token_code_bytes(l.Mk[ih], p_.nbits));
+            regions.emplace_back(l.v_off[ih], l.v_off[ih] + P * pq_token_code_bytes(l.Mv[ih], p_.nbits));
+        }
+    }
+    std::sort(regions.begin(), regions.end());
+    std::size_t end = 0;
+    for (const auto& [a, b] : regions) {
+        if (a != end)
+            in.fail(fmt::format("the code regions of the layers' heads overlap or leave a gap at byte {} of a page", end));
+        end = b;
+    }
+    if (end != s.assigned * P) in.fail("the code regions do not cover the page width the layers take");
 }
 
 }  // namespace

@@ -24,10 +24,11 @@ SegmentScratch& segment_scratch() {
 
 }  // namespace
 
-std::int64_t SegmentedHead::quant_end(std::int64_t p) const {
-    const std::int64_t q = std::max<std::int64_t>(0, p + 1 - window) / granule * granule;
-    return std::min(p + 1, std::max(f16_start, q));
+std::int64_t SegmentedHead::quantized(std::int64_t n) const {
+    return n < coded_from ? 0 : std::max<std::int64_t>(0, n - window) / granule * granule;
 }
+
+std::int64_t SegmentedHead::quant_end(std::int64_t p) const { return std::min(p + 1, std::max(f16_start, quantized(p + 1))); }
 
 std::int64_t tile_for_granule(std::int64_t granule) { return (255 + granule) / granule * granule; }
 

@@ -7,17 +7,19 @@
 #include "aqpim/kv_scalar.h"
 #include "kv/kivi_cache.h"
 #include "kv/scalar_cache.h"
+#include "kv/spec_params.h"
 
 namespace aqpim {
 
-namespace {
-
-/// An integer parameter in [lo, hi] (a value outside is an error naming the scheme, the key and the range).
-int int_param(const KvSchemeSpec& spec, const std::string& key, int fallback, std::int64_t lo, std::int64_t hi) {
+int kv::int_param(const KvSchemeSpec& spec, const std::string& key, int fallback, std::int64_t lo, std::int64_t hi) {
     const std::int64_t x = spec.get_int(key, fallback);
     AQPIM_CHECK(x >= lo && x <= hi, "--kv {}: {}={} must be in {}..{}", spec.text, key, x, lo, hi);
     return int(x);
 }
+
+namespace {
+
+using kv::int_param;
 
 /// g: at least 1 and a divisor of head_dim.
 int group_param(const KvSchemeSpec& spec, const KvShape& shape) {

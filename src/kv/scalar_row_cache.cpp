@@ -61,6 +61,35 @@ public:
         return 2 * rows * (codec_.code_bytes() + codec_.scale_bytes() + codec_.min_bytes());
     }
 
+    /// Section (docs/kv-state.md): layer counts, then per layer and KV head key rows and value rows
+    /// [n][codec row bytes], as the codec stores them.
+    void save_sequence(int seq_id, ByteWriter& out) const override {
+        layer(seq_id, 0);  // validates
+        write_layer_counts(out, *this, seq_id);
+        for (const RowLayer& l : sequences().at(seq_id))
+            for (std::size_t ih = 0; ih < l.k.size(); ++ih)
+                for (const auto* rows : {&l.k[ih], &l.v[ih]}) out.bytes(rows->data(), rows->size());
+    }
+
+    void restore_sequence(int seq_id, ByteReader& in) override {
+        const std::vector<std::int64_t> n = begin_restore(seq_id, in, [&](std::int64_t t) { return layer_bytes(t); });
+        std::vector<RowLayer> layers(shape().n_layer);
+        for (int il = 0; il < shape().n_layer; ++il) {
+            RowLayer& l = layers[il];
+            l.n_tokens = n[il];
+            l.bytes = layer_bytes(l.n_tokens);
+            l.k.resize(shape().n_kv_head);
+            l.v.resize(shape().n_kv_head);
+            for (int ih = 0; ih < shape().n_kv_head; ++ih)
+                for (const bool value : {false, true}) {
+                    const auto rows = in.bytes(std::uint64_t(l.n_tokens) * codec_.row_bytes(),
+                                               fmt::format("layer {} KV head {} {} rows", il, ih, value ? "value" : "key"));
+                    (value ? l.v : l.k)[ih].assign(rows.begin(), rows.end());
+                }
+        }
+        insert_sequence(seq_id, std::move(layers));
+    }
+
 protected:
     SegmentedHead head_view(const RowLayer& l, int ih) const override {
         SegmentedHead h;

@@ -107,9 +107,13 @@ struct Reader {
     }
 };
 
-void check_finite(const std::vector<float>& v, const char* field) {
+void check_finite(const std::vector<float>& v, const char* field, std::string_view what) {
     for (std::size_t i = 0; i < v.size(); ++i)
-        AQPIM_CHECK(std::isfinite(v[i]), "pq file: '{}'[{}] = {} is not finite", field, i, v[i]);
+        AQPIM_CHECK(std::isfinite(v[i]), "{}: '{}'[{}] = {} is not finite", what, field, i, v[i]);
+}
+
+void check_size(std::size_t got, std::size_t want, const char* field, std::string_view what) {
+    AQPIM_CHECK(got == want, "{}: '{}' holds {} values, the parameters need {}", what, field, got, want);
 }
 
 }  // namespace
@@ -213,40 +217,69 @@ ProductQuantizer ProductQuantizer::load(std::istream& in) {
     AQPIM_CHECK(stored == computed, "pq file: 'checksum' = {:#010x} does not match the contents ({:#010x})", stored,
                 computed);
 
-    check_finite(centroids, "centroids");
-    check_finite(scale, "scale");
-    for (std::size_t d = 0; d < scale.size(); ++d)
-        AQPIM_CHECK(scale[d] > 0, "pq file: 'scale'[{}] = {}: expected > 0", d, scale[d]);
-    std::vector<std::int32_t> perm(D);
-    if (has_perm)
-        for (std::uint32_t i = 0; i < D; ++i) perm[i] = std::int32_t(Reader::le32(perm_raw.data() + 4 * i));
-    else
+    PqTrainedParts parts{std::move(centroids), std::move(scale), {}, std::move(signs), std::move(rotation)};
+    if (has_perm) {
+        parts.permutation.resize(D);
+        for (std::uint32_t i = 0; i < D; ++i) parts.permutation[i] = std::int32_t(Reader::le32(perm_raw.data() + 4 * i));
+    }
+    pq.assign_parts_(std::move(parts), "pq file");
+    return pq;
+}
+
+ProductQuantizer ProductQuantizer::from_parts(const PQParams& params, PqTrainedParts parts, std::string_view what) {
+    ProductQuantizer pq = [&] {
+        try {
+            return ProductQuantizer(params);
+        } catch (const Error& e) {
+            AQPIM_FAIL("{}: bad parameters: {}", what, e.what());
+        }
+    }();
+    pq.assign_parts_(std::move(parts), what);
+    return pq;
+}
+
+void ProductQuantizer::assign_parts_(PqTrainedParts parts, std::string_view what) {
+    const PQParams& p = params_;
+    const std::size_t D = std::size_t(p.D);
+    check_size(parts.centroids.size(), std::size_t(ksub()) * D, "centroids", what);
+    check_size(parts.scale.size(), p.scale_folding ? D : 0, "scale", what);
+    if (!parts.permutation.empty()) check_size(parts.permutation.size(), D, "permutation", what);
+    check_size(parts.hadamard_signs.size(), p.rotation == Rotation::hadamard ? D : 0, "hadamard_signs", what);
+    check_size(parts.rotation.size(), p.rotation == Rotation::random_orthogonal ? D * D : 0, "rotation", what);
+    check_finite(parts.centroids, "centroids", what);
+    check_finite(parts.scale, "scale", what);
+    for (std::size_t d = 0; d < parts.scale.size(); ++d)
+        AQPIM_CHECK(parts.scale[d] > 0, "{}: 'scale'[{}] = {}: expected > 0", what, d, parts.scale[d]);
+    std::vector<std::int32_t> perm = std::move(parts.permutation);
+    if (perm.empty()) {
+        perm.resize(D);
         std::iota(perm.begin(), perm.end(), 0);
-    AQPIM_CHECK(is_permutation(perm), "pq file: 'permutation' is not a permutation of 0..{}", D - 1);
-    AQPIM_CHECK(plan_keeps_pairs(perm, int(M), p.pairs), "pq file: 'permutation' splits a RoPE pair across subspaces");
-    for (std::size_t d = 0; d < signs.size(); ++d)
-        AQPIM_CHECK(signs[d] == 1.0f || signs[d] == -1.0f, "pq file: 'hadamard_signs'[{}] = {}: expected +1 or -1", d,
-                    signs[d]);
-    check_finite(rotation, "rotation");
+    }
+    AQPIM_CHECK(is_permutation(perm), "{}: 'permutation' is not a permutation of 0..{}", what, D - 1);
+    AQPIM_CHECK(plan_keeps_pairs(perm, p.M, p.pairs), "{}: 'permutation' splits a RoPE pair across subspaces", what);
+    for (std::size_t d = 0; d < parts.hadamard_signs.size(); ++d)
+        AQPIM_CHECK(parts.hadamard_signs[d] == 1.0f || parts.hadamard_signs[d] == -1.0f,
+                    "{}: 'hadamard_signs'[{}] = {}: expected +1 or -1", what, d, parts.hadamard_signs[d]);
+    const std::vector<float>& rotation = parts.rotation;
+    check_finite(rotation, "rotation", what);
     if (!rotation.empty()) {  // R·Rᵀ = I
-        for (std::uint32_t a = 0; a < D; ++a)
-            for (std::uint32_t b = 0; b <= a; ++b) {
+        for (std::size_t a = 0; a < D; ++a)
+            for (std::size_t b = 0; b <= a; ++b) {
                 double dot = 0;
-                for (std::uint32_t c = 0; c < D; ++c) dot += double(rotation[a * D + c]) * rotation[b * D + c];
+                for (std::size_t c = 0; c < D; ++c) dot += double(rotation[a * D + c]) * rotation[b * D + c];
                 AQPIM_CHECK(std::abs(dot - (a == b ? 1.0 : 0.0)) <= kOrthoTol,
-                            "pq file: 'rotation' is not orthogonal (row {} · row {} = {})", a, b, dot);
+                            "{}: 'rotation' is not orthogonal (row {} · row {} = {})", what, a, b, dot);
             }
     }
 
-    pq.centroids_.resize(centroids.size());
-    std::memcpy(pq.centroids_.data(), centroids.data(), sizeof(float) * centroids.size());
-    pq.scale_ = std::move(scale);
-    pq.perm_ = std::move(perm);
-    pq.hadamard_signs_ = std::move(signs);
-    pq.rotation_ = std::move(rotation);
-    pq.set_derived_();
-    pq.finish_training_();
-    return pq;
+    centroids_.resize(parts.centroids.size());
+    std::memcpy(centroids_.data(), parts.centroids.data(), sizeof(float) * parts.centroids.size());
+    scale_ = std::move(parts.scale);
+    perm_ = std::move(perm);
+    hadamard_signs_ = std::move(parts.hadamard_signs);
+    rotation_ = std::move(parts.rotation);
+    set_derived_();
+    finish_training_();
 }
 
 void ProductQuantizer::save_file(const std::string& path) const {

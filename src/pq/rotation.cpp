@@ -24,6 +24,16 @@ struct SplitMix64 {
 // Domain tags so the signs and the matrix of one seed are unrelated streams.
 constexpr std::uint64_t kSignsTag = 0x5349474e53000001ull;
 constexpr std::uint64_t kMatrixTag = 0x524f544d41540002ull;
+constexpr std::uint64_t kGaussianTag = 0x4741555353000003ull;
+
+/// g[0..n) standard normal draws from rng (Box-Muller, two per pair of uniforms).
+void fill_gaussian(SplitMix64& rng, double* g, std::size_t n) {
+    for (std::size_t i = 0; i < n; i += 2) {
+        double r = std::sqrt(-2.0 * std::log(rng.uniform_open())), t = 2 * std::numbers::pi * rng.uniform_open();
+        g[i] = r * std::cos(t);
+        if (i + 1 < n) g[i + 1] = r * std::sin(t);
+    }
+}
 
 }  // namespace
 
@@ -82,11 +92,7 @@ std::vector<float> random_orthogonal(int D, std::uint64_t seed) {
     // g [D][D] Gaussian (Box-Muller), rows orthonormalised in order by modified Gram-Schmidt, twice
     // against earlier rows ("twice is enough") for orthogonality to double rounding.
     std::vector<double> g(std::size_t(D) * D);
-    for (std::size_t i = 0; i < g.size(); i += 2) {
-        double r = std::sqrt(-2.0 * std::log(rng.uniform_open())), t = 2 * std::numbers::pi * rng.uniform_open();
-        g[i] = r * std::cos(t);
-        if (i + 1 < g.size()) g[i + 1] = r * std::sin(t);
-    }
+    fill_gaussian(rng, g.data(), g.size());
     for (int r = 0; r < D; ++r) {
         double* row = g.data() + std::size_t(r) * D;
         for (int pass = 0; pass < 2; ++pass)
@@ -105,6 +111,13 @@ std::vector<float> random_orthogonal(int D, std::uint64_t seed) {
     std::vector<float> R(g.size());
     for (std::size_t i = 0; i < g.size(); ++i) R[i] = float(g[i]);
     return R;
+}
+
+std::vector<float> random_gaussian(std::size_t n, std::uint64_t seed) {
+    SplitMix64 rng{seed ^ kGaussianTag};
+    std::vector<double> g(n);
+    fill_gaussian(rng, g.data(), n);
+    return std::vector<float>(g.begin(), g.end());
 }
 
 void matrix_rotate(const float* R, int D, const float* x, float* y, bool transpose) {

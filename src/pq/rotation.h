@@ -27,6 +27,10 @@ void hadamard_rotate(const float* signs, int D, float* x, bool transpose);
 /// Random orthogonal matrix [D][D] row-major, deterministic from seed.
 std::vector<float> random_orthogonal(int D, std::uint64_t seed);
 
+/// n independent standard normal values, deterministic from seed (a stream unrelated to the
+/// signs and matrix of the same seed).
+std::vector<float> random_gaussian(std::size_t n, std::uint64_t seed);
+
 /// One vector: y [D] = R · x (transpose = false) or Rᵀ · x; R [D][D] row-major. x and y must not overlap.
 void matrix_rotate(const float* R, int D, const float* x, float* y, bool transpose);
 

@@ -5,9 +5,11 @@
 #include <type_traits>
 
 #include "aqpim/attention.h"
+#include "aqpim/byte_io.h"
 #include "aqpim/error.h"
 #include "aqpim/half.h"
 #include "aqpim/kv_cache.h"
+#include "kv/kv_state_io.h"
 
 namespace aqpim {
 namespace {
@@ -81,6 +83,47 @@ public:
 
     std::uint64_t sequence_bytes(std::int64_t n_tokens) const override {
         return std::uint64_t(n_tokens) * std::uint64_t(shape().elements_per_token()) * sizeof(T);
+    }
+
+    /// Section (docs/kv-state.md): layer counts, then per layer and KV head keys [n][head_dim] and
+    /// values [n][head_dim] as stored (f32 or f16 bits).
+    void save_sequence(int seq_id, ByteWriter& out) const override {
+        kv::write_layer_counts(out, *this, seq_id);
+        for (const Layer& l : find(seq_id)->second.layers)
+            for (int ih = 0; ih < shape().n_kv_head; ++ih)
+                for (const std::vector<T>* rows : {&l.k[ih], &l.v[ih]}) {
+                    if constexpr (std::is_same_v<T, float>)
+                        out.f32s(rows->data(), rows->size());
+                    else
+                        out.u16s(rows->data(), rows->size());
+                }
+    }
+
+    void restore_sequence(int seq_id, ByteReader& in) override {
+        kv::check_new_sequence(*this, seq_id);
+        const std::vector<std::int64_t> n = kv::read_layer_counts(in, shape());
+        Sequence s;
+        s.layers.resize(shape().n_layer);
+        const std::uint64_t hd = std::uint64_t(shape().head_dim);
+        for (int il = 0; il < shape().n_layer; ++il) {
+            Layer& l = s.layers[il];
+            l.n_tokens = n[il];
+            l.k.resize(shape().n_kv_head);
+            l.v.resize(shape().n_kv_head);
+            for (int ih = 0; ih < shape().n_kv_head; ++ih)
+                for (const bool value : {false, true}) {
+                    const std::string field = fmt::format("layer {} KV head {} {}", il, ih, value ? "values" : "keys");
+                    const std::uint64_t count = std::uint64_t(l.n_tokens) * hd;
+                    in.require(count, sizeof(T), field);
+                    std::vector<T>& rows = value ? l.v[ih] : l.k[ih];
+                    rows.resize(std::size_t(count));
+                    if constexpr (std::is_same_v<T, float>)
+                        kv::read_finite_f32(in, rows.data(), count, field);
+                    else
+                        kv::read_finite_f16(in, rows.data(), count, field);
+                }
+        }
+        seqs_.emplace(seq_id, std::move(s));
     }
 
 private:

@@ -26,4 +26,12 @@ std::uint64_t KvCache::sequence_bytes(std::int64_t) const {
     AQPIM_FAIL("kv cache {}: cannot size a sequence in advance", scheme());
 }
 
+void KvCache::save_sequence(int, ByteWriter&) const {
+    AQPIM_FAIL("kv cache: scheme {} cannot save its state", scheme());
+}
+
+void KvCache::restore_sequence(int, ByteReader&) {
+    AQPIM_FAIL("kv cache: scheme {} cannot restore a saved state", scheme());
+}
+
 }  // namespace aqpim

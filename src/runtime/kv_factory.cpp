@@ -4,6 +4,7 @@
 #include "aqpim/kv_pq.h"
 #include "aqpim/kv_scalar.h"
 #include "aqpim/kv_scheme.h"
+#include "aqpim/kv_turbo.h"
 
 namespace aqpim {
 
@@ -12,6 +13,7 @@ const std::vector<std::string>& kv_scheme_names() {
         std::vector<std::string> n = {"f32", "f16"};
         for (const std::string& s : scalar_kv_scheme_names()) n.push_back(s);
         n.push_back("pq");
+        for (const std::string& s : turbo_kv_scheme_names()) n.push_back(s);
         return n;
     }();
     return names;
@@ -24,6 +26,7 @@ std::unique_ptr<KvCache> make_kv_cache(const KvSchemeSpec& spec, const KvShape& 
     }
     if (is_scalar_kv_scheme(spec.name)) return make_scalar_kv_cache(spec, shape, options);
     if (spec.name == "pq") return make_pq_kv_cache(spec, shape, options);
+    if (is_turbo_kv_scheme(spec.name)) return make_turbo_kv_cache(spec, shape, options);
     std::string names;
     for (const std::string& n : kv_scheme_names()) names += (names.empty() ? "" : ", ") + n;
     AQPIM_FAIL("--kv {}: unknown KV cache scheme '{}' (available: {})", spec.text, spec.name, names);

@@ -3,8 +3,10 @@
 #include "aqpim/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
+#include "aqpim/byte_io.h"
 #include "aqpim/error.h"
 
 namespace aqpim {
@@ -22,6 +24,38 @@ std::int32_t argmax(const float* x, int n) {
 }
 
 Sampler::Sampler(const SamplerParams& params) : params_(params), rng_(params.seed) { params.validate(); }
+
+Sampler::Sampler(const SamplerState& state) : Sampler(state.params) { rng_.discard(state.draws); }
+
+void SamplerState::write(ByteWriter& out) const {
+    out.f32(params.temperature);
+    out.f32(params.top_p);
+    out.u64(params.seed);
+    out.u64(draws);
+}
+
+SamplerState SamplerState::read(ByteReader& in, std::uint64_t max_draws) {
+    SamplerState s;
+    s.params.temperature = in.f32("sampler temperature");
+    s.params.top_p = in.f32("sampler top_p");
+    s.params.seed = in.u64("sampler seed");
+    s.draws = in.u64("sampler draws");
+    try {
+        s.params.validate();
+    } catch (const Error& e) {
+        in.fail(e.what());
+    }
+    if (s.draws > max_draws)
+        in.fail(fmt::format("the sampler drew {} words, more than the {} its sequence allows", s.draws, max_draws));
+    return s;
+}
+
+bool SamplerState::operator==(const SamplerState& o) const {
+    // Bit equality: a state restored from bytes equals the state saved.
+    return std::bit_cast<std::uint32_t>(params.temperature) == std::bit_cast<std::uint32_t>(o.params.temperature) &&
+           std::bit_cast<std::uint32_t>(params.top_p) == std::bit_cast<std::uint32_t>(o.params.top_p) &&
+           params.seed == o.params.seed && draws == o.draws;
+}
 
 std::int32_t Sampler::sample(const float* logits, int n_vocab) {
     // NaN logits would pick token 0 (or an arbitrary one) without a word: broken weights upstream.

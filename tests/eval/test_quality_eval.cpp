@@ -52,6 +52,8 @@ std::vector<std::int32_t> random_tokens(std::size_t n, int n_vocab, std::uint64_
 const std::map<std::string, std::string> kTestSpecs = {
     {"kivi2", "kivi2:g=16,window=8"},
     {"pq", "pq:calib=32,refresh=32,page=32,sinks=2,window=8"},
+    {"turbo", "turbo:bits=2.5,qjl=1,sel=56,window=4"},
+    {"qjl", "qjl:sel=56,window=4"},
 };
 /// For the end-to-end comparison of logits: k-means amplifies the ~1e-6 by which batched and
 /// one-row matmuls round the keys differently, so there pq trains only on prefilled tokens (refresh
@@ -59,6 +61,8 @@ const std::map<std::string, std::string> kTestSpecs = {
 const std::map<std::string, std::string> kLogitTestSpecs = {
     {"kivi2", "kivi2:g=16,window=8"},
     {"pq", "pq:calib=32,refresh=0,page=32,sinks=2,window=8"},
+    {"turbo", "turbo:bits=2.5,qjl=1,sel=56,window=4"},
+    {"qjl", "qjl:sel=56,window=4"},
 };
 
 std::string test_spec(const std::string& name, const std::map<std::string, std::string>& specs = kTestSpecs) {
@@ -537,8 +541,10 @@ TEST_F(EvalTiny, FidelityRunsForEveryScheme) {
         SCOPED_TRACE(f.spec);
         EXPECT_TRUE(std::isfinite(f.all.out_rel_err));
         EXPECT_LT(f.all.out_rel_err, 2.0);
-        // Every scheme here stores the probe's 0/1 values exactly (pq learns them from its first
-        // calib - sinks = 30 >= 16 tokens), so the weights are read for all of them.
+        // Every scheme here but turbo stores the probe's 0/1 values exactly (pq learns them from its
+        // first calib - sinks = 30 >= 16 tokens), so the weights are read for all of them. turbo codes
+        // values with fixed codebooks after a rotation, which cannot hold the probe patterns.
+        if (parse_kv_scheme(f.spec).name == "turbo" && !f.probe_ok) continue;
         ASSERT_TRUE(f.probe_ok) << f.probe_note;
         EXPECT_TRUE(std::isfinite(f.all.score_rel_rmse));
         EXPECT_GE(f.all.attn_kl, -1e-6);

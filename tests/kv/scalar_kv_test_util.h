@@ -2,12 +2,16 @@
 // Shared by the scalar KV-cache tests: key/value/query data, filling a cache, attending many rows,
 // and the error measure the tolerances are stated in.
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "aqpim/kv_cache.h"
 #include "aqpim/kv_capture.h"
+#include "aqpim/kv_scheme.h"
 #include "support/random.h"
 
 namespace aqpim::test {
@@ -92,6 +96,58 @@ inline double attention_error_vs_f32(KvCache& cache, const KvData& d, int first 
             want.insert(want.end(), b.begin(), b.end());
         }
     return rel_error(got, want);
+}
+
+/// A scheme's attention error bounds (relative L2 vs f32 dense) on Gaussian and outlier-channel data.
+struct AttentionTolerance {
+    const char* spec;
+    double gaussian, outlier;
+};
+
+/// The error of `t.spec` on 300 tokens (GQA group 2) of Gaussian data (seed) and of outlier-channel
+/// data (seed + 1) within t's bounds; both recorded as test properties.
+inline void expect_attention_within(const KvShape& shape, const AttentionTolerance& t, std::uint64_t seed) {
+    auto a = make_kv_cache(parse_kv_scheme(t.spec), shape), b = make_kv_cache(parse_kv_scheme(t.spec), shape);
+    const double e_gauss = attention_error_vs_f32(*a, gaussian_kv(shape, 300, 2, seed));
+    const double e_outlier = attention_error_vs_f32(*b, outlier_kv(shape, 300, 2, seed + 1));
+    EXPECT_LE(e_gauss, t.gaussian) << t.spec;
+    EXPECT_LE(e_outlier, t.outlier) << t.spec;
+    ::testing::Test::RecordProperty(std::string(t.spec) + "_gaussian", std::to_string(e_gauss));
+    ::testing::Test::RecordProperty(std::string(t.spec) + "_outlier", std::to_string(e_outlier));
+}
+
+/// The time-consistency contract on d's tokens: arriving in batches of `steps` (each batch's rows
+/// attending right after it) and arriving one at a time give every row's output bit for bit, and
+/// the same bytes by part, in every layer and KV head.
+inline void expect_batched_equals_token_by_token(const std::string& spec, const KvData& d, const std::vector<int>& steps) {
+    const int n_layer = d.shape.n_layer, n_kv = d.shape.n_kv_head;
+    auto batched = make_kv_cache(parse_kv_scheme(spec), d.shape), single = make_kv_cache(parse_kv_scheme(spec), d.shape);
+    batched->add_sequence(0);
+    single->add_sequence(0);
+    std::vector<std::vector<float>> got(std::size_t(n_layer) * n_kv), want(got.size());  // [layer * n_kv + head]
+    int t0 = 0;
+    for (int m : steps) {
+        append_tokens(*batched, d, 0, t0, m);
+        for (int il = 0; il < n_layer; ++il)
+            for (int ih = 0; ih < n_kv; ++ih) {
+                const auto o = attend_rows(*batched, d, il, 0, ih, positions(t0, t0 + m - 1));
+                got[il * n_kv + ih].insert(got[il * n_kv + ih].end(), o.begin(), o.end());
+            }
+        t0 += m;
+    }
+    ASSERT_EQ(t0, d.n_tokens);
+    for (int t = 0; t < d.n_tokens; ++t) {
+        append_tokens(*single, d, 0, t, 1);
+        for (int il = 0; il < n_layer; ++il)
+            for (int ih = 0; ih < n_kv; ++ih) {
+                const auto o = attend_rows(*single, d, il, 0, ih, {t});
+                want[il * n_kv + ih].insert(want[il * n_kv + ih].end(), o.begin(), o.end());
+            }
+    }
+    for (int il = 0; il < n_layer; ++il)
+        for (int ih = 0; ih < n_kv; ++ih)
+            ASSERT_EQ(got[il * n_kv + ih], want[il * n_kv + ih]) << spec << " layer " << il << " head " << ih;
+    EXPECT_EQ(batched->memory().parts, single->memory().parts) << spec;
 }
 
 }  // namespace aqpim::test

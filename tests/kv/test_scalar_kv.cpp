@@ -34,12 +34,7 @@ constexpr double kF32Slack = 1e-6;
 // Gaussian data / synthetic data with outlier key channels: about 1.5x what was measured (int8 0.0060
 // / 0.0033, q8_0 0.0068 / 0.0041, int4 0.099 / 0.058, q4_0 0.107 / 0.063). Relative errors look large
 // on Gaussian data because attention there averages many values into a small output.
-struct SchemeTolerance {
-    const char* spec;
-    double gaussian;
-    double outlier;
-};
-constexpr SchemeTolerance kAttentionTol[] = {
+constexpr test::AttentionTolerance kAttentionTol[] = {
     {"int8", 0.009, 0.005},
     {"q8_0", 0.010, 0.006},
     {"int4", 0.15, 0.09},
@@ -144,15 +139,7 @@ TEST(ScalarKv, Q8_0CacheAttendsOverLlamaCppDequantizedRows) {
 
 TEST(ScalarKv, AttentionMatchesF32DenseWithinSchemeTolerance) {
     const KvShape shape{1, 2, 64};
-    for (const SchemeTolerance& t : kAttentionTol) {
-        auto a = make(t.spec, shape), b = make(t.spec, shape);
-        const double e_gauss = test::attention_error_vs_f32(*a, test::gaussian_kv(shape, 300, 2, 31));
-        const double e_outlier = test::attention_error_vs_f32(*b, test::outlier_kv(shape, 300, 2, 32));
-        EXPECT_LE(e_gauss, t.gaussian) << t.spec;
-        EXPECT_LE(e_outlier, t.outlier) << t.spec;
-        RecordProperty(std::string(t.spec) + "_gaussian", std::to_string(e_gauss));
-        RecordProperty(std::string(t.spec) + "_outlier", std::to_string(e_outlier));
-    }
+    for (const test::AttentionTolerance& t : kAttentionTol) test::expect_attention_within(shape, t, 31);
     // More bits, less error: a test that would notice codes ignored or scales swapped.
     auto i8 = make("int8", shape), i4 = make("int4", shape), i2 = make("int:bits=2", shape);
     const test::KvData d = test::gaussian_kv(shape, 200, 2, 33);
