@@ -5,8 +5,10 @@
 
 #include <optional>
 
+#include "aqpim/byte_io.h"
 #include "aqpim/error.h"
 #include "aqpim/kv_scheme.h"
+#include "aqpim/kv_state.h"
 #include "aqpim/threads.h"
 #include "aqpim/timer.h"
 #include "aqpim/transformer.h"
@@ -241,6 +243,30 @@ limited to positions <= pos[i] (default: the sequence's last n_rows tokens). sca
                     spans.append(py::dict("first"_a = s.first, "n"_a = s.n, "version"_a = s.version, "page"_a = s.page));
                 return spans;
             }, "layer"_a, "seq_id"_a = 0, "How the layer's tokens are stored: spans {first, n, version (-1: uncoded), page}.")
+        .def("save_sequence", [](PyKvCache& c, int seq_id) {
+                ByteWriter out;
+                {
+                    py::gil_scoped_release release;
+                    std::lock_guard l(c.mu);
+                    c.cache->save_sequence(seq_id, out);
+                }
+                return py::bytes(reinterpret_cast<const char*>(out.data().data()), out.size());
+            }, "seq_id"_a = 0,
+            "The sequence's own bytes (KvCache::save_sequence, the scheme's section of docs/kv-state.md).")
+        .def("restore_sequence", [](PyKvCache& c, int seq_id, const py::bytes& data) {
+                const std::string bytes = data;
+                py::gil_scoped_release release;
+                std::lock_guard l(c.mu);
+                ByteReader in({reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()}, "kv sequence");
+                c.cache->restore_sequence(seq_id, in);
+            }, "seq_id"_a, "data"_a,
+            "Create sequence seq_id from save_sequence() bytes of a cache of the same shape and scheme (checked; "
+            "on an error the cache is as it was).")
+        .def("fork_sequence", [](PyKvCache& c, int src, int dst) {
+                py::gil_scoped_release release;
+                std::lock_guard l(c.mu);
+                fork_sequence(*c.cache, src, dst);
+            }, "src"_a, "dst"_a, "Copy sequence src into a new sequence dst (a shared prompt prefix).")
         .def("_time_attend", [](PyKvCache& c, int layer, py::handle q_obj, int n_calls, int seq_id) {
                 // The C++ side of the boundary benchmark (bench/bench_python.py): the same attend as
                 // attend(), n_calls times in a C++ loop; seconds per call.

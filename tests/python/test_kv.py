@@ -77,7 +77,7 @@ def test_pq_prefill_equals_token_by_token_decode(rng):
     assert 1e-5 < err < 0.2
 
 
-@pytest.mark.parametrize("scheme", ["f16", "q4_0", "kivi2", "pq", "pq:cb=f16,wq=q8_0,refresh=0"])
+@pytest.mark.parametrize("scheme", ["f16", "q4_0", "kivi2", "turbo", "qjl", "pq", "pq:cb=f16,wq=q8_0,refresh=0"])
 def test_memory_is_counted_as_aqpim_info_counts_it(scheme, synth_gguf, rng):
     context = 700
     model = aqpim.Model(str(synth_gguf), n_threads=1)
@@ -93,8 +93,30 @@ def test_memory_is_counted_as_aqpim_info_counts_it(scheme, synth_gguf, rng):
         for layer in range(L):
             cache.append(layer, k[t:t + 1], v[t:t + 1])
     mem = cache.memory()
-    assert mem["n_tokens"] == context and mem["bytes"] == info_bytes == sum(mem["parts"].values())
-    assert mem["bits_per_element"] == pytest.approx(info_bits, abs=5e-4)
+    # parts shared by the sequences (turbo's rotations, qjl's projections) are held once, not per sequence
+    shared = sum(b for part, b in mem["parts"].items() if "(shared)" in part)
+    assert mem["n_tokens"] == context and mem["bytes"] == sum(mem["parts"].values())
+    assert mem["bytes"] - shared == info_bytes
+    if not shared:
+        assert mem["bits_per_element"] == pytest.approx(info_bits, abs=5e-4)
+
+
+@pytest.mark.parametrize("scheme", ["f16", "q8_0", "pq:calib=64,window=16,page=32,refresh=64"])
+def test_a_saved_sequence_restores_and_forks_to_the_same_attention(scheme, rng):
+    k, v = kv_data(rng, 200)
+    q = rng.standard_normal((1, H, HD)).astype(np.float32)
+    cache = aqpim.KvCache(scheme, L, H_KV, HD, rope_pairs="neox", rope_theta=10000.0)
+    for layer in range(L):
+        cache.append(layer, k, v)
+    data = cache.save_sequence(0)
+    other = aqpim.KvCache(scheme, L, H_KV, HD, rope_pairs="neox", rope_theta=10000.0)
+    other.restore_sequence(5, data)
+    assert np.array_equal(other.attend(1, q, 5), cache.attend(1, q))
+    cache.fork_sequence(0, 2)
+    assert np.array_equal(cache.attend(1, q, 2), cache.attend(1, q))
+    with pytest.raises(aqpim.Error):
+        other.restore_sequence(6, data[: len(data) // 2])
+    assert not other.has_sequence(6)
 
 
 def cli_error(*args):
