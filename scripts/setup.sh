@@ -5,7 +5,7 @@ packages=(g++ cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev libfm
           nlohmann-json3-dev libcli11-dev libfaiss-dev libopenblas-dev libpcre2-dev
           pkg-config python3-matplotlib
           libcpp-httplib-dev                                   # aqpim serve (HTTP)
-          python3-pybind11 python3-numpy python3-torch python3-pytest python3-dev  # python/
+          python3-pybind11 python3-numpy python3-torch python3-pytest python3-dev python3-venv  # python/
           redis-server libhiredis-dev                          # KV store shared through Redis
           clang-14 libclang-rt-14-dev)                         # fuzzing, sanitizers, the clang build
 # Node.js and npm run the official `openai` client in the server tests; a machine that has a
