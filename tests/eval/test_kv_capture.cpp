@@ -48,8 +48,9 @@ TEST(KvCapture, PositionZeroIsTheProjectionAndRopeKeepsPairNorms) {
             }
             EXPECT_GT(moved, 1e-2);
         }
-    // values are not rotated: same token, same value vector
-    for (int d = 0; d < 256; ++d) ASSERT_FLOAT_EQ(c.v[d], c.v[4 * 256 + d]);
+    // values are not rotated: same token, same value vector (up to the prefill matmul's rounding,
+    // which on some BLAS kernels depends on the row's place in the batch: ~1e-7 relative)
+    for (int d = 0; d < 256; ++d) ASSERT_NEAR(c.v[d], c.v[4 * 256 + d], 1e-5 * (1 + std::fabs(c.v[d])));
 }
 
 TEST(KvCapture, AnyModelTheRuntimeReads) {

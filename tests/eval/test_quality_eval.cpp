@@ -388,10 +388,11 @@ TEST(EvalQuality, F16PerplexityIsPerplexitysOnStories260K) {
     ASSERT_EQ(r.schemes.size(), 1u);
     EXPECT_EQ(r.n_chunks, want.n_chunks);
     EXPECT_EQ(r.n_scored, want.n_scored);
-    // One forward call per chunk there, two here: equal up to the matmul's rounding by batch size.
-    EXPECT_NEAR(r.schemes[0].ppl, want.ppl, 1e-6 * want.ppl);
+    // One forward call per chunk there, two here: equal up to the matmul's rounding by batch size
+    // (up to 1e-6 relative with AVX-512 kernels, 5e-6 with AVX2's on an AMD EPYC).
+    EXPECT_NEAR(r.schemes[0].ppl, want.ppl, 2e-5 * want.ppl);
     EXPECT_NEAR(r.schemes[0].ppl_error, want.ppl_error, 1e-5 * want.ppl_error);
-    EXPECT_NEAR(r.schemes[0].mean_nll, want.mean_nll, 1e-6);
+    EXPECT_NEAR(r.schemes[0].mean_nll, want.mean_nll, 2e-5);
 }
 
 // ---- reports -----------------------------------------------------------------------------------------
