@@ -10,6 +10,7 @@
 
 #include "aqpim/error.h"
 #include "aqpim/half.h"
+#include "kv/kv_state_io.h"
 
 namespace aqpim::kv {
 
@@ -202,6 +203,62 @@ public:
         return std::uint64_t(shape().n_layer) * layer_bytes(n_tokens);
     }
 
+    /// Section (docs/kv-state.md): layer counts, then per layer and KV head (q = quantized(n)): key
+    /// rows [q][key row bytes], value rows [q][value row bytes], f16 keys and values [n - q][head_dim],
+    /// and once n >= sel the outlier masks of the split streams (key, then value; ceil(head_dim / 8)
+    /// bytes each). Before sel the channel energies are not written: every token is still f16 then,
+    /// and the restore sums them again in the order append did. As for kivi2, only the steady state
+    /// is kept (the restored sequence answers its last position, as after a decode step).
+    void save_sequence(int seq_id, ByteWriter& out) const override {
+        layer(seq_id, 0);  // validates
+        write_layer_counts(out, *this, seq_id);
+        const std::size_t hd = std::size_t(shape().head_dim);
+        for (const TurboLayer& l : sequences().at(seq_id))
+            for (const TurboHead& h : l.heads) {
+                out.bytes(h.k_rows.data(), h.k_rows.size());
+                out.bytes(h.v_rows.data(), h.v_rows.size());
+                const std::size_t skip = std::size_t(l.n_coded - l.f16_start) * hd;  // rows kept for the last step
+                for (const auto* rows : {&h.k16, &h.v16}) out.u16s(rows->data() + skip, rows->size() - skip);
+                out.bytes(h.k_mask.data(), h.k_mask.size());
+                out.bytes(h.v_mask.data(), h.v_mask.size());
+            }
+    }
+
+    void restore_sequence(int seq_id, ByteReader& in) override {
+        const std::vector<std::int64_t> n = begin_restore(seq_id, in, [&](std::int64_t t) { return layer_bytes(t); });
+        const int hd = shape().head_dim;
+        const std::size_t krb = p_.keys->row_bytes().total(), vrb = p_.values->row_bytes();
+        std::vector<TurboLayer> layers(shape().n_layer);
+        for (int il = 0; il < shape().n_layer; ++il) {
+            TurboLayer& l = layers[il];
+            l.n_tokens = n[il];
+            l.n_coded = l.f16_start = quantized(l.n_tokens);
+            l.bytes = layer_bytes(l.n_tokens);
+            l.heads.resize(shape().n_kv_head);
+            for (int ih = 0; ih < shape().n_kv_head; ++ih) {
+                TurboHead& h = l.heads[ih];
+                const std::string at = fmt::format("layer {} KV head {}", il, ih);
+                const auto kr = in.bytes(std::uint64_t(l.n_coded) * krb, at + " key rows");
+                h.k_rows.assign(kr.begin(), kr.end());
+                const auto vr = in.bytes(std::uint64_t(l.n_coded) * vrb, at + " value rows");
+                h.v_rows.assign(vr.begin(), vr.end());
+                const std::uint64_t f16_values = std::uint64_t(l.n_tokens - l.n_coded) * hd;
+                for (auto [rows, what] : {std::pair{&h.k16, " f16 keys"}, std::pair{&h.v16, " f16 values"}}) {
+                    in.require(f16_values, 2, at + what);
+                    rows->resize(std::size_t(f16_values));
+                    read_finite_f16(in, rows->data(), f16_values, at + what);
+                }
+                if (l.n_tokens < p_.sel) {
+                    choose_outliers(h, 0, l.n_tokens, 0);
+                    continue;
+                }
+                if (split_k_) h.k_mask = read_mask(in, p_.keys->first_part_dim(), at + " key outlier mask");
+                if (split_v_) h.v_mask = read_mask(in, p_.values->turbo()->first_part_dim(), at + " value outlier mask");
+            }
+        }
+        insert_sequence(seq_id, std::move(layers));
+    }
+
 protected:
     SegmentedHead head_view(const TurboLayer& l, int ih) const override {
         SegmentedHead h;
@@ -250,6 +307,22 @@ private:
         if (split_v_) h.v_mask = outlier_mask(h.v_energy, p_.values->turbo()->first_part_dim());
         std::vector<double>().swap(h.k_energy);
         std::vector<double>().swap(h.v_energy);
+    }
+
+    /// An outlier mask as outlier_mask() leaves it: exactly n_out channel bits, none past head_dim.
+    std::vector<std::uint8_t> read_mask(ByteReader& in, int n_out, const std::string& what) const {
+        const int hd = shape().head_dim;
+        const auto b = in.bytes(mask_bytes(hd), what);
+        std::vector<std::uint8_t> mask(b.begin(), b.end());
+        int bits = 0;
+        for (int c = 0; c < int(mask.size()) * 8; ++c) {
+            const bool set = (mask[c / 8] >> (c % 8)) & 1;
+            AQPIM_CHECK(!set || c < hd, "kv state {}: {} marks channel {} of a head_dim of {}", scheme(), what, c, hd);
+            bits += set;
+        }
+        AQPIM_CHECK(bits == n_out, "kv state {}: {} marks {} channels, the scheme's outliers are {}", scheme(), what,
+                    bits, n_out);
+        return mask;
     }
 
     /// Per KV head at n tokens: the outlier masks once chosen (energies = false), or the energies
