@@ -22,6 +22,17 @@ inline __mmask16 tail_mask(std::int64_t n) { return n >= 16 ? __mmask16(0xffff) 
 // bytes 2 KiB further on into L1 and 8 KiB further on into L2 (into the next tile, or past the end:
 // prefetches never fault). The hardware prefetcher alone leaves a single core waiting on DRAM.
 
+// Lanes [4h, 4h + 4) of v, h in [0, 4): the extract's lane index must be an immediate (clang
+// rejects a loop variable when the loop is not unrolled, as at -O0/-O1).
+inline __m128 lane_quarter(__m512 v, int h) {
+    switch (h) {
+        case 0: return _mm512_castps512_ps128(v);
+        case 1: return _mm512_extractf32x4_ps(v, 1);
+        case 2: return _mm512_extractf32x4_ps(v, 2);
+        default: return _mm512_extractf32x4_ps(v, 3);
+    }
+}
+
 inline __m512 load16(const float* x, __mmask16 m) { return _mm512_maskz_loadu_ps(m, x); }
 inline __m512 load16(const f16_t* x, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x)); }
 // Unmasked: the f16 form folds into one memory-operand vcvtph2ps (1 ALU uop), where the masked
@@ -65,7 +76,7 @@ std::int64_t scores_heads_steps(const float* q, const T* K, std::int64_t n_tok, 
             else if constexpr (kRows == 8)
                 _mm256_storeu_ps(out, h == 0 ? _mm512_castps512_ps256(sums) : _mm512_extractf32x8_ps(sums, 1));
             else
-                _mm_storeu_ps(out, h == 0 ? _mm512_castps512_ps128(sums) : _mm512_extractf32x4_ps(sums, h));
+                _mm_storeu_ps(out, lane_quarter(sums, h));
         }
     }
     return t;

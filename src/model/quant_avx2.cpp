@@ -50,7 +50,7 @@ void dequantize_q4_0(const BlockQ4_0* b, float* y, std::int64_t nb) {
         const __m128i half[2] = {_mm_and_si128(q, low), _mm_and_si128(_mm_srli_epi16(q, 4), low)};
         for (int h = 0; h < 2; ++h)
             for (int e = 0; e < 2; ++e) {
-                const __m256i v = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(half[h], 8 * e)), eight);
+                const __m256i v = _mm256_sub_epi32(_mm256_cvtepu8_epi32(e == 0 ? half[h] : _mm_srli_si128(half[h], 8)), eight);
                 _mm256_storeu_ps(y + 16 * h + 8 * e, _mm256_mul_ps(_mm256_cvtepi32_ps(v), d));
             }
     }

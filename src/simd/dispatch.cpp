@@ -1,6 +1,7 @@
 #include "aqpim/simd.h"
 
 #include <atomic>
+#include <cpuid.h>
 #include <cstdlib>
 
 #include "aqpim/error.h"
@@ -9,6 +10,12 @@ namespace aqpim {
 
 namespace {
 
+// F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports has no "f16c" feature name.
+bool cpu_has_f16c() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+}
+
 bool detect(SimdLevel level) {
     __builtin_cpu_init();
     switch (level) {
@@ -16,7 +23,7 @@ bool detect(SimdLevel level) {
             return true;
         case SimdLevel::avx2:
             return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                   __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+                   cpu_has_f16c() && __builtin_cpu_supports("bmi2");
         case SimdLevel::avx512:
             return detect(SimdLevel::avx2) && __builtin_cpu_supports("avx512f") &&
                    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&

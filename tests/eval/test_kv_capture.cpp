@@ -17,6 +17,7 @@ namespace {
 const std::string kModel = test::shared_dir() + "/models/austen-13m";
 
 TEST(KvCapture, PositionZeroIsTheProjectionAndRopeKeepsPairNorms) {
+    AQPIM_REQUIRE_SHARED("models/austen-13m");
     const std::vector<std::int32_t> ids = {535, 4051, 535, 13, 535};  // token 535 at positions 0, 2, 4
     CapturedAttention c = capture_layer0(kModel, ids);
     ASSERT_EQ(c.head_dim, 128);
@@ -54,6 +55,8 @@ TEST(KvCapture, PositionZeroIsTheProjectionAndRopeKeepsPairNorms) {
 }
 
 TEST(KvCapture, AnyModelTheRuntimeReads) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.bin");
+    AQPIM_REQUIRE_SHARED("models/austen-13m");
     // austen-13m converted to GGUF f16: the same values (up to f16 weights), keys in llama.cpp's
     // interleaved pair order, so each pair (2i, 2i+1) of the GGUF is the pair (i, i+64) of the checkpoint
     const std::vector<std::int32_t> ids = {1, 535, 4051, 13, 535, 99};
@@ -89,6 +92,7 @@ TEST(KvCapture, AnyModelTheRuntimeReads) {
 }
 
 TEST(KvCapture, BadInputsAreErrors) {
+    AQPIM_REQUIRE_SHARED("models/austen-13m");
     const std::vector<std::int32_t> bad_id = {1, 4096};
     EXPECT_THROW(capture_layer0(kModel, bad_id), Error);
     const std::vector<std::int32_t> ok = {1};

@@ -370,6 +370,8 @@ TEST_F(EvalTiny, PeakCountsRowsWaitingForARefreshVersion) {
 }
 
 TEST(EvalQuality, F16PerplexityIsPerplexitysOnStories260K) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+    AQPIM_REQUIRE_SHARED("text/tinystories-valid.txt");
     const LoadedModel m = load_model(test::shared_dir() + "/models/stories260K/stories260K.gguf");
     Transformer t(m.weights);
     std::ifstream f(test::shared_dir() + "/text/tinystories-valid.txt");
@@ -441,6 +443,7 @@ TEST_F(EvalTiny, JsonCsvAndTableCarryEveryField) {
 // ---- generation ----------------------------------------------------------------------------------------
 
 TEST(EvalGeneration, ReferenceIsGreedyDecodingAndSchemesAreTeacherForced) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
     const LoadedModel m = load_model(test::shared_dir() + "/models/stories260K/stories260K.gguf");
     Transformer t(m.weights);
     const std::vector<std::int32_t> prompt = m.tokenizer->encode("Once upon a time", true);
@@ -566,6 +569,8 @@ bool have_matplotlib() {
 }  // namespace
 
 TEST(EvalCli, TableJsonAndCsv) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+    AQPIM_REQUIRE_SHARED("text/tinystories-valid.txt");
     const auto t = test::run_cli(kSmallRun + "--kv 'f32'");
     ASSERT_EQ(t.exit_code, 0) << t.output;
     for (const char* want : {"f16 (ref)", "f32", "bits/elem", "PPL", "mean KL", "top-1", "tokens/s", "32.000"})
@@ -586,6 +591,8 @@ TEST(EvalCli, TableJsonAndCsv) {
 }
 
 TEST(EvalCli, GenerateAndFidelityModes) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+    AQPIM_REQUIRE_SHARED("text/tinystories-valid.txt");
     const auto g = test::run_cli("eval -m " + kStoriesGguf + " --generate 20 --window 8 -p 'Once upon a time' --kv f32");
     ASSERT_EQ(g.exit_code, 0) << g.output;
     for (const char* want : {"first divergence", "f16 greedy text: Once upon a time", "steps", "0-7", "16-19"})
@@ -600,6 +607,8 @@ TEST(EvalCli, GenerateAndFidelityModes) {
 }
 
 TEST(EvalCli, BadInputFailsWithOneClearLine) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+    AQPIM_REQUIRE_SHARED("text/tinystories-valid.txt");
     const std::pair<std::string, std::string> cases[] = {
         {kSmallRun + "--kv 'f16;int3'", "int3"},
         {kSmallRun + "--kv 'f16;;'", ""},  // empty entries are skipped: runs
@@ -624,6 +633,8 @@ TEST(EvalCli, BadInputFailsWithOneClearLine) {
 }
 
 TEST(EvalCli, PlotWritesAFile) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+    AQPIM_REQUIRE_SHARED("text/tinystories-valid.txt");
     if (!have_matplotlib()) GTEST_SKIP() << "python3-matplotlib is not installed (apt-get install python3-matplotlib)";
     const std::string out = test::temp_path("aqpim_eval_plot.png");
     std::filesystem::remove(out);

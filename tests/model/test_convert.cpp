@@ -94,6 +94,7 @@ void expect_same_tensors(const GgufFile& got, const GgufFile& ref, const std::ve
 }
 
 TEST(Convert, Austen13mEqualsLlamaCppConversion) {
+    AQPIM_REQUIRE_SHARED("models/austen-13m");
     // llama.cpp's convert_hf_to_gguf.py --outtype f16 made austen-13m-f16.gguf from this checkpoint,
     // permuting Q and K: byte equality checks the permutation on real GQA shapes (head_dim 128).
     const std::string out = temp_path("austen.gguf");
@@ -121,6 +122,7 @@ TEST(Convert, Austen13mEqualsLlamaCppConversion) {
 }
 
 TEST(Convert, Austen13mVocabularyEqualsLlamaCppConversion) {
+    AQPIM_REQUIRE_SHARED("models/austen-13m");
     // Scores and token types as llama.cpp's converter writes them: it marks the special tokens of
     // tokenizer_config.json's added_tokens_decoder as CONTROL with score -1000 (the vocabulary
     // reader's job, checked here on the converted file).
@@ -135,6 +137,7 @@ TEST(Convert, Austen13mVocabularyEqualsLlamaCppConversion) {
 }
 
 TEST(Convert, Llama2cEqualsLlamaCppConversion) {
+    AQPIM_REQUIRE_SHARED("models/stories260K");
     // llama.cpp's convert-llama2c-to-ggml made stories260K.gguf (it also writes output.weight, a
     // copy of the shared embedding; we leave it tied as llama.cpp's HF converter does).
     const std::string out = temp_path("stories.gguf");
@@ -168,6 +171,7 @@ TEST(Convert, Llama2cEqualsLlamaCppConversion) {
 // ---- round trips -------------------------------------------------------------------------------
 
 TEST(Convert, TinyStoriesRoundTrip) {
+    AQPIM_REQUIRE_SHARED("models/tinystories-656k");
     const std::string out = temp_path("tiny.gguf");
     const LoadedModel src = load_safetensors_model(kTiny);
     const ConvertSummary s = convert_to_gguf(src, out);
@@ -251,6 +255,7 @@ std::vector<double> project(const WeightMatrix& W, const std::vector<float>& h) 
 }
 
 TEST(Convert, PermutedQkWithInterleavedRopeGiveTheSameScores) {
+    AQPIM_REQUIRE_SHARED("models/tinystories-656k");
     const std::string out = temp_path("tiny_scores.gguf");
     const LoadedModel src = load_safetensors_model(kTiny);
     convert_to_gguf(src, out);
@@ -286,6 +291,7 @@ TEST(Convert, PermutedQkWithInterleavedRopeGiveTheSameScores) {
 }
 
 TEST(Convert, LogitsOfConvertedModelEqualOriginal) {
+    AQPIM_REQUIRE_SHARED("models/tinystories-656k");
     // the forward pass: NeoX RoPE on the HF layout == interleaved RoPE on the permuted GGUF
     const std::string out = temp_path("tiny_logits.gguf");
     const LoadedModel src = load_safetensors_model(kTiny);
@@ -311,6 +317,8 @@ TEST(Convert, LogitsOfConvertedModelEqualOriginal) {
 // ---- output types ------------------------------------------------------------------------------
 
 TEST(Convert, MatrixTypes) {
+    AQPIM_REQUIRE_SHARED("models/tinystories-656k");
+    AQPIM_REQUIRE_SHARED("models/austen-13m");
     const LoadedModel src = load_safetensors_model(kTiny);
     const LayerWeights& l = src.weights.layers[1];
     const std::string out = temp_path("types.gguf");
@@ -373,6 +381,7 @@ TEST(Convert, MatrixTypes) {
 // ---- biases and architectures (generated models) ------------------------------------------------
 
 TEST(Convert, ValuesTheTargetCannotHoldAreRefused) {
+    AQPIM_REQUIRE_SHARED("models/stories260K");
     // llama2.c checkpoint (f32): token_embd row 0, column 10 set to 1e6, beyond f16's 65504, and to
     // NaN (a quantizer's block scale would ignore it, and rounding it to an integer is undefined).
     std::ifstream in(kStories + "/stories260K.bin", std::ios::binary);
@@ -478,6 +487,7 @@ TEST(Convert, BiasesAndArchitectures) {
 }
 
 TEST(Convert, BadRequestsAreErrors) {
+    AQPIM_REQUIRE_SHARED("models/stories260K");
     const std::string out = temp_path("bad.gguf");
     fs::remove(out);
     LoadedModel m = load_llama2c_model(kStories + "/stories260K.bin", kStories + "/tok512.bin");
@@ -509,6 +519,8 @@ TEST(Convert, BadRequestsAreErrors) {
 }
 
 TEST(Convert, Command) {
+    AQPIM_REQUIRE_SHARED("models/tinystories-656k");
+    AQPIM_REQUIRE_SHARED("models/stories260K");
     const std::string out = temp_path("cli.gguf");
     fs::remove(out);
     auto r = test::run_cli("convert -m " + kTiny + " -o " + out);

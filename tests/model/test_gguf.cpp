@@ -133,6 +133,8 @@ TEST(GgufTypes, RowBytesAndSupport) {
 // ---- reading the shared model -------------------------------------------------------------------
 
 TEST(GgufReader, ReadsStories260K) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.bin");
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
     GgufFile f(stories_gguf());
     EXPECT_EQ(f.version(), 3u);
     EXPECT_EQ(f.get_string("general.architecture"), "llama");
@@ -166,6 +168,7 @@ TEST(GgufReader, ReadsStories260K) {
 }
 
 TEST(GgufReader, TypedGettersNameTheKey) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
     GgufFile f(stories_gguf());
     auto message = [](auto&& fn) {
         try {
@@ -258,6 +261,7 @@ TEST(GgufWriter, RoundTripKeepsMetadataAndBytes) {
 }
 
 TEST(GgufWriter, RewritingTheSharedModelKeepsEveryTensor) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
     GgufFile src(stories_gguf());
     GgufWriter w;
     w.set_string("general.architecture", src.get_string("general.architecture"));
@@ -336,6 +340,7 @@ TEST(GgufWriter, BadTensorsAndOptionsAreErrors) {
 // ---- hostile files ------------------------------------------------------------------------------
 
 TEST(GgufHostile, EveryTruncationOfARealFileIsAnError) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
     const std::string full = read_file(stories_gguf());
     ASSERT_GT(full.size(), 1000000u);
     EXPECT_EQ(open_error(full), "");
@@ -373,6 +378,7 @@ bool opens_safely(const std::string& bytes) {
 }
 
 TEST(GgufHostile, FlippedBytesAreErrorsOrSafe) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
     // A small file in the real model's format: its vocabulary metadata and a few of its tensors,
     // with every second byte of the header flipped three ways.
     GgufFile src(stories_gguf());

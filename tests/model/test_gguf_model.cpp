@@ -117,6 +117,8 @@ struct TinyModel {
 // ---- the shared models --------------------------------------------------------------------------
 
 TEST(GgufModel, LoadsStories260K) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.bin");
     const LoadedModel m = load_gguf_model(test::shared_dir() + "/models/stories260K/stories260K.gguf");
     const ModelConfig& c = m.weights.config;
     EXPECT_EQ(c.arch, ModelArch::llama);
@@ -164,6 +166,7 @@ TEST(GgufModel, LoadsStories260K) {
 }
 
 TEST(GgufModel, LoadsAusten13m) {
+    AQPIM_REQUIRE_SHARED("models/austen-13m/austen-13m-f16.gguf");
     const LoadedModel m = load_gguf_model(test::shared_dir() + "/models/austen-13m/austen-13m-f16.gguf");
     const ModelConfig& c = m.weights.config;
     EXPECT_EQ(c.name, "Austen 13m");

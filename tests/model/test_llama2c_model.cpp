@@ -52,6 +52,8 @@ float matrix_at(const WeightMatrix& W, std::int64_t r, std::int64_t c) {
 }
 
 TEST(Llama2cModel, LoadsStories260K) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.bin");
+    AQPIM_REQUIRE_SHARED("models/stories260K/tok512.bin");
     const LoadedModel m = load_llama2c_model(kBin, kTok);
     const ModelConfig& c = m.weights.config;
     EXPECT_EQ(m.weights.format, "llama2c");
@@ -107,6 +109,7 @@ TEST(Llama2cModel, LoadsStories260K) {
 // llama.cpp's convert-llama2c-to-ggml made stories260K.gguf from the same checkpoint: every
 // tensor must hold the same values as the one we map it to (w1 = gate, w3 = up, w2 = down).
 TEST(Llama2cModel, WeightsEqualLlamaCppConversion) {
+    AQPIM_REQUIRE_SHARED("models/stories260K");
     const LoadedModel m = load_llama2c_model(kBin, "");
     EXPECT_FALSE(m.tokenizer);
     GgufFile g(kDir + "/stories260K.gguf");
@@ -258,6 +261,7 @@ TEST(Llama2cModel, HostileHeadersAreErrors) {
 }
 
 TEST(Llama2cModel, WrongFileSizesAreErrors) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.bin");
     const std::string raw = read_bytes(kBin);
     const std::string path = temp_path("cut.bin");
     // truncated at many offsets: inside the header, inside each section, one float short
@@ -298,6 +302,7 @@ TEST(Llama2cModel, WrongFileSizesAreErrors) {
 }
 
 TEST(Llama2cModel, MissingTokenizerIsAnError) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.bin");
     EXPECT_THROW(load_llama2c_model(kBin, temp_path("no_tokenizer.bin")), Error);
 }
 

@@ -190,6 +190,7 @@ std::string error_of(Fn f) {
 // ---- the shared models -------------------------------------------------------------------------
 
 TEST(SafetensorsModel, LoadsTinyStories656K) {
+    AQPIM_REQUIRE_SHARED("models/tinystories-656k");
     const LoadedModel m = load_safetensors_model(kTiny);
     const ModelConfig& c = m.weights.config;
     EXPECT_EQ(m.weights.format, "safetensors");
@@ -232,6 +233,7 @@ TEST(SafetensorsModel, LoadsTinyStories656K) {
 }
 
 TEST(SafetensorsModel, LoadsAusten13M) {
+    AQPIM_REQUIRE_SHARED("models/austen-13m");
     const LoadedModel m = load_safetensors_model(kAusten);
     const ModelConfig& c = m.weights.config;
     EXPECT_EQ(c.n_embd, 512);
@@ -268,6 +270,7 @@ TEST(SafetensorsModel, LoadsAusten13M) {
 }
 
 TEST(SafetensorsModel, ShardedEqualsSingleFile) {
+    AQPIM_REQUIRE_SHARED("models/tinystories-656k");
     const fs::path d = fresh_dir("sharded");
     fs::copy_file(kTiny + "/config.json", d / "config.json");
     const std::string file = kTiny + "/model.safetensors";

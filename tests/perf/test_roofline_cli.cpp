@@ -52,6 +52,9 @@ TEST(RooflineCli, BitsTargetsAreStatedAtTheRunsContext) {
 }
 
 TEST(RooflineCli, ModelFilesHeaderOnly) {
+    AQPIM_REQUIRE_SHARED("models/austen-13m");
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.bin");
     for (const std::string m : {"/models/austen-13m", "/models/stories260K/stories260K.gguf", "/models/stories260K/stories260K.bin"}) {
         const auto r = run_cli("roofline -m " + shared_dir() + m + " --device a100-80g");
         EXPECT_EQ(r.exit_code, 0) << m << "\n" << r.output;

@@ -60,6 +60,7 @@ TEST(KvLayout, PqCacheSplitsAtVersionsAndPages) {
 }
 
 TEST(KvTraceCli, RunWritesATracePimsimReplays) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.bin");
     const auto path = std::filesystem::temp_directory_path() / "aqpim_run_trace.jsonl";
     const auto r = test::run_cli("run -m " + test::shared_dir() + "/models/stories260K/stories260K.bin -p 'Once upon' "
                                  "-n 60 --seed 3 --ignore-eos --kv pq:calib=16,window=8,refresh=32,page=32,sinks=2 --trace " +

@@ -37,6 +37,8 @@ const std::string kAusten = test::shared_dir() + "/models/austen-13m/";
 }  // namespace
 
 TEST(Golden, Stories260KGreedyTextMatchesLlama2c) {
+    AQPIM_REQUIRE_SHARED("reference/stories260K-greedy-200.txt");
+    AQPIM_REQUIRE_SHARED("models/stories260K/");
     const std::string want = read_file(test::shared_dir() + "/reference/stories260K-greedy-200.txt");
     for (const std::string& path : {kStories + "stories260K.bin", kStories + "stories260K.gguf"}) {
         const LoadedModel m = load_model(path);
@@ -49,6 +51,8 @@ TEST(Golden, Stories260KGreedyTextMatchesLlama2c) {
 }
 
 TEST(Golden, Stories260KPerplexityMatchesLlamaCpp) {
+    AQPIM_REQUIRE_SHARED("text/tinystories-valid.txt");
+    AQPIM_REQUIRE_SHARED("models/stories260K/");
     const LoadedModel m = load_model(kStories + "stories260K.gguf");
     Transformer t(m.weights);
     const std::vector<std::int32_t> ids =
@@ -66,6 +70,8 @@ TEST(Golden, Stories260KPerplexityMatchesLlamaCpp) {
 }
 
 TEST(Golden, Austen13mGreedyMatchesPyTorchFromGgufAndSafetensors) {
+    AQPIM_REQUIRE_SHARED("reference/austen-13m-prompt0-greedy.json");
+    AQPIM_REQUIRE_SHARED("models/austen-13m/");
     const nlohmann::json ref = nlohmann::json::parse(read_file(test::shared_dir() + "/reference/austen-13m-prompt0-greedy.json"));
     const auto input = ref["input_ids"].get<std::vector<std::int32_t>>();
     const auto want = ref["greedy_ids"].get<std::vector<std::int32_t>>();
@@ -90,6 +96,8 @@ TEST(Golden, Austen13mGreedyMatchesPyTorchFromGgufAndSafetensors) {
 }
 
 TEST(Golden, Austen13mPerplexityMatchesLlamaCpp) {
+    AQPIM_REQUIRE_SHARED("reference/tokens/northanger-first64KB.txt");
+    AQPIM_REQUIRE_SHARED("models/austen-13m/");
     const LoadedModel m = load_model(kAusten + "austen-13m-f16.gguf");
     Transformer t(m.weights);
     const std::vector<std::int32_t> ids =

@@ -149,6 +149,7 @@ TEST(TokenizerBpe, PiecesAreBytes) {
 }
 
 TEST(TokenizerBpe, RoundTripsArbitraryBytes) {
+    AQPIM_REQUIRE_SHARED("reference/tokens");
     std::mt19937 rng(7);
     for (const char* pre : {"gpt2", "llama3", "qwen2", "default"}) {
         const auto t = Tokenizer::create(small_vocab(pre));

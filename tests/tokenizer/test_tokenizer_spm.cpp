@@ -37,6 +37,9 @@ std::shared_ptr<const Tokenizer> austen_gguf() {
 // ---- golden ids --------------------------------------------------------------------------------
 
 TEST(TokenizerSpm, StoriesSampleMatchesLlamaCpp) {
+    AQPIM_REQUIRE_SHARED("text/tinystories-sample.txt");
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+    AQPIM_REQUIRE_SHARED("reference/tokens");
     const std::string text = read_text(test::shared_dir() + "/text/tinystories-sample.txt");
     const auto want = read_token_ids(test::tokens_dir() + "/stories260K.tinystories-sample.ids");
     ASSERT_GT(want.size(), 100u);
@@ -45,6 +48,8 @@ TEST(TokenizerSpm, StoriesSampleMatchesLlamaCpp) {
 }
 
 TEST(TokenizerSpm, StoriesProbeMatchesLlamaCpp) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+    AQPIM_REQUIRE_SHARED("reference/tokens");
     // probe.txt: Unicode (Ü, ï, ö, é, 日本語 — bytes where the 512-token vocabulary lacks them), a tab,
     // double spaces, a newline, "<|endoftext|>" (plain text for this vocabulary) and digits. The file
     // has no trailing newline, and the ids end in 語's bytes (no <0x0A>).
@@ -59,6 +64,8 @@ TEST(TokenizerSpm, StoriesProbeMatchesLlamaCpp) {
 }
 
 TEST(TokenizerSpm, AustenMatchesLlamaCppAndSentencePiece) {
+    AQPIM_REQUIRE_SHARED("models/austen-13m/austen-13m-f16.gguf");
+    AQPIM_REQUIRE_SHARED("reference/tokens");
     const std::string text = read_text(test::tokens_dir() + "/northanger-first64KB.txt");
     const auto want = read_token_ids(test::tokens_dir() + "/austen-13m.northanger-first64KB.ids");
     ASSERT_GT(want.size(), 10000u);
@@ -71,6 +78,8 @@ TEST(TokenizerSpm, AustenMatchesLlamaCppAndSentencePiece) {
 }
 
 TEST(TokenizerSpm, Llama2cAndGgufVocabulariesAreTheSame) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/tok512.bin");
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
     const VocabData a = vocab_from_llama2c(test::stories_tok(), 512);
     const VocabData b = vocab_from_gguf(GgufFile(test::stories_gguf()));
     EXPECT_EQ(a.tokens, b.tokens);
@@ -82,6 +91,8 @@ TEST(TokenizerSpm, Llama2cAndGgufVocabulariesAreTheSame) {
 }
 
 TEST(TokenizerSpm, SentencePieceAndGgufVocabulariesAreTheSame) {
+    AQPIM_REQUIRE_SHARED("models/austen-13m/tokenizer.model");
+    AQPIM_REQUIRE_SHARED("models/austen-13m/austen-13m-f16.gguf");
     // tokenizer_config.json beside tokenizer.model is applied as llama.cpp's converter does: its
     // added_tokens_decoder makes <unk>, <s>, </s> control tokens with score -1000.
     const VocabData a = vocab_from_sentencepiece_model(test::austen_model());
@@ -142,6 +153,7 @@ TEST(TokenizerSpm, PiecesFollowLlama2c) {
 }
 
 TEST(TokenizerSpm, GreedyReferenceTextRoundTrips) {
+    AQPIM_REQUIRE_SHARED("reference/stories260K-greedy-200.txt");
     // llama2.c's greedy output (piece by piece after BOS) re-encodes and decodes to itself.
     std::string text = read_text(test::shared_dir() + "/reference/stories260K-greedy-200.txt");
     ASSERT_FALSE(text.empty());
@@ -150,6 +162,10 @@ TEST(TokenizerSpm, GreedyReferenceTextRoundTrips) {
 }
 
 TEST(TokenizerSpm, RoundTrips) {
+    AQPIM_REQUIRE_SHARED("text/tinystories-sample.txt");
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+    AQPIM_REQUIRE_SHARED("models/austen-13m/austen-13m-f16.gguf");
+    AQPIM_REQUIRE_SHARED("reference/tokens");
     const std::vector<std::string> texts = {
         read_text(test::shared_dir() + "/text/tinystories-sample.txt"),
         read_text(test::tokens_dir() + "/probe.txt"),
@@ -173,6 +189,7 @@ TEST(TokenizerSpm, RoundTrips) {
 }
 
 TEST(TokenizerSpm, LongTextIsFast) {
+    AQPIM_REQUIRE_SHARED("text/wikitext-2-test.raw");
     // 1.3 MB as one fragment: the merge queue is O(n log n) (llama.cpp runs SPM on the whole text).
     const std::string text = read_text(test::shared_dir() + "/text/wikitext-2-test.raw");
     ASSERT_GT(text.size(), 1'000'000u);

@@ -23,6 +23,7 @@ using test::write_bytes;
 // ---- Hugging Face tokenizer.json: TinyStories-656K -----------------------------------------------
 
 TEST(VocabHfJson, TinyStoriesVocabulary) {
+    AQPIM_REQUIRE_SHARED("models/tinystories-656k/tokenizer.json");
     const VocabData v = vocab_from_hf_tokenizer_json(test::tinystories_json());
     EXPECT_EQ(v.kind, VocabKind::spm);
     ASSERT_EQ(v.tokens.size(), 2048u);
@@ -41,6 +42,7 @@ TEST(VocabHfJson, TinyStoriesVocabulary) {
 }
 
 TEST(VocabHfJson, TinyStoriesHandCheckedIds) {
+    AQPIM_REQUIRE_SHARED("models/tinystories-656k/tokenizer.json");
     const auto t = Tokenizer::create(vocab_from_hf_tokenizer_json(test::tinystories_json()));
     // Hugging Face merges by rank over the whole normalised text ("▁Once▁upon..."): "e ▁" is rank 0,
     // "O n" 66, "c e▁" 120; there is no "▁O" token, so the dummy "▁" (80) stays alone. Pieces:
@@ -61,6 +63,9 @@ std::string without(std::string text, const std::vector<std::string>& drop) {
 }
 
 TEST(VocabHfJson, TinyStoriesRoundTrips) {
+    AQPIM_REQUIRE_SHARED("text/tinystories-sample.txt");
+    AQPIM_REQUIRE_SHARED("text/tinystories-valid.txt");
+    AQPIM_REQUIRE_SHARED("models/tinystories-656k/tokenizer.json");
     // Round trips up to what this vocabulary cannot hold (it has no byte tokens): “ and ” in the
     // sample, "\r" of some CRLF lines in tinystories-valid.txt are UNK, which prints nothing.
     const auto t = Tokenizer::create(vocab_from_hf_tokenizer_json(test::tinystories_json()));
@@ -85,6 +90,7 @@ std::string hf_json(const std::string& model_extra, const std::string& top_extra
 }
 
 TEST(VocabHfJson, BadFilesAreErrors) {
+    AQPIM_REQUIRE_SHARED("models/tinystories-656k/tokenizer.json");
     const std::string dir = test::temp_dir("hf_bad");
     const std::string path = dir + "/tokenizer.json";
     auto load = [&](const std::string& text) {
@@ -160,6 +166,10 @@ void expect_same(const VocabData& a, const VocabData& b) {
 }
 
 TEST(VocabGguf, RoundTripsEveryKind) {
+    AQPIM_REQUIRE_SHARED("text/tinystories-sample.txt");
+    AQPIM_REQUIRE_SHARED("models/stories260K/tok512.bin");
+    AQPIM_REQUIRE_SHARED("models/austen-13m/tokenizer.model");
+    AQPIM_REQUIRE_SHARED("models/tinystories-656k/tokenizer.json");
     const VocabData stories = vocab_from_llama2c(test::stories_tok(), 512);
     expect_same(write_and_read(stories, "stories"), stories);
 
@@ -198,6 +208,7 @@ TEST(VocabGguf, RoundTripsEveryKind) {
 }
 
 TEST(VocabGguf, BadVocabulariesAreErrors) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/tok512.bin");
     const std::string dir = test::temp_dir("gguf_bad");
     const VocabData base = vocab_from_llama2c(test::stories_tok(), 512);
     auto load = [&](const std::function<void(GgufWriter&)>& edit) {
@@ -244,6 +255,7 @@ TEST(VocabGguf, BadVocabulariesAreErrors) {
 // ---- llama2.c tokenizer.bin ---------------------------------------------------------------------------
 
 TEST(VocabLlama2c, ReadsTok512) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/tok512.bin");
     const VocabData v = vocab_from_llama2c(test::stories_tok(), 512);
     ASSERT_EQ(v.tokens.size(), 512u);
     EXPECT_EQ(v.tokens[1], "<s>");
@@ -258,6 +270,7 @@ TEST(VocabLlama2c, ReadsTok512) {
 }
 
 TEST(VocabLlama2c, EveryTruncationIsAnError) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/tok512.bin");
     const std::string full = read_text(test::stories_tok());
     const std::string path = test::temp_dir("l2c_trunc") + "/tok.bin";
     int n_checked = 0;
@@ -270,6 +283,7 @@ TEST(VocabLlama2c, EveryTruncationIsAnError) {
 }
 
 TEST(VocabLlama2c, AbsurdLengthsAreErrors) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/tok512.bin");
     const std::string full = read_text(test::stories_tok());
     const std::string path = test::temp_dir("l2c_len") + "/tok.bin";
     auto with_i32 = [&](std::size_t off, std::int32_t value) {
@@ -375,6 +389,7 @@ TEST(VocabSentencePiece, HostileFilesAreErrors) {
 }
 
 TEST(VocabSentencePiece, TruncationsOfTheRealModelAreErrorsOrValid) {
+    AQPIM_REQUIRE_SHARED("models/austen-13m/tokenizer.model");
     const std::string full = read_text(test::austen_model());
     const std::string path = test::temp_dir("spm_trunc") + "/tokenizer.model";
     int n_errors = 0, n_valid = 0;

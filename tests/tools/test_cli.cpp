@@ -64,6 +64,8 @@ TEST(Cli, DemoOnSyntheticDataReportsEveryConfiguration) {
 }
 
 TEST(Cli, DemoOnTheSharedModel) {
+    AQPIM_REQUIRE_SHARED("models/austen-13m");
+    AQPIM_REQUIRE_SHARED("reference/tokens/austen-13m.northanger-first64KB.ids");
     const std::string model = test::shared_dir() + "/models/austen-13m";
     const std::string ids = test::shared_dir() + "/reference/tokens/austen-13m.northanger-first64KB.ids";
     auto r = run_cli("demo -m " + model + " --ids " + ids + " -n 512 --calib 256 --queries 8 --json");

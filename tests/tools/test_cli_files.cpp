@@ -31,6 +31,7 @@ void expect_error(const std::string& args, const std::string& message) {
 }
 
 TEST(CliFiles, OutputsNeverOverwriteInputs) {
+    AQPIM_REQUIRE_SHARED("models/stories260K");
     const std::string model = temp_path("victim.gguf");
     fs::copy_file(kStories + "/stories260K.gguf", model, fs::copy_options::overwrite_existing);
     const auto size = fs::file_size(model);
@@ -48,6 +49,7 @@ TEST(CliFiles, OutputsNeverOverwriteInputs) {
 }
 
 TEST(CliFiles, TraceAppearsOnlyWhenTheRunCompletes) {
+    AQPIM_REQUIRE_SHARED("models/stories260K");
     const std::string trace = temp_path("run.trace");
     const auto r = run_cli("run -m " + kStories + "/stories260K.gguf -n 4 --kv pq --trace " + trace);
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -59,6 +61,7 @@ TEST(CliFiles, TraceAppearsOnlyWhenTheRunCompletes) {
 }
 
 TEST(CliFiles, InputsThatAreNotRegularFilesOrTooShort) {
+    AQPIM_REQUIRE_SHARED("models/stories260K");
     const std::string fifo = temp_path("model_fifo");
     ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
     expect_error("info -m " + fifo, "not a regular file or a directory");  // opening it would block
@@ -72,6 +75,7 @@ TEST(CliFiles, InputsThatAreNotRegularFilesOrTooShort) {
 }
 
 TEST(CliFiles, LlamaCppVocabularyForALlama2cCheckpoint) {
+    AQPIM_REQUIRE_SHARED("models/stories260K");
     // --tokenizer takes any vocabulary file, not only tokenizer.bin: here the GGUF of the same model
     const auto bin = run_cli("run -m " + kStories + "/stories260K.bin -p Once -n 8 --temp 0");
     const auto gguf = run_cli("run -m " + kStories + "/stories260K.bin --tokenizer " + kStories +
@@ -90,6 +94,8 @@ TEST(CliFiles, NumericOptionsRefuseNanAndTheirDefaultsSentinels) {
 }
 
 TEST(CliFiles, OptionsThatCannotApplyAreRefused) {
+    AQPIM_REQUIRE_SHARED("text/tinystories-valid.txt");
+    AQPIM_REQUIRE_SHARED("models/stories260K");
     const std::string gguf = kStories + "/stories260K.gguf";
     expect_error("info -m " + gguf + " --kv bogus", "unknown KV cache scheme 'bogus'");
     expect_error("info --kv f16", "give -m MODEL");
@@ -143,6 +149,8 @@ TEST(CliFiles, AnInterruptedWriteLeavesNothing) {
 }
 
 TEST(CliFiles, NonFiniteWeightsAreAnErrorNotANumber) {
+    AQPIM_REQUIRE_SHARED("models/austen-13m/austen-13m-f16.gguf");
+    AQPIM_REQUIRE_SHARED("text/northanger-abbey.txt");
     // A Q8_0 block scale of NaN (a hostile or broken file) used to give "PPL = nan" with exit 0, a
     // plausible perplexity on AVX-512 (NaN scores weighed 0) and token 0 from the sampler.
     const std::string q8 = temp_path("austen_q8.gguf");

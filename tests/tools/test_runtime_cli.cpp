@@ -18,6 +18,7 @@ const std::string kStoriesGguf = shared_dir() + "/models/stories260K/stories260K
 }  // namespace
 
 TEST(RuntimeCli, RunStreamsTextAndReportsSpeed) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.bin");
     const auto r = run_cli("run -m " + kStoriesBin + " -p 'Once upon a time' -n 24 --seed 5 --temp 0.8");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     // stderr's model line, then the text on stdout (prompt echoed first), then the speed report.
@@ -37,6 +38,8 @@ TEST(RuntimeCli, RunStreamsTextAndReportsSpeed) {
 }
 
 TEST(RuntimeCli, PplJsonMatchesLlamaCpp) {
+    AQPIM_REQUIRE_SHARED("text/tinystories-valid.txt");
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
     const auto r = run_cli("ppl -m " + kStoriesGguf + " -f " + shared_dir() +
                            "/text/tinystories-valid.txt -c 256 --kv f32 --json 2>/dev/null");
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -46,6 +49,7 @@ TEST(RuntimeCli, PplJsonMatchesLlamaCpp) {
 }
 
 TEST(RuntimeCli, InfoDescribesAModel) {
+    AQPIM_REQUIRE_SHARED("models/austen-13m");
     const auto r = run_cli("info -m " + shared_dir() + "/models/austen-13m");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     for (const char* want : {"architecture: llama", "4 layers", "2 KV heads (GQA 2:1)", "head_dim 128", "F16", "f16"})
@@ -53,6 +57,7 @@ TEST(RuntimeCli, InfoDescribesAModel) {
 }
 
 TEST(RuntimeCli, InfoSizesSequencesAgainstABudget) {
+    AQPIM_REQUIRE_SHARED("models/austen-13m");
     // austen-13m: 4 layers x 2 KV heads x 128 dims x K,V = 2048 elements per token.
     const auto r = run_cli("info -m " + shared_dir() + "/models/austen-13m --context 2048 --budget 64MiB --kv 'f16;q4_0;int3'");
     EXPECT_EQ(r.exit_code, 1) << r.output;  // int3 is no scheme: the table, then an error
@@ -70,6 +75,9 @@ TEST(RuntimeCli, InfoSizesSequencesAgainstABudget) {
 }
 
 TEST(RuntimeCli, BadInputFailsWithOneClearLine) {
+    AQPIM_REQUIRE_SHARED("reference/tokens/probe.txt");
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.bin");
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
     const std::string tmp = (std::filesystem::temp_directory_path() / "aqpim_runtime_cli_truncated.gguf").string();
     {
         std::ifstream in(kStoriesGguf, std::ios::binary);
@@ -96,6 +104,7 @@ TEST(RuntimeCli, BadInputFailsWithOneClearLine) {
 }
 
 TEST(RuntimeCli, BenchDecodeReportsTheRoof) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
     const auto r = run_cli("bench decode --quick -m " + kStoriesGguf + " --prompt-tokens 16 -n 8 --json");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
@@ -105,6 +114,7 @@ TEST(RuntimeCli, BenchDecodeReportsTheRoof) {
 }
 
 TEST(RuntimeCli, BenchDecodeComparesSchemesWhereTheCacheDominates) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
     const auto r = run_cli("bench decode -m " + kStoriesGguf +
                            " --contexts 64,160 --batch 1,2 --kv 'f16;int8:g=8' -n 2 --json 2>/dev/null");
     ASSERT_EQ(r.exit_code, 0) << r.output;

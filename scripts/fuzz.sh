@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Build the libFuzzer targets (clang-14, ASan + UBSan, build-fuzz/) and fuzz them:
+#   scripts/fuzz.sh [TARGET|all] [SECONDS]      e.g. scripts/fuzz.sh gguf 60
+# TARGET is a fuzz/fuzz_TARGET.cpp name (gguf, safetensors, llama2c, vocab, presets, kv_trace,
+# kv_scheme, pq_file, kv_state); default all, 30 s each. Corpora grow in fuzz-corpus/TARGET (ignored
+# by git), seeded at run time from ../shared (or $AQPIM_SHARED), presets/ and the `aqpim` command's
+# own output (synth, convert, run --trace/--save-state: $AQPIM, else build/bin/aqpim).
+# Limits: -rss_limit_mb/-malloc_limit_mb 2048 (no input may make us allocate 2 GiB), -timeout
+# $AQPIM_FUZZ_TIMEOUT (default 1 s per input, over 1 s is a hang). Crashes go to
+# fuzz-corpus/TARGET-crashes/; the run prints execs/s, coverage and the crash count of each target
+# and exits 1 if any target crashed. Runs at nice 19 (the development machine is shared).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/sanitizer_build.sh
+
+target=${1:-all}
+seconds=${2:-30}
+build=${AQPIM_FUZZ_BUILD:-build-fuzz}
+shared=${AQPIM_SHARED:-../shared}
+aqpim=${AQPIM:-build/bin/aqpim}
+timeout_s=${AQPIM_FUZZ_TIMEOUT:-1}
+all_targets=$(ls fuzz/fuzz_*.cpp | sed 's|fuzz/fuzz_||; s|\.cpp$||')
+targets=$([ "$target" = all ] && echo "$all_targets" || echo "$target")
+
+configure_sanitizer_build "$build" -DAQPIM_FUZZ=ON
+nice cmake --build "$build" --target $(for t in $targets; do echo "fuzz_$t"; done)
+
+sep=$'\n--aqpim-fuzz-part--\n'
+# cat_parts OUT FILE... : the files joined by the part separator (fuzz/fuzz_input.h)
+cat_parts() {
+    local out=$1; shift
+    local first=1
+    : > "$out"
+    for f in "$@"; do
+        [ $first = 1 ] || printf '%s' "$sep" >> "$out"
+        first=0
+        cat "$f" >> "$out"
+    done
+}
+have() { [ -e "$shared/$1" ]; }
+have_aqpim() { [ -x "$aqpim" ]; }
+
+# seed TARGET DIR: (re)generate the run-time seeds of a target into DIR
+seed() {
+    local t=$1 dir=$2 tmp
+    tmp=$(mktemp -d)
+    case $t in
+    gguf)
+        have models/stories260K/stories260K.gguf && cp "$shared/models/stories260K/stories260K.gguf" "$dir/"
+        if have_aqpim; then
+            for type in f32 f16 q8_0 q4_0; do
+                nice "$aqpim" synth --shape custom --hidden 64 --ffn 128 --heads 4 --kv-heads 2 --head-dim 16 \
+                    --layers 1 --vocab 64 --ctx 64 --type $type -o "$dir/synth-$type.gguf" >/dev/null 2>&1 || true
+            done
+            have models/tinystories-656k && nice "$aqpim" convert -m "$shared/models/tinystories-656k" --type q8_0 \
+                -o "$dir/tinystories-q8_0.gguf" >/dev/null 2>&1 || true
+        fi ;;
+    safetensors)
+        if have models/tinystories-656k; then
+            local m=$shared/models/tinystories-656k
+            cat_parts "$dir/tinystories" "$m/config.json" "$m/model.safetensors"
+            cat_parts "$dir/tinystories-tok" "$m/config.json" "$m/model.safetensors" "$m/tokenizer.json"
+            # the header alone (8-byte length + JSON): the part a hostile file controls
+            local n; n=$(/usr/bin/python3 -c "import struct,sys;print(8+struct.unpack('<Q',open(sys.argv[1],'rb').read(8))[0])" "$m/model.safetensors")
+            head -c "$n" "$m/model.safetensors" > "$tmp/header"
+            cat_parts "$dir/tinystories-header" "$m/config.json" "$tmp/header"
+        fi
+        have models/austen-13m/config.json && { head -c 4096 "$shared/models/austen-13m/model.safetensors" > "$tmp/a"
+            cat_parts "$dir/austen-header" "$shared/models/austen-13m/config.json" "$tmp/a"; } ;;
+    llama2c)
+        have models/stories260K && cat_parts "$dir/stories260K" "$shared/models/stories260K/stories260K.bin" \
+            "$shared/models/stories260K/tok512.bin" ;;
+    vocab)
+        printf 'Once upon a time, there was a little girl. \xe2\x80\x94 caf\xc3\xa9 \xf0\x9f\x99\x82\n\t  x' > "$tmp/text"
+        have models/tinystories-656k && { printf 'tokenizer.json' > "$tmp/n"; cat_parts "$dir/json" "$tmp/n" \
+            "$shared/models/tinystories-656k/tokenizer.json" "$tmp/text" "$shared/models/tinystories-656k/tokenizer_config.json"; }
+        have models/austen-13m && { printf 'tokenizer.model' > "$tmp/n"; cat_parts "$dir/spm" "$tmp/n" \
+            "$shared/models/austen-13m/tokenizer.model" "$tmp/text"; }
+        have models/stories260K && { printf 'tokenizer.bin:512' > "$tmp/n"; cat_parts "$dir/llama2c" "$tmp/n" \
+            "$shared/models/stories260K/tok512.bin" "$tmp/text"; } ;;
+    presets)
+        for f in presets/*/*.json; do cp "$f" "$dir/$(basename "$(dirname "$f")")-$(basename "$f")"; done ;;
+    kv_trace)
+        if have_aqpim && have models/stories260K; then
+            for kv in f16 pq:calib=8 kivi2; do
+                nice "$aqpim" -t 1 run -m "$shared/models/stories260K/stories260K.bin" -p 'Once upon' -n 12 --kv "$kv" \
+                    --trace "$dir/trace-${kv%%:*}.jsonl" >/dev/null 2>&1 || true
+            done
+        fi ;;
+    kv_scheme)
+        local i=0
+        for s in f32 f16 int8 int4:g=64 q8_0 q4_0 'kivi2:g=32,window=128' pq 'pq:m=32,nbits=4,calib=256' \
+                 'pq:m=16,bits=2' 'pq:f16_layers=0+1+4-7' 'turbo:bits=3.5' 'qjl:m=256,values=int2' 'f16;q4_0;int3'; do
+            printf '%s' "$s" > "$dir/scheme$((i++))"
+        done ;;
+    pq_file)
+        AQPIM_FUZZ_WRITE_SEEDS=$dir nice "$build/fuzz/fuzz_pq_file" >/dev/null 2>&1 || true ;;
+    kv_state)
+        if have_aqpim && have models/stories260K; then
+            for kv in f16 f32 int8 q4_0 kivi2 pq:calib=8 turbo qjl; do
+                nice "$aqpim" -t 1 run -m "$shared/models/stories260K/stories260K.bin" -p 'Once upon' -n 12 --kv "$kv" \
+                    --save-state "$dir/state-${kv%%:*}.kvs" >/dev/null 2>&1 || true
+            done
+        fi ;;
+    esac
+    rm -rf "$tmp"
+}
+
+failed=0
+printf '%-12s %8s %10s %8s %8s %8s %s\n' target seconds execs execs/s cov ft crashes
+for t in $targets; do
+    corpus=fuzz-corpus/$t crashes=fuzz-corpus/$t-crashes seeds=fuzz-corpus/$t-seeds
+    mkdir -p "$corpus" "$crashes" "$seeds"
+    seed "$t" "$seeds"
+    dict=()
+    case $t in gguf) dict=(-dict=fuzz/gguf.dict) ;; safetensors|vocab|presets|kv_trace) dict=(-dict=fuzz/json.dict) ;;
+        kv_scheme) dict=(-dict=fuzz/kv_scheme.dict) ;; esac
+    log=fuzz-corpus/$t.log
+    set +e
+    nice -n 19 "$build/fuzz/fuzz_$t" "$corpus" "$seeds" "${dict[@]}" -max_total_time="$seconds" \
+        -timeout="$timeout_s" -rss_limit_mb=2048 -malloc_limit_mb=2048 -max_len=4194304 \
+        -artifact_prefix="$crashes/" -print_final_stats=1 > "$log" 2>&1
+    rc=$?
+    set -e
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+    ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+    n_crash=$(find "$crashes" -type f | wc -l)
+    printf '%-12s %8s %10s %8s %8s %8s %s\n' "$t" "$seconds" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "$n_crash"
+    if [ "$rc" != 0 ] || [ "$n_crash" != 0 ]; then
+        failed=1
+        echo "  fuzz_$t: exit $rc, $n_crash file(s) in $crashes; log: $log" >&2
+        grep -m5 -E 'ERROR|SUMMARY|deadly|uncaught|out-of-memory|timeout' "$log" | sed 's/^/  /' >&2 || true
+    fi
+done
+exit $failed
