@@ -20,6 +20,7 @@
 #include "aqpim/kv_scheme.h"
 #include "commands.h"
 #include "model_options.h"
+#include "text_part.h"
 
 namespace aqpim::cli {
 namespace {
@@ -37,6 +38,7 @@ struct EvalArgs {
     bool fidelity = false;
     FidelityOptions fid;
     bool no_probe = false;
+    TextPart part;
 };
 
 /// 'text' for /bin/sh.
@@ -126,6 +128,7 @@ void add_eval_command(CLI::App& app) {
         "KV cache schemes separated by ';', each NAME[:key=value,...]; f16 (the reference) is added when missing");
     auto* file = cmd->add_option("-f,--file", a->text_path, "text file (perplexity and fidelity modes)");
     cmd->add_option("-c,--ctx", a->quality.n_ctx, "tokens per chunk (default 512)")->check(CLI::Range(4, 1 << 20));
+    auto* part = add_text_part_option(cmd, a->part);
     auto* chunks = cmd->add_option("--chunks", a->quality.max_chunks, "evaluate at most this many chunks (0 = all)")
         ->check(CLI::Range(0, 1 << 30));
     auto* json = cmd->add_flag("--json", a->json, "print the report as JSON");
@@ -136,7 +139,8 @@ void add_eval_command(CLI::App& app) {
     auto* generate = cmd->add_option("--generate", a->generate, "long generation check: greedy-decode N tokens with every scheme")
                          ->check(CLI::Range(1, 1 << 24))
                          ->excludes(file)
-                         ->excludes(chunks);
+                         ->excludes(chunks)
+                         ->excludes(part);
     cmd->add_option("-p,--prompt", a->prompt, "prompt of --generate (BOS is added; empty: BOS alone)")->needs(generate);
     cmd->add_option("--window", a->window, "--generate: steps per KL window (default 32)")
         ->check(CLI::Range(1, 1 << 24))
@@ -172,7 +176,8 @@ void add_eval_command(CLI::App& app) {
         // Every scheme built once for this model before any work (a bad parameter fails now).
         check_kv_schemes(schemes, transformer.kv_shape(), KvCacheOptions{0, a->quality.n_ctx});
         const std::vector<std::pair<std::string, std::string>> meta = {
-            {"model", opts->model}, {"model_name", model.weights.config.name}, {"file", a->text_path}, {"kv", opts->kv}};
+            {"model", opts->model}, {"model_name", model.weights.config.name}, {"file", a->text_path}, {"kv", opts->kv},
+            {"part", fmt::format("{}/{}", a->part.k, a->part.n)}};
 
         if (a->generate > 0) {
             const std::vector<std::int32_t> prompt = model.tokenizer->encode(a->prompt, true);
@@ -189,7 +194,7 @@ void add_eval_command(CLI::App& app) {
             return;
         }
 
-        const std::vector<std::int32_t> tokens = model.tokenizer->encode(read_text_file(a->text_path), true);
+        const std::vector<std::int32_t> tokens = model.tokenizer->encode(text_part(read_text_file(a->text_path), a->part), true);
         warn_past_training_context(model.weights.config, a->quality.n_ctx);
         if (a->fidelity) {
             FidelityOptions fo = a->fid;
@@ -202,7 +207,8 @@ void add_eval_command(CLI::App& app) {
             return;
         }
 
-        fmt::print(stderr, "{}: {} tokens, chunks of {}\n", a->text_path, tokens.size(), a->quality.n_ctx);
+        fmt::print(stderr, "{} (part {}/{}): {} tokens, chunks of {}\n", a->text_path, a->part.k, a->part.n, tokens.size(),
+                   a->quality.n_ctx);
         QualityOptions qo = a->quality;
         qo.progress = print_progress;
         const QualityReport r = evaluate_quality(transformer, tokens, model.tokenizer->bos(), schemes, qo);

@@ -10,6 +10,7 @@
 #include "aqpim/transformer.h"
 #include "aqpim/simd.h"
 #include "aqpim/threads.h"
+#include "aqpim/kv_pq.h"
 #include "commands.h"
 
 namespace aqpim::cli {
@@ -80,11 +81,14 @@ void print_capacity(const KvShape& shape, const std::string& schemes, bool named
         try {
             KvCacheOptions o;
             o.context = context;
-            const std::uint64_t b = make_kv_cache(spec, shape, o)->sequence_bytes(context);
+            const std::unique_ptr<KvCache> cache = make_kv_cache(spec, shape, o);
+            const std::uint64_t b = cache->sequence_bytes(context);
             const double bits = double(b) * 8.0 / (double(context) * double(shape.elements_per_token()));
             fmt::print("  {:<28} {:>14.1f} {:>16} {:>10.3f}", spec.text, double(b) / context, b, bits);
             if (budget) fmt::print("  {:>9}", budget / b);
             fmt::print("\n");
+            // What a budget solved (pq:bits=B chooses every key it leaves open: docs/kv-pq.md).
+            if (cache->scheme() != spec.text && spec.has("bits")) fmt::print("    = {}\n", cache->scheme());
         } catch (const Error& e) {
             fmt::print("  {:<28} n/a: {}\n", spec.text, e.what());
             ++unusable;
@@ -109,7 +113,15 @@ void add_info_command(CLI::App& app) {
     CLI::Option* context_opt = cmd->add_option("--context", *context, "context length the KV sizes are stated at (default: the model's)")
         ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 32));
     cmd->add_option("--budget", *budget, "memory for KV caches (e.g. 80GiB): how many sequences fit, per scheme");
+    auto pq_keys = std::make_shared<bool>(false);
+    CLI::Option* keys_opt = cmd->add_flag("--pq-keys", *pq_keys, "print the keys of --kv pq:... as a markdown table and exit");
+    keys_opt->excludes(kv)->excludes(context_opt);
     cmd->callback([=] {
+        if (*pq_keys) {
+            AQPIM_CHECK(model->empty() && budget->empty(), "--pq-keys prints the pq keys alone: drop -m and --budget");
+            fmt::print("{}", PqKvParams::key_listing());
+            return;
+        }
         AQPIM_CHECK(!model->empty() || (kv->count() == 0 && context_opt->count() == 0 && budget->empty()),
                     "--kv, --context and --budget size a model's KV cache: give -m MODEL");
         fmt::print("simd levels supported:");

@@ -11,6 +11,7 @@
 #include "aqpim/perplexity.h"
 #include "commands.h"
 #include "model_options.h"
+#include "text_part.h"
 
 namespace aqpim::cli {
 namespace {
@@ -29,11 +30,13 @@ void add_ppl_command(CLI::App& app) {
     auto text_path = std::make_shared<std::string>();
     auto popt = std::make_shared<PerplexityOptions>();
     auto json = std::make_shared<bool>(false);
+    auto part = std::make_shared<TextPart>();
     add_model_options(cmd, *opts);
     cmd->add_option("-f,--file", *text_path, "text file")->required();
     cmd->add_option("-c,--ctx", popt->n_ctx, "tokens per chunk")->check(CLI::Range(4, 1 << 20));
     cmd->add_option("--chunks", popt->max_chunks, "evaluate at most this many chunks (0 = all)")
         ->check(CLI::Range(0, 1 << 30));
+    add_text_part_option(cmd, *part);
     cmd->add_flag("--json", *json, "print the result as JSON on stdout");
     cmd->callback([=] {
         const LoadedModel model = load_model_for_cli(*opts);
@@ -41,8 +44,9 @@ void add_ppl_command(CLI::App& app) {
         AQPIM_CHECK(model.tokenizer->bos() >= 0, "the vocabulary has no BOS token; the protocol needs one");
         warn_past_training_context(model.weights.config, popt->n_ctx);
         Transformer transformer(model.weights);
-        const std::vector<std::int32_t> tokens = model.tokenizer->encode(read_text_file(*text_path), true);
-        fmt::print(stderr, "{}: {} tokens, chunks of {}\n", *text_path, tokens.size(), popt->n_ctx);
+        const std::vector<std::int32_t> tokens = model.tokenizer->encode(text_part(read_text_file(*text_path), *part), true);
+        fmt::print(stderr, "{} (part {}/{}): {} tokens, chunks of {}\n", *text_path, part->k, part->n, tokens.size(),
+                   popt->n_ctx);
         PerplexityOptions o = *popt;
         o.progress = print_progress;
         const ModelOptions mo = *opts;
@@ -54,6 +58,7 @@ void add_ppl_command(CLI::App& app) {
             j["model"] = opts->model;
             j["file"] = *text_path;
             j["kv"] = opts->kv;
+            j["part"] = fmt::format("{}/{}", part->k, part->n);
             j["n_ctx"] = r.n_ctx;
             j["n_chunks"] = r.n_chunks;
             j["n_text_tokens"] = r.n_text_tokens;

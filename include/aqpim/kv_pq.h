@@ -88,11 +88,18 @@ struct PqKvParams {
     /// with f16 scale and min). Sinks stay f16. [f16]
     std::string window_type = "f16";
 
-    /// Every key pq accepts.
+    /// Every key pq accepts (src/kv/pq_keys.cpp holds the table of keys).
     static const std::vector<std::string>& keys();
+    /// The table of keys as markdown (key, type, values, default, meaning): `aqpim info --pq-keys`
+    /// prints it and docs/kv-pq.md carries it (a test checks they agree).
+    static std::string key_listing();
+    /// The names wq= accepts.
+    static const std::vector<std::string>& window_types();
     /// Parse and validate a `pq` spec for a model's KV shape: unknown keys and bad values are an
-    /// aqpim::Error naming them.
-    static PqKvParams from_spec(const KvSchemeSpec& spec, const KvShape& shape);
+    /// aqpim::Error naming them. With bits= and a context (ctx=, else `context`), the keys the spec
+    /// leaves open that cost bits (wq, window, calib, sinks, nbits, cb, refresh) are solved for the
+    /// budget (src/kv/pq_budget_solver.h; docs/kv-pq.md, "The bits= solver").
+    static PqKvParams from_spec(const KvSchemeSpec& spec, const KvShape& shape, std::int64_t context = 0);
     /// Check the parameters against a shape (from_spec calls it).
     void validate(const KvShape& shape) const;
     /// The spec text: "pq" and every key that differs from its default, in keys() order.

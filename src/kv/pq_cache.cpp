@@ -667,7 +667,6 @@ KvMemory PqKvCache::memory() const {
     std::int64_t n_tokens = 0;
     const std::uint64_t n_kv = std::uint64_t(shape().n_kv_head), row = L_.row_bytes, tail_row = L_.tail_row_bytes;
     parts.window_type = p_.window_type;
-    const PqSchedule& sc = L_.sched;
     for (const auto& [id, s] : seqs_) {
         n_tokens += s.n_max;
         for (int il = 0; il < shape().n_layer; ++il) {
@@ -676,12 +675,7 @@ KvMemory PqKvCache::memory() const {
                 parts.dense += std::uint64_t(l.n) * n_kv * 2 * row;
                 continue;
             }
-            parts.sinks += std::uint64_t(std::min<std::int64_t>(l.n, p_.sinks)) * n_kv * 2 * row;
-            const std::int64_t k = l.n - p_.sinks;
-            if (k <= 0) continue;
-            const std::int64_t c = sc.coded(l.n), tail = k - c, win = std::min<std::int64_t>(k, p_.window);
-            parts.window += std::uint64_t(win) * n_kv * 2 * tail_row;
-            parts.precal += std::uint64_t(tail - win) * n_kv * 2 * tail_row;
+            const std::int64_t c = parts.add_layer_rows(L_.sched, l.n, n_kv * 2, row, tail_row);
             parts.codes += std::uint64_t(c) * l.token_bytes;
             for (const PqLayerVersion& v : l.versions) parts.codebooks += v.parameter_bytes();
         }
@@ -983,7 +977,7 @@ std::unique_ptr<KvCache> make_pq_kv_cache(const PqKvParams& params, const KvShap
 }
 
 std::unique_ptr<KvCache> make_pq_kv_cache(const KvSchemeSpec& spec, const KvShape& shape, const KvCacheOptions& options) {
-    const PqKvParams p = PqKvParams::from_spec(spec, shape);
+    const PqKvParams p = PqKvParams::from_spec(spec, shape, options.context);
     try {
         return std::make_unique<kv::PqKvCache>(p, shape, options);
     } catch (const Error& e) {

@@ -1,4 +1,4 @@
-// The pq spec (parsing, validation, canonical text), the token schedule, the layout and the byte
+// The pq parameters' checks, the token schedule, the layout and the byte
 // arithmetic shared by memory(), the budget and `aqpim info`.
 
 #include <fmt/format.h>
@@ -13,64 +13,9 @@
 
 namespace aqpim {
 
-namespace {
-
-const PqKvParams kDefaults{};
-
-std::string value_of(const KvSchemeSpec& spec, const std::string& key) { return spec.params.at(key); }
-
-/// An integer parameter in [lo, hi].
-int int_param(const KvSchemeSpec& spec, const std::string& key, int fallback, std::int64_t lo, std::int64_t hi) {
-    const std::int64_t x = spec.get_int(key, fallback);
-    AQPIM_CHECK(x >= lo && x <= hi, "--kv {}: {}={} must be in {}..{}", spec.text, key, x, lo, hi);
-    return int(x);
-}
-
-bool bool_param(const KvSchemeSpec& spec, const std::string& key, bool fallback) {
-    if (!spec.has(key)) return fallback;
-    const std::string v = value_of(spec, key);
-    AQPIM_CHECK(v == "0" || v == "1", "--kv {}: {}={} must be 0 or 1", spec.text, key, v);
-    return v == "1";
-}
-
-/// A named choice: the value must be one of names (its index is returned).
-int choice_param(const KvSchemeSpec& spec, const std::string& key, const std::vector<std::string>& names, int fallback) {
-    if (!spec.has(key)) return fallback;
-    const std::string v = value_of(spec, key);
-    for (std::size_t i = 0; i < names.size(); ++i)
-        if (names[i] == v) return int(i);
-    std::string list;
-    for (const std::string& n : names) list += (list.empty() ? "" : "|") + n;
-    AQPIM_FAIL("--kv {}: {}={} is not one of {}", spec.text, key, v, list);
-}
-
-const std::vector<std::string> kPairsNames = {"none", "interleaved", "neox", "model"};
-const std::vector<std::string> kOrderNames = {"contiguous", "balanced"};
-const std::vector<std::string> kRotationNames = {"none", "hadamard", "random"};
-const std::vector<std::string> kAttnNames = {"codes", "decode"};
-const std::vector<std::string> kCodebookNames = {"f32", "f16"};
-const std::vector<std::string> kWindowTypeNames = {"f16", "q8_0", "q4_0", "int8", "int4"};
-const std::vector<std::string> kScoreNames = {"f32", "int8"};
-
-std::string join_layers(const std::vector<int>& layers) {
-    std::string s;
-    for (int l : layers) {
-        if (!s.empty()) s += '+';
-        s += std::to_string(l);
-    }
-    return s;
-}
-
-}  // namespace
-
-// ---- PqKvParams -------------------------------------------------------------------------------------
-
-const std::vector<std::string>& PqKvParams::keys() {
-    static const std::vector<std::string> k = {"m",     "k_m",   "v_m",    "nbits",    "calib",   "refresh",
-                                               "versions", "sinks", "window", "f16_layers", "bits", "ctx", "v_weight",
-                                               "page",  "pairs", "order",  "rotation", "k_scale", "v_scale",
-                                               "aug",   "rope_theta", "iters", "trials", "seed", "attn", "scores", "cb", "wq"};
-    return k;
+const std::vector<std::string>& PqKvParams::window_types() {
+    static const std::vector<std::string> names = {"f16", "q8_0", "q4_0", "int8", "int4"};
+    return names;
 }
 
 std::vector<float> PqKvParams::key_inv_freq(const KvShape& shape) const {
@@ -88,64 +33,6 @@ int PqKvParams::key_augment(const KvShape& shape) const {
 
 bool PqKvParams::is_f16_layer(int il) const {
     return std::find(f16_layers.begin(), f16_layers.end(), il) != f16_layers.end();
-}
-
-PqKvParams PqKvParams::from_spec(const KvSchemeSpec& spec, const KvShape& shape) {
-    AQPIM_CHECK(spec.name == "pq", "--kv {}: not a pq scheme", spec.text);
-    spec.require_known_keys(keys());
-    const int D = shape.head_dim;
-    PqKvParams p;
-    // Default m: 32, or head_dim / 2 on heads narrower than 64 (dsub 2 keeps RoPE pairs whole).
-    p.m = int_param(spec, "m", std::min(kDefaults.m, std::max(1, D / 2)), 1, D);
-    p.k_m = spec.has("k_m") ? int_param(spec, "k_m", 0, 1, D) : 0;
-    p.v_m = spec.has("v_m") ? int_param(spec, "v_m", 0, 1, D) : 0;
-    p.nbits = int_param(spec, "nbits", kDefaults.nbits, 4, 8);
-    AQPIM_CHECK(p.nbits == 4 || p.nbits == 8, "--kv {}: nbits={} must be 4 or 8", spec.text, p.nbits);
-    p.calib = int_param(spec, "calib", kDefaults.calib, 1, 1 << 24);
-    p.refresh = int_param(spec, "refresh", kDefaults.refresh, 0, 1 << 30);
-    p.versions = int_param(spec, "versions", kDefaults.versions, 1, 1 << 16);
-    p.sinks = int_param(spec, "sinks", kDefaults.sinks, 0, 1 << 24);
-    p.window = int_param(spec, "window", kDefaults.window, 0, 1 << 24);
-    p.f16_layers = spec.get_int_list("f16_layers");
-    p.bits = spec.get_float("bits", 0.0);
-    AQPIM_CHECK(!spec.has("bits") || (std::isfinite(p.bits) && p.bits > 0 && p.bits <= 32),
-                "--kv {}: bits={} must be a number of bits per element in (0, 32]", spec.text, value_of(spec, "bits"));
-    AQPIM_CHECK(!spec.has("bits") || (!spec.has("m") && !spec.has("k_m") && !spec.has("v_m")),
-                "--kv {}: bits= chooses m per layer for keys and values; give either bits or m/k_m/v_m", spec.text);
-    const std::int64_t ctx = spec.get_int("ctx", 0);
-    AQPIM_CHECK(ctx >= 0 && ctx <= (std::int64_t(1) << 40), "--kv {}: ctx={} must be a token count >= 0", spec.text, ctx);
-    p.ctx = ctx;
-    p.v_weight = spec.get_float("v_weight", kDefaults.v_weight);
-    AQPIM_CHECK(std::isfinite(p.v_weight) && p.v_weight > 0, "--kv {}: v_weight={} must be a positive number", spec.text,
-                p.v_weight);
-    p.page = int_param(spec, "page", kDefaults.page, 32, 1 << 20);
-    const int pairs = choice_param(spec, "pairs", kPairsNames, 3);
-    p.pairs_from_model = pairs == 3;
-    p.pairs = pairs == 3 ? RopePairs::none : RopePairs(pairs);
-    p.order = choice_param(spec, "order", kOrderNames, 1) == 0 ? SubspaceOrder::contiguous
-                                                                : SubspaceOrder::variance_balanced;
-    p.rotation = Rotation(choice_param(spec, "rotation", kRotationNames, 0));
-    p.k_scale = bool_param(spec, "k_scale", kDefaults.k_scale);
-    p.v_scale = bool_param(spec, "v_scale", kDefaults.v_scale);
-    p.aug = spec.has("aug") ? int_param(spec, "aug", 0, 0, 64) : -1;
-    p.rope_theta = spec.get_float("rope_theta", 0.0);
-    AQPIM_CHECK(std::isfinite(p.rope_theta) && p.rope_theta >= 0, "--kv {}: rope_theta={} must be a RoPE base > 1",
-                spec.text, value_of(spec, "rope_theta"));
-    p.iters = int_param(spec, "iters", kDefaults.iters, 0, 10000);
-    p.trials = int_param(spec, "trials", kDefaults.trials, 0, 8);
-    const std::int64_t seed = spec.get_int("seed", std::int64_t(kDefaults.seed));
-    AQPIM_CHECK(seed >= 0, "--kv {}: seed={} must be >= 0", spec.text, seed);
-    p.seed = std::uint64_t(seed);
-    p.attn = PqAttendMode(choice_param(spec, "attn", kAttnNames, 0));
-    p.f16_codebooks = choice_param(spec, "cb", kCodebookNames, kDefaults.f16_codebooks ? 1 : 0) == 1;
-    p.window_type = kWindowTypeNames[std::size_t(choice_param(spec, "wq", kWindowTypeNames, 0))];
-    p.scores = PqScorePath(choice_param(spec, "scores", kScoreNames, 0));
-    try {
-        p.validate(shape);
-    } catch (const Error& e) {
-        AQPIM_FAIL("--kv {}: {}", spec.text, e.what());
-    }
-    return p;
 }
 
 void PqKvParams::validate(const KvShape& shape) const {
@@ -197,47 +84,13 @@ void PqKvParams::validate(const KvShape& shape) const {
     const RopePairs kp = key_pairs(shape);
     AQPIM_CHECK(kp == RopePairs::none || (D / Mk) % 2 == 0,
                 "k_m={}: dsub={} must be even so that no RoPE pair of head_dim {} is split (pairs={})", Mk, D / Mk, D,
-                kPairsNames[int(kp)]);
-    AQPIM_CHECK(std::find(kWindowTypeNames.begin(), kWindowTypeNames.end(), window_type) != kWindowTypeNames.end(),
+                kp == RopePairs::neox ? "neox" : "interleaved");
+    AQPIM_CHECK(std::find(window_types().begin(), window_types().end(), window_type) != window_types().end(),
                 "wq={}: expected f16, q8_0, q4_0, int8 or int4", window_type);
     kv::pq_window_codec(*this, shape);  // q8_0/q4_0 need head_dim a multiple of 32
     // The quantizers' own checks (Hadamard needs a power-of-two head_dim, ...).
     ProductQuantizer check_k(kv::pq_key_params(*this, shape, Mk));
     ProductQuantizer check_v(kv::pq_value_params(*this, shape, Mv));
-}
-
-std::string PqKvParams::to_string() const {
-    std::string s = "pq";
-    const auto add = [&](const char* key, const std::string& v) { s += fmt::format("{}{}={}", s == "pq" ? ":" : ",", key, v); };
-    if (bits == 0 && m != kDefaults.m) add("m", std::to_string(m));
-    if (k_m > 0) add("k_m", std::to_string(k_m));
-    if (v_m > 0) add("v_m", std::to_string(v_m));
-    if (nbits != kDefaults.nbits) add("nbits", std::to_string(nbits));
-    if (calib != kDefaults.calib) add("calib", std::to_string(calib));
-    if (refresh != kDefaults.refresh) add("refresh", std::to_string(refresh));
-    if (versions != kDefaults.versions) add("versions", std::to_string(versions));
-    if (sinks != kDefaults.sinks) add("sinks", std::to_string(sinks));
-    if (window != kDefaults.window) add("window", std::to_string(window));
-    if (!f16_layers.empty()) add("f16_layers", join_layers(f16_layers));
-    if (bits > 0) add("bits", fmt::format("{}", bits));
-    if (ctx > 0) add("ctx", std::to_string(ctx));
-    if (v_weight != kDefaults.v_weight) add("v_weight", fmt::format("{}", v_weight));
-    if (page != kDefaults.page) add("page", std::to_string(page));
-    if (!pairs_from_model) add("pairs", kPairsNames[int(pairs)]);
-    if (order != kDefaults.order) add("order", kOrderNames[order == SubspaceOrder::contiguous ? 0 : 1]);
-    if (rotation != kDefaults.rotation) add("rotation", kRotationNames[int(rotation)]);
-    if (k_scale != kDefaults.k_scale) add("k_scale", k_scale ? "1" : "0");
-    if (v_scale != kDefaults.v_scale) add("v_scale", v_scale ? "1" : "0");
-    if (aug >= 0) add("aug", std::to_string(aug));
-    if (rope_theta > 0) add("rope_theta", fmt::format("{}", rope_theta));
-    if (iters != kDefaults.iters) add("iters", std::to_string(iters));
-    if (trials != kDefaults.trials) add("trials", std::to_string(trials));
-    if (seed != kDefaults.seed) add("seed", std::to_string(seed));
-    if (attn != kDefaults.attn) add("attn", kAttnNames[int(attn)]);
-    if (scores != kDefaults.scores) add("scores", kScoreNames[int(scores)]);
-    if (f16_codebooks != kDefaults.f16_codebooks) add("cb", kCodebookNames[f16_codebooks ? 1 : 0]);
-    if (window_type != kDefaults.window_type) add("wq", window_type);
-    return s;
 }
 
 // ---- PqSchedule ----------------------------------------------------------------------------------------
@@ -357,24 +210,29 @@ void PqParts::add_to(KvMemory& m) const {
     m.add("dense f16 layers", dense);
 }
 
+std::int64_t PqParts::add_layer_rows(const PqSchedule& s, std::int64_t n, std::uint64_t streams, std::uint64_t row,
+                                    std::uint64_t tail_row) {
+    sinks += std::uint64_t(std::clamp<std::int64_t>(n, 0, s.sinks)) * streams * row;
+    const std::int64_t k = n - s.sinks;
+    if (k <= 0) return 0;
+    const std::int64_t c = s.coded(n), tail = k - c, win = std::min<std::int64_t>(k, s.window);
+    window += std::uint64_t(win) * streams * tail_row;
+    precal += std::uint64_t(tail - win) * streams * tail_row;
+    return c;
+}
+
 PqParts pq_footprint_parts(const PqKvParams& p, const KvShape& shape, const PqLayout& L, std::int64_t n) {
     PqParts parts;
     if (n <= 0) return parts;
     const std::uint64_t n_kv = std::uint64_t(shape.n_kv_head), row = L.row_bytes, tail_row = L.tail_row_bytes;
     parts.window_type = p.window_type;
-    const std::uint64_t coded_rows = std::uint64_t(L.n_coded_layers) * n_kv * 2;  // K and V rows of one token
     const PqSchedule& s = L.sched;
-    const std::int64_t k = n - s.sinks;
-    parts.sinks = std::uint64_t(std::min<std::int64_t>(n, s.sinks)) * coded_rows * row;
-    if (k > 0 && L.n_coded_layers > 0) {
-        const std::int64_t c = s.coded(n);
-        const std::int64_t tail = k - c, win = std::min<std::int64_t>(k, s.window);
-        parts.window = std::uint64_t(win) * coded_rows * tail_row;
-        parts.precal = std::uint64_t(tail - win) * coded_rows * tail_row;
+    if (L.n_coded_layers > 0) {
+        const std::int64_t c = parts.add_layer_rows(s, n, std::uint64_t(L.n_coded_layers) * n_kv * 2, row, tail_row);
         const std::int64_t pages = (c + p.page - 1) / p.page;
         parts.codes = std::uint64_t(c) * L.width;
         parts.page_slack = std::uint64_t(pages) * L.code_page_bytes - parts.codes;
-        parts.codebooks = std::uint64_t(s.versions_trained(k)) * L.codebook_bytes;
+        if (n > s.sinks) parts.codebooks = std::uint64_t(s.versions_trained(n - s.sinks)) * L.codebook_bytes;
     }
     if (L.n_dense_layers > 0) {
         parts.dense = std::uint64_t(n) * std::uint64_t(L.n_dense_layers) * n_kv * 2 * row;
@@ -382,6 +240,40 @@ PqParts pq_footprint_parts(const PqKvParams& p, const KvShape& shape, const PqLa
         parts.page_slack += std::uint64_t(pages) * L.dense_page_bytes - parts.dense;
     }
     return parts;
+}
+
+std::vector<std::int64_t> pq_peak_candidates(const PqKvParams& p, const PqLayout& L, std::int64_t ctx) {
+    // Between two of these points the footprint does not decrease (codes fill pages already counted,
+    // the window grows, rows wait for a version), so its maximum over [1, ctx] is at one of them: the
+    // token before a version trains, before a new code or dense page starts, and ctx itself (and the
+    // tokens where a constant stretch begins, so that the first token holding the peak is found).
+    std::vector<std::int64_t> at = {ctx};
+    const PqSchedule& s = L.sched;
+    const auto add = [&](std::int64_t n) {
+        if (n >= 1 && n <= ctx) at.push_back(n);
+    };
+    for (int j = 0; j < s.versions; ++j) {
+        const std::int64_t trains = s.sinks + s.version_start(j) + s.n_train;
+        add(trains - 1);
+        add(trains);
+        if (trains > ctx) break;
+    }
+    // Each point and the one after it: the first token at which the maximum is reached is one of them.
+    for (std::int64_t start = s.sinks + s.window + 1; start <= ctx + 1; start += p.page) add(start - 1), add(start);
+    if (L.n_dense_layers > 0)
+        for (std::int64_t start = 1; start <= ctx + 1; start += p.page) add(start - 1), add(start);
+    add(s.sinks);
+    add(s.sinks + s.window);
+    return at;
+}
+
+PqPeak pq_peak_footprint(const PqKvParams& p, const KvShape& shape, const PqLayout& L, std::int64_t ctx) {
+    PqPeak peak;
+    for (std::int64_t n : pq_peak_candidates(p, L, ctx)) {
+        const std::uint64_t b = pq_footprint_parts(p, shape, L, n).total();
+        if (b > peak.bytes || (b == peak.bytes && n < peak.at)) peak.bytes = b, peak.at = n;
+    }
+    return peak;
 }
 
 namespace {
@@ -419,35 +311,43 @@ PqLayout layout_of(const PqKvParams& p, const KvShape& shape, std::int64_t conte
         return L;
     }
 
-    // bits=: the widest page whose sequence of `ctx` tokens stays within the target.
+    // bits=: the widest page whose sequence stays within the target at its peak on the way to `ctx`
+    // tokens (the peak counts every codebook version and row waiting for one, per element of ctx).
     const std::int64_t ctx = p.ctx > 0 ? p.ctx : context;
     AQPIM_CHECK(ctx > 0, "bits={} needs the context it is stated at: give ctx= or set the run's context", p.bits);
     const std::size_t min_w = width_of(ck.front(), cv.front()), max_w = width_of(ck.back(), cv.back());
-    const PqParts fixed = pq_footprint_parts(p, shape, L, ctx);  // width 0: no codes, no code pages
     const double elements = double(ctx) * double(shape.elements_per_token());
     const std::uint64_t allowed = std::uint64_t(std::floor(p.bits * elements / 8.0));
-    const std::int64_t pages = (L.sched.coded(ctx) + p.page - 1) / p.page;
-    const auto code_bytes = [&](std::size_t w) { return std::uint64_t(pages) * round_up_64(std::size_t(p.page) * w); };
-    if (pages == 0) {
+    const auto peak_at_width = [&](std::size_t w) {
+        PqLayout trial = L;
+        trial.width = w;
+        trial.code_page_bytes = round_up_64(std::size_t(p.page) * w);
+        return pq_peak_footprint(p, shape, trial, ctx).bytes;
+    };
+    if (L.sched.coded(ctx) == 0) {
         // Nothing is coded at ctx: the codes cost nothing there, but the rest must fit the target.
-        AQPIM_CHECK(fixed.total() <= allowed,
+        const std::uint64_t rest = peak_at_width(0);
+        AQPIM_CHECK(rest <= allowed,
                     "bits={} at context {} is out of reach: no token is coded by then (calib, sinks and window hold "
-                    "them all), and those rows take {:.3f} bits/element (state the target at a longer ctx=, or "
-                    "give calib= and window= below the context)",
-                    p.bits, ctx, double(fixed.total()) * 8.0 / elements);
+                    "them all), and those rows take {:.3f} bits/element at their peak (state the target at a longer "
+                    "ctx=, or give calib= and window= below the context)",
+                    p.bits, ctx, double(rest) * 8.0 / elements);
         L.width = max_w;
     } else {
-        const std::uint64_t have = allowed > fixed.total() ? allowed - fixed.total() : 0;
-        std::size_t w = std::size_t(have / (std::uint64_t(pages) * std::uint64_t(p.page)));
-        while (w > 0 && code_bytes(w) > have) --w;
-        if (w < min_w) {
-            const double reach = double(fixed.total() + code_bytes(min_w)) * 8.0 / elements;
-            AQPIM_FAIL("bits={} at context {} is out of reach: sinks, window and pre-calibration rows, codebooks and "
-                       "dense layers alone take {:.3f} bits/element, and the smallest codes (k_m={}, v_m={}) bring it "
-                       "to {:.3f}",
-                       p.bits, ctx, double(fixed.total()) * 8.0 / elements, ck.front(), cv.front(), reach);
+        const std::uint64_t lowest = peak_at_width(min_w);
+        AQPIM_CHECK(lowest <= allowed,
+                    "bits={} at context {} is out of reach: with the smallest codes (k_m={}, v_m={}) a sequence peaks "
+                    "at {:.3f} bits/element on its way there (sinks, window and pre-calibration rows, codebooks and "
+                    "dense layers alone take {:.3f})",
+                    p.bits, ctx, ck.front(), cv.front(), double(lowest) * 8.0 / elements,
+                    double(peak_at_width(0)) * 8.0 / elements);
+        std::size_t lo = min_w, hi = max_w;  // the widest w with peak_at_width(w) <= allowed (monotone in w)
+        while (lo < hi) {
+            const std::size_t mid = lo + (hi - lo + 1) / 2;
+            if (peak_at_width(mid) <= allowed) lo = mid;
+            else hi = mid - 1;
         }
-        L.width = std::min(w, max_w);
+        L.width = lo;
     }
     L.code_page_bytes = round_up_64(std::size_t(p.page) * L.width);
     return L;
@@ -484,15 +384,15 @@ KvMemory pq_sequence_footprint(const PqKvParams& params, const KvShape& shape, s
 PqCapacity pq_capacity(const KvSchemeSpec& spec, const KvShape& shape, std::int64_t seq_len, std::uint64_t budget,
                        const KvCacheOptions& options) {
     AQPIM_CHECK(seq_len >= 1, "pq capacity: sequence length {} must be >= 1", seq_len);
-    const PqKvParams p = PqKvParams::from_spec(spec, shape);
-    const kv::PqLayout layout = kv::make_pq_layout(p, shape, options.context > 0 ? options.context : seq_len);
+    const std::int64_t context = options.context > 0 ? options.context : seq_len;
+    const PqKvParams p = PqKvParams::from_spec(spec, shape, context);
+    const kv::PqLayout layout = kv::make_pq_layout(p, shape, context);
     PqCapacity cap;
     cap.per_sequence.n_tokens = seq_len;
     kv::pq_footprint_parts(p, shape, layout, seq_len).add_to(cap.per_sequence);
-    for (std::int64_t n = 1; n <= seq_len; ++n) {
-        const std::uint64_t b = kv::pq_footprint_parts(p, shape, layout, n).total();
-        if (b > cap.peak_bytes) cap.peak_bytes = b, cap.peak_at = n;
-    }
+    const kv::PqPeak peak = kv::pq_peak_footprint(p, shape, layout, seq_len);
+    cap.peak_bytes = peak.bytes;
+    cap.peak_at = peak.at;
     cap.n_sequences = cap.peak_bytes > 0 ? std::int64_t(budget / cap.peak_bytes) : 0;
     cap.code_pages = (layout.sched.coded(seq_len) + p.page - 1) / p.page;
     if (layout.n_coded_layers == 0) cap.code_pages = 0;

@@ -39,6 +39,11 @@ struct PqParts {
     std::uint64_t codes = 0, page_slack = 0, codebooks = 0, sinks = 0, window = 0, precal = 0, dense = 0;
     std::string window_type = "f16";  ///< names the window and pre-calibration parts
     std::uint64_t total() const { return codes + page_slack + codebooks + sinks + window + precal + dense; }
+    /// Adds the f16 sink rows and the window and pre-calibration rows of one coded layer at n tokens
+    /// (`streams`: KV heads x 2 rows per token, times the layers counted), and returns its coded
+    /// token count (schedule.coded(n)). memory() and pq_footprint_parts both count rows this way.
+    std::int64_t add_layer_rows(const PqSchedule& schedule, std::int64_t n, std::uint64_t streams, std::uint64_t row_bytes,
+                                std::uint64_t tail_row_bytes);
     void add_to(KvMemory& m) const;  ///< the parts under their memory() names (zero parts too)
 };
 
@@ -63,5 +68,14 @@ PqLayout make_pq_layout(const PqKvParams& p, const KvShape& shape, std::int64_t 
 
 /// Parts of one sequence with every layer at n tokens; codes counted at the page width.
 PqParts pq_footprint_parts(const PqKvParams& p, const KvShape& shape, const PqLayout& layout, std::int64_t n);
+
+/// The most bytes one sequence holds on its way to ctx tokens, and the first n where it holds them.
+struct PqPeak {
+    std::uint64_t bytes = 0;
+    std::int64_t at = 0;
+};
+PqPeak pq_peak_footprint(const PqKvParams& p, const KvShape& shape, const PqLayout& layout, std::int64_t ctx);
+/// The token counts pq_peak_footprint evaluates (the footprint's maximum over [1, ctx] is at one of them).
+std::vector<std::int64_t> pq_peak_candidates(const PqKvParams& p, const PqLayout& layout, std::int64_t ctx);
 
 }  // namespace aqpim::kv

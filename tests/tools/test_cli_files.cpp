@@ -13,6 +13,7 @@
 
 #include "aqpim/gguf.h"
 #include "support/cli.h"
+#include "support/shared_data.h"
 #include "support/temp_dir.h"
 
 namespace aqpim {
@@ -83,6 +84,28 @@ TEST(CliFiles, LlamaCppVocabularyForALlama2cCheckpoint) {
     ASSERT_EQ(bin.exit_code, 0) << bin.output;
     ASSERT_EQ(gguf.exit_code, 0) << gguf.output;
     EXPECT_EQ(bin.output.substr(0, bin.output.find('\n')), gguf.output.substr(0, gguf.output.find('\n')));
+}
+
+/// The token count `ppl` reports for the text ("FILE (part K/N): T tokens, ...").
+long reported_tokens(const std::string& output) {
+    const std::size_t part = output.find(" (part "), at = output.find("): ", part);
+    return part == std::string::npos || at == std::string::npos ? -1 : std::stol(output.substr(at + 3));
+}
+
+TEST(CliFiles, TextPartsCutTheTextInTwoAtALineEnd) {
+    const std::string gguf = kStories + "/stories260K.gguf", text = test::shared_dir() + "/text/tinystories-valid.txt";
+    AQPIM_REQUIRE_SHARED("text/tinystories-valid.txt");
+    const std::string base = "ppl -m " + gguf + " -f " + text + " -c 64 --chunks 1";
+    const long whole = reported_tokens(run_cli(base).output), first = reported_tokens(run_cli(base + " --part 1/2").output),
+               second = reported_tokens(run_cli(base + " --part 2/2").output);
+    ASSERT_GT(first, 0);
+    ASSERT_GT(second, 0);
+    // Each part has its own BOS; a cut at a line end splits no token (a newline is a token of its own).
+    EXPECT_NEAR(double(first + second - 1), double(whole), 2.0);
+    EXPECT_NEAR(double(first), double(second), 0.1 * double(whole));
+    expect_error(base + " --part 0/2", "--part 0/2: expected K/N");
+    expect_error(base + " --part 2", "--part 2: expected K/N");
+    expect_error("eval -m " + gguf + " --generate 4 --part 1/2", "--part");
 }
 
 TEST(CliFiles, NumericOptionsRefuseNanAndTheirDefaultsSentinels) {
