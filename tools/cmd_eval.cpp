@@ -1,7 +1,11 @@
 // `aqpim eval`: the quality harness (docs/eval.md). Three modes over the schemes of --kv:
 //   (default)     perplexity chunks: PPL, delta vs f16, KL, top-1, bits/element, KV bytes, tokens/s
 //   --generate N  greedy decoding after a prompt: first divergence from f16, KL per window of steps
-//   --fidelity    one layer's KV head: attention-output and score error by position
+//   --fidelity    one layer's KV head: attention-output and score error by position, and the
+//                 retrieval view (--all-heads: the retrieval view over every layer and KV head)
+//   --needles     planted needles on synthetic K/V of the model's head_dim, 1K-128K tokens
+//   --retrieval F end-to-end retrieval: greedy exact match of each JSONL prompt's expected text
+//   --retrieval-gen OUT  write copy prompts (JSONL) with filler from -f
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -11,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "aqpim/error.h"
@@ -18,6 +23,7 @@
 #include "aqpim/model.h"
 #include "aqpim/eval.h"
 #include "aqpim/kv_scheme.h"
+#include "aqpim/retrieval.h"
 #include "commands.h"
 #include "model_options.h"
 #include "text_part.h"
@@ -39,7 +45,41 @@ struct EvalArgs {
     FidelityOptions fid;
     bool no_probe = false;
     TextPart part;
+    bool all_heads = false;
+    bool needles = false;
+    NeedleOptions needle;
+    std::string retrieval, retrieval_gen;
+    RetrievalGenOptions gen;
 };
+
+/// The retrieval view summed over every layer and KV head (each one measure_fidelity run).
+std::string all_heads_retrieval(Transformer& transformer, const std::vector<std::int32_t>& tokens, std::int32_t bos,
+                                const std::vector<KvSchemeSpec>& schemes, FidelityOptions fo) {
+    std::vector<std::string> names;
+    std::vector<std::optional<RetrievalCounter>> merged(schemes.size());
+    for (const KvSchemeSpec& s : schemes) names.push_back(s.text);
+    const KvShape shape = transformer.kv_shape();
+    for (int il = 0; il < shape.n_layer; ++il)
+        for (int ih = 0; ih < shape.n_kv_head; ++ih) {
+            fo.layer = il;
+            fo.head = ih;
+            fmt::print(stderr, "retrieval view: layer {} KV head {}\n", il, ih);
+            const FidelityReport r = measure_fidelity(transformer, tokens, bos, schemes, fo);
+            for (std::size_t s = 0; s < schemes.size(); ++s) {
+                const auto& c = r.schemes[s].retrieval;
+                if (!c) {
+                    fmt::print(stderr, "{}: weights not read at layer {} head {}: {}\n", schemes[s].text, il, ih,
+                               r.schemes[s].probe_note);
+                    continue;
+                }
+                if (merged[s]) merged[s]->merge(*c); else merged[s] = c;
+            }
+        }
+    std::vector<const RetrievalCounter*> counters;
+    for (const auto& m : merged) counters.push_back(m ? &*m : nullptr);
+    return fmt::format("every layer ({}) and KV head ({}), {} tokens\n", shape.n_layer, shape.n_kv_head, fo.n_ctx) +
+           retrieval_view_table(names, counters);
+}
 
 /// 'text' for /bin/sh.
 std::string shell_quote(const std::string& s) {
@@ -160,12 +200,57 @@ void add_eval_command(CLI::App& app) {
         ->check(CLI::Range(1, 1 << 20))
         ->needs(fidelity);
 
+    cmd->add_flag("--all-heads", a->all_heads, "--fidelity: the retrieval view over every layer and KV head")->needs(fidelity);
+    auto* needles = cmd->add_flag("--needles", a->needles,
+                                  "planted needles on synthetic K/V of the model's head_dim (--contexts, --depths)");
+    auto* retrieval = cmd->add_option("--retrieval", a->retrieval,
+                                      "end-to-end retrieval: FILE.jsonl of {\"prompt\", \"expected\"} lines, greedy exact match");
+    auto* retrieval_gen = cmd->add_option("--retrieval-gen", a->retrieval_gen,
+                                          "write copy prompts to OUT.jsonl (filler words from -f; --contexts, --depths)");
+    auto* contexts = cmd->add_option("--contexts", a->gen.contexts, "--retrieval-gen / --needles: contexts in tokens (comma-separated)")
+        ->delimiter(',')
+        ->check(CLI::Range(std::int64_t(8), std::int64_t(1) << 20));
+    auto* depths = cmd->add_option("--depths", a->gen.depths, "--retrieval-gen / --needles: depths of the fact, 0..1 (comma-separated)")
+        ->delimiter(',')
+        ->check(CLI::Range(0.0, 1.0));
+    cmd->add_option("--per-cell", a->gen.per_cell, "--retrieval-gen: prompts per (context, depth) (default 4)")
+        ->check(CLI::Range(1, 1 << 20))
+        ->needs(retrieval_gen);
+    cmd->add_option("--span-words", a->gen.span_words, "--retrieval-gen: words of each fact (default 8)")
+        ->check(CLI::Range(2, 50))
+        ->needs(retrieval_gen);
+    cmd->add_option("--seed", a->gen.seed, "--retrieval-gen / --needles: seed (default 1)");
+    for (auto* mode : {needles, retrieval, retrieval_gen}) {
+        mode->excludes(fidelity)->excludes(generate);
+        for (auto* other : {needles, retrieval, retrieval_gen})
+            if (other != mode) mode->excludes(other);
+    }
+
     cmd->callback([=] {
         const std::vector<KvSchemeSpec> schemes = parse_kv_schemes(opts->kv);
+        const bool retrieval_mode = a->needles || !a->retrieval.empty() || !a->retrieval_gen.empty();
+        AQPIM_CHECK(a->plot.empty() || !retrieval_mode, "--plot is for the perplexity mode");
+        if (!a->retrieval_gen.empty()) {
+            AQPIM_CHECK(!a->text_path.empty(), "--retrieval-gen needs -f TEXT (the filler words)");
+            check_output_not_input(a->retrieval_gen, {opts->model, opts->tokenizer, a->text_path}, "--retrieval-gen");
+        }
+        if (a->needles) {
+            const LoadedModel model = load_model_for_cli(*opts);
+            NeedleOptions no = a->needle;
+            no.head_dim = model.weights.config.head_dim;
+            no.seed = a->gen.seed;
+            if (contexts->count() > 0) no.contexts = a->gen.contexts;
+            if (depths->count() > 0) no.depths = a->gen.depths;
+            const auto r = plant_needles(with_f16_reference(schemes, nullptr), no,
+                                         [](const std::string& m) { fmt::print(stderr, "{}\n", m); });
+            print_report(*a, needles_table(r), needles_json(r), needles_table(r));
+            return;
+        }
         AQPIM_CHECK(!(a->generate > 0 && a->fidelity), "--generate and --fidelity are separate modes; pick one");
         AQPIM_CHECK(a->plot.empty() || (a->generate == 0 && !a->fidelity),
                     "--plot is for the perplexity mode (not --generate or --fidelity)");
-        AQPIM_CHECK(a->generate > 0 || !a->text_path.empty(), "eval needs -f TEXT (or --generate N)");
+        AQPIM_CHECK(a->generate > 0 || !a->text_path.empty() || !a->retrieval.empty(),
+                    "eval needs -f TEXT (or --generate N, --retrieval FILE)");
         if (!a->plot.empty()) check_output_not_input(a->plot, {opts->model, opts->tokenizer, a->text_path}, "--plot");
         const Plotter plotter = a->plot.empty() ? Plotter{} : check_plot(a->plot);
 
@@ -179,6 +264,28 @@ void add_eval_command(CLI::App& app) {
             {"model", opts->model}, {"model_name", model.weights.config.name}, {"file", a->text_path}, {"kv", opts->kv},
             {"part", fmt::format("{}/{}", a->part.k, a->part.n)}};
 
+        if (!a->retrieval_gen.empty()) {
+            const Tokenizer& tok = *model.tokenizer;
+            const auto prompts = generate_retrieval_prompts(
+                read_text_file(a->text_path), [&](const std::string& t) { return std::int64_t(tok.encode(t, false).size()); },
+                a->gen);
+            std::string out;
+            for (const RetrievalPrompt& p : prompts) out += retrieval_prompt_json(p) + "\n";
+            write_output_file(a->retrieval_gen, out, "--retrieval-gen");
+            fmt::print(stderr, "{} prompts written to {}\n", prompts.size(), a->retrieval_gen);
+            return;
+        }
+        if (!a->retrieval.empty()) {
+            const auto prompts = parse_retrieval_jsonl(read_whole_file(a->retrieval, "--retrieval"), a->retrieval);
+            const Tokenizer& tok = *model.tokenizer;
+            const RetrievalTokenizer rt{[&](const std::string& t, bool bos) { return tok.encode(t, bos); },
+                                        [&](const std::vector<std::int32_t>& ids) { return tok.decode(ids); }};
+            const RetrievalReport r = evaluate_retrieval(transformer, rt, prompts, schemes);
+            auto rmeta = meta;
+            rmeta[2] = {"file", a->retrieval};
+            print_report(*a, retrieval_table(r), retrieval_json(r, rmeta), retrieval_table(r));
+            return;
+        }
         if (a->generate > 0) {
             const std::vector<std::int32_t> prompt = model.tokenizer->encode(a->prompt, true);
             warn_past_training_context(model.weights.config, std::int64_t(prompt.size()) + a->generate);
@@ -200,6 +307,12 @@ void add_eval_command(CLI::App& app) {
             FidelityOptions fo = a->fid;
             fo.n_ctx = a->quality.n_ctx;
             fo.probe = !a->no_probe;
+            if (a->all_heads) {
+                AQPIM_CHECK(!a->json && !a->csv, "--all-heads prints a table only");
+                const std::string t = all_heads_retrieval(transformer, tokens, model.tokenizer->bos(), schemes, fo);
+                std::fwrite(t.data(), 1, t.size(), stdout);
+                return;
+            }
             fmt::print(stderr, "{}: {} tokens; fidelity of layer {} KV head {} over the first {}\n", a->text_path,
                        tokens.size(), fo.layer, fo.head, fo.n_ctx);
             const FidelityReport r = measure_fidelity(transformer, tokens, model.tokenizer->bos(), schemes, fo);

@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -25,6 +26,7 @@
 
 #include "aqpim/kv_cache.h"
 #include "aqpim/kv_scheme.h"
+#include "aqpim/retrieval.h"
 #include "aqpim/sampler.h"
 #include "aqpim/transformer.h"
 
@@ -226,6 +228,9 @@ struct SchemeFidelity {
     std::vector<FidelityBin> bins;
     bool probe_ok = false;          ///< attention weights measured (score_rel_rmse, attn_kl valid)
     std::string probe_note;         ///< why not, when not
+    /// The retrieval view over every row and query head (aqpim/retrieval.h; reference: exact attention
+    /// over the recorded f32 keys); set when the weights were read (probe_ok).
+    std::optional<RetrievalCounter> retrieval;
 };
 
 struct FidelityReport {

@@ -240,6 +240,7 @@ FidelityReport measure_fidelity(Transformer& model, const std::vector<std::int32
 
         std::vector<BinSums> bins(std::size_t(options.n_bins));
         BinSums all;
+        if (!weights.empty()) f.retrieval.emplace(std::max<std::int64_t>(1, n_ctx - 1));
         for (std::size_t r = 0; r < rows.size(); ++r) {
             const Row& row = rows[r];
             AQPIM_ASSERT(row.seq_id == 0 && row.pos < n_ctx);
@@ -263,6 +264,7 @@ FidelityReport measure_fidelity(Transformer& model, const std::vector<std::int32
                 for (std::size_t t = 0; t < n; ++t) w_sum += wp[t];
                 w.resize(n);
                 for (std::size_t t = 0; t < n; ++t) w[t] = wp[t] / w_sum;
+                f.retrieval->add(a.data(), w.data(), row.pos);
                 // Score error from log-weight differences (log a'_t - log a_t = s'_t - s_t + a row constant),
                 // weighted by the exact weights: tokens without weight, whose probed weights are below
                 // the probe's precision, do not dominate.

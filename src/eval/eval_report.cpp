@@ -7,17 +7,19 @@
 #include <cmath>
 
 #include "aqpim/eval.h"
+#include "report_text.h"
 
 namespace aqpim {
+
+namespace report_text {
+
 namespace {
-
-using Json = nlohmann::ordered_json;
-using Meta = std::vector<std::pair<std::string, std::string>>;
-
 /// Display width of UTF-8 text (code points; the tables hold no wide characters).
 std::size_t display_width(const std::string& s) {
     return std::size_t(std::count_if(s.begin(), s.end(), [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; }));
 }
+
+}  // namespace
 
 /// Columns padded to their widest cell: the first left-aligned, the others right-aligned.
 std::string aligned(const std::vector<std::vector<std::string>>& rows) {
@@ -48,6 +50,16 @@ std::string csv_field(const std::string& s) {
     return q + "\"";
 }
 
+}  // namespace report_text
+
+namespace {
+
+using report_text::aligned;
+using report_text::csv_field;
+
+using Json = nlohmann::ordered_json;
+using Meta = std::vector<std::pair<std::string, std::string>>;
+
 std::string csv_number(double x) { return std::isfinite(x) ? fmt::format("{:.9g}", x) : std::string(); }
 
 std::string csv(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
@@ -69,6 +81,17 @@ std::string mib(std::uint64_t bytes) { return fmt::format("{:.3f}", double(bytes
 
 std::string or_na(double x, const char* format) {
     return std::isfinite(x) ? fmt::format(fmt::runtime(format), x) : std::string("n/a");
+}
+
+Json retrieval_view_json(const RetrievalCounter& c) {
+    Json bins = Json::array();
+    for (const RetrievalBin& b : c.bins())
+        bins.push_back({{"dist_begin", b.dist_begin}, {"dist_end", b.dist_end}, {"n_queries", b.n_queries},
+                        {"n_argmax", b.n_argmax}, {"n_kept", b.n_kept}});
+    const RetrievalBin all = c.all();
+    return Json{{"min_weight", c.min_weight()}, {"tolerance", c.tolerance()}, {"n_rows", c.n_rows()},
+                {"n_sink_rows", c.n_sink_rows()}, {"n_self_rows", c.n_self_rows()}, {"n_queries", all.n_queries},
+                {"n_argmax", all.n_argmax}, {"n_kept", all.n_kept}, {"bins", bins}};
 }
 
 Json with_meta(const Meta& meta) {
@@ -230,6 +253,13 @@ std::string fidelity_table(const FidelityReport& r) {
         summary.push_back({f.spec, fmt::format("{:.6f}", f.all.out_rel_err), fmt::format("{:.6f}", f.all.out_rel_err_max),
                            or_na(f.all.score_rel_rmse, "{:.6f}"), or_na(f.all.attn_kl, "{:.3e}")});
     out += aligned(summary);
+    std::vector<std::string> names;
+    std::vector<const RetrievalCounter*> counters;
+    for (const SchemeFidelity& f : r.schemes) {
+        names.push_back(f.spec);
+        counters.push_back(f.retrieval ? &*f.retrieval : nullptr);
+    }
+    out += "\n" + retrieval_view_table(names, counters);
     for (const SchemeFidelity& f : r.schemes) {
         out += fmt::format("\n{} by query position{}\n", f.spec, f.probe_ok ? "" : " (weights: " + f.probe_note + ")");
         std::vector<std::vector<std::string>> rows = {
@@ -268,7 +298,8 @@ std::string fidelity_json(const FidelityReport& r, const Meta& meta) {
                            {"probe_ok", f.probe_ok},
                            {"probe_note", f.probe_note},
                            {"all", bin_json(f.all)},
-                           {"bins", bins}});
+                           {"bins", bins},
+                           {"retrieval", f.retrieval ? retrieval_view_json(*f.retrieval) : Json(nullptr)}});
     }
     j["schemes"] = schemes;
     return j.dump(1) + "\n";
