@@ -54,4 +54,18 @@ nlohmann::ordered_json bench_decode(const DecodeBenchOptions& opt);
 /// ratio to the first scheme.
 nlohmann::ordered_json bench_kv_decode(const DecodeBenchOptions& opt);
 
+struct ServeBenchOptions {
+    std::string model;
+    std::string kv = "f16;q8_0;q4_0;pq;pq:refresh=0,bits=2,cb=f16,wq=q8_0,window=128";  ///< the first is the baseline
+    std::uint64_t kv_budget_bytes = 64ULL << 20;
+    int prompt_tokens = 960;
+    int output_tokens = 64;
+    int clients = 0;        ///< concurrent clients (0: as many as the scheme fits)
+    int rounds = 1;         ///< requests per client
+    int prefill_chunk = 256;
+};
+/// The serving engine under a closed-loop load per scheme: sequences that fit, output tokens/s,
+/// TTFT and TPOT p50/p99, KV bytes per sequence, ratios to the first scheme.
+nlohmann::ordered_json bench_serve(const ServeBenchOptions& opt);
+
 }  // namespace aqpim::cli

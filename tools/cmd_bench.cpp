@@ -147,6 +147,27 @@ void add_bench_command(CLI::App& app) {
         else
             print_tables(rows);
     });
+    auto* serve = bench->add_subcommand("serve", "the serving engine under closed-loop load, every scheme in one KV budget");
+    auto sopt = std::make_shared<ServeBenchOptions>();
+    auto sbudget = std::make_shared<std::string>("64MiB");
+    auto sjson = std::make_shared<bool>(false);
+    serve->add_option("-m,--model", sopt->model, "model file or directory")->required();
+    serve->add_option("--kv", sopt->kv, "schemes, ';'-separated, the first is the baseline")->capture_default_str();
+    serve->add_option("--kv-budget", *sbudget, "KV bytes of all sequences together (e.g. 64MiB)")->capture_default_str();
+    serve->add_option("--prompt-tokens", sopt->prompt_tokens, "prompt length")->check(CLI::Range(1, 1 << 20));
+    serve->add_option("-n,--output-tokens", sopt->output_tokens, "tokens generated per request")->check(CLI::Range(2, 1 << 20));
+    serve->add_option("--clients", sopt->clients, "concurrent clients (0: as many sequences as fit)")->check(CLI::Range(0, 4096));
+    serve->add_option("--rounds", sopt->rounds, "requests per client")->check(CLI::Range(1, 1000));
+    serve->add_option("--prefill-chunk", sopt->prefill_chunk, "prompt tokens prefilled per step")->check(CLI::Range(1, 1 << 20));
+    serve->add_flag("--json", *sjson, "print JSON instead of tables");
+    serve->callback([sopt, sbudget, sjson] {
+        sopt->kv_budget_bytes = parse_bytes(*sbudget);
+        const json rows = bench_serve(*sopt);
+        if (*sjson)
+            fmt::print("{}\n", json{{"simd", simd_level_name(active_simd_level())}, {"rows", rows}}.dump(2));
+        else
+            print_tables(rows);
+    });
     add_bench_cuda_command(*bench);
     add_bench_kv_state_command(*bench);
 }

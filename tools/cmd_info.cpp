@@ -49,26 +49,6 @@ ModelSummary print_model(const std::string& path, const std::string& tokenizer) 
     return {kv_shape_of(m.weights), c.n_ctx_train};
 }
 
-/// "80GiB", "512MiB", "24e9", "1000000": bytes.
-std::uint64_t parse_bytes(const std::string& text) {
-    std::size_t used = 0;
-    double v = 0;
-    try {
-        v = std::stod(text, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    AQPIM_CHECK(used > 0, "--budget {}: not a size (e.g. 80GiB, 512MB, 24e9)", text);
-    const std::string unit = text.substr(used);
-    const std::map<std::string, double> units = {{"", 1.0},         {"B", 1.0},   {"KB", 1e3},  {"MB", 1e6},
-                                                 {"GB", 1e9},       {"TB", 1e12}, {"KiB", 1024.0},
-                                                 {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
-    const auto it = units.find(unit);
-    AQPIM_CHECK(it != units.end(), "--budget {}: unknown unit '{}' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)", text, unit);
-    AQPIM_CHECK(v > 0 && v * it->second < 1.8e19, "--budget {}: out of range", text);
-    return std::uint64_t(v * it->second);
-}
-
 /// Per scheme: bytes one sequence of `context` tokens holds, bits/element, and how many fit. A scheme
 /// that does not apply to this model is "n/a"; when the user named it, the command then fails.
 void print_capacity(const KvShape& shape, const std::string& schemes, bool named_by_user, std::int64_t context,
@@ -99,6 +79,26 @@ void print_capacity(const KvShape& shape, const std::string& schemes, bool named
 }
 
 }  // namespace
+
+std::uint64_t parse_bytes(const std::string& text) {
+    std::size_t used = 0;
+    double v = 0;
+    try {
+        v = std::stod(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    AQPIM_CHECK(used > 0, "--budget {}: not a size (e.g. 80GiB, 512MB, 24e9)", text);
+    const std::string unit = text.substr(used);
+    const std::map<std::string, double> units = {{"", 1.0},         {"B", 1.0},   {"KB", 1e3},  {"MB", 1e6},
+                                                 {"GB", 1e9},       {"TB", 1e12}, {"KiB", 1024.0},
+                                                 {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+    const auto it = units.find(unit);
+    AQPIM_CHECK(it != units.end(), "--budget {}: unknown unit '{}' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)", text, unit);
+    AQPIM_CHECK(v > 0 && v * it->second < 1.8e19, "--budget {}: out of range", text);
+    return std::uint64_t(v * it->second);
+}
+
 
 void add_info_command(CLI::App& app) {
     auto* cmd = app.add_subcommand("info", "show the CPU's SIMD levels and the active kernel level; with -m, a model");

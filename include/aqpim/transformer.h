@@ -38,6 +38,10 @@ public:
     /// (all rows or the last): [rows][n_vocab]. Every token id must be < n_vocab.
     ForwardTraffic forward(std::span<const BatchSequence> batch, KvCache& cache, std::vector<float>& logits);
 
+    /// Batch-invariant products (every row through the matvec kernel): each row of a call computes exactly what
+    /// it computes alone, whatever else the batch holds (slower for large prefill batches).
+    void set_batch_invariant(bool on) { batch_invariant_ = on; }
+
     /// Bytes a single-token decode step streams from the weights.
     std::uint64_t decode_weight_bytes() const;
 
@@ -45,9 +49,12 @@ private:
     void attention_block(int il, std::span<const BatchSequence> batch, KvCache& cache, std::int64_t n);
     void ffn_block(int il, std::int64_t n);
     void apply_rope(float* x, int n_heads, std::int64_t n) const;
+    /// Y = X W^T through matmul or matmul_batch_invariant.
+    void product(const WeightMatrix& W, const float* X, std::int64_t n, float* Y) const;
 
     const ModelWeights& weights_;
     int n_threads_;
+    bool batch_invariant_ = false;
     std::vector<double> inv_freq_;    ///< [head_dim/2] rotation frequency of each pair
     // Scratch for the rows of one call.
     std::vector<std::int64_t> pos_;   ///< [n] position of each row

@@ -6,6 +6,7 @@
 
 #include "aqpim/error.h"
 #include "aqpim/threads.h"
+#include "model/quant_blocks.h"
 
 namespace aqpim {
 namespace {
@@ -57,6 +58,15 @@ std::uint64_t Transformer::decode_weight_bytes() const {
     return b;
 }
 
+void Transformer::product(const WeightMatrix& W, const float* X, std::int64_t n, float* Y) const {
+    // Batch-invariant: every row through matvec, as a batch of one computes it (matmul's GEMM
+    // paths round differently from matvec, so a row's result would depend on the batch size).
+    if (batch_invariant_)
+        quant::matmul_with(W, X, n, Y, n_threads_, quant::MatmulPath::rows);
+    else
+        matmul(W, X, n, Y, n_threads_);
+}
+
 void Transformer::apply_rope(float* x, int n_heads, std::int64_t n) const {
     const int hd = config().head_dim, half = hd / 2;
     const bool neox = config().rope_pairs == RopePairs::neox;
@@ -82,9 +92,9 @@ void Transformer::attention_block(int il, std::span<const BatchSequence> batch, 
     const int hd = c.head_dim, n_q = c.n_head * hd, n_kv = c.n_kv_head * hd, group = c.n_head / c.n_kv_head;
 
     rms_norm(x_.data(), L.attn_norm, c.rms_eps, n, c.n_embd, xn_.data());
-    matmul(L.wq, xn_.data(), n, q_.data(), n_threads_);
-    matmul(L.wk, xn_.data(), n, k_.data(), n_threads_);
-    matmul(L.wv, xn_.data(), n, v_.data(), n_threads_);
+    product(L.wq, xn_.data(), n, q_.data());
+    product(L.wk, xn_.data(), n, k_.data());
+    product(L.wv, xn_.data(), n, v_.data());
     add_bias(q_.data(), L.bq, n);
     add_bias(k_.data(), L.bk, n);
     add_bias(v_.data(), L.bv, n);
@@ -124,7 +134,7 @@ void Transformer::attention_block(int il, std::span<const BatchSequence> batch, 
         },
         attn_threads);
 
-    matmul(L.wo, attn_.data(), n, tmp_.data(), n_threads_);
+    product(L.wo, attn_.data(), n, tmp_.data());
     add_into(x_.data(), tmp_.data(), std::size_t(n) * c.n_embd);
 }
 
@@ -132,14 +142,14 @@ void Transformer::ffn_block(int il, std::int64_t n) {
     const ModelConfig& c = config();
     const LayerWeights& L = weights_.layers[il];
     rms_norm(x_.data(), L.ffn_norm, c.rms_eps, n, c.n_embd, xn_.data());
-    matmul(L.w_gate, xn_.data(), n, gate_.data(), n_threads_);
-    matmul(L.w_up, xn_.data(), n, up_.data(), n_threads_);
+    product(L.w_gate, xn_.data(), n, gate_.data());
+    product(L.w_up, xn_.data(), n, up_.data());
     const std::size_t count = std::size_t(n) * c.n_ff;
     for (std::size_t i = 0; i < count; ++i) {
         const float g = gate_[i];
         gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];  // SiLU(gate) * up
     }
-    matmul(L.w_down, gate_.data(), n, tmp_.data(), n_threads_);
+    product(L.w_down, gate_.data(), n, tmp_.data());
     add_into(x_.data(), tmp_.data(), std::size_t(n) * c.n_embd);
 }
 
@@ -204,7 +214,7 @@ ForwardTraffic Transformer::forward(std::span<const BatchSequence> batch, KvCach
         std::copy_n(x_.data() + rows[i] * c.n_embd, c.n_embd, picked.data() + i * c.n_embd);
     rms_norm(picked.data(), weights_.output_norm, c.rms_eps, std::int64_t(rows.size()), c.n_embd, picked.data());
     logits.resize(rows.size() * std::size_t(c.n_vocab));
-    matmul(weights_.output, picked.data(), std::int64_t(rows.size()), logits.data(), n_threads_);
+    product(weights_.output, picked.data(), std::int64_t(rows.size()), logits.data());
 
     traffic.weight_bytes = decode_weight_bytes();
     return traffic;

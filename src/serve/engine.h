@@ -1,0 +1,167 @@
+#pragma once
+// The serving engine behind `aqpim serve` (docs/serve.md, "Scheduler and admission"): many
+// concurrent generation requests over one model and one KV cache under a byte budget, advanced by
+// one scheduler thread with continuous batching. No HTTP here: the server layer turns requests
+// into GenerationRequest, forwards TokenEvents to its clients and reads stats() / slots().
+//
+// Scheduling: every step advances each decoding sequence by one token in one batched forward call,
+// and prefills at most one chunk (prefill_chunk tokens) of one waiting prompt before it, so running
+// streams keep a bounded time per token. Admission reserves the worst case of a request (its
+// prompt + max_tokens at the peak bytes the scheme holds on the way there, every byte counted as
+// `aqpim info` counts it); a request that does not fit now waits in a bounded FIFO queue, one that
+// could never fit is rejected with the numbers. A running sequence is never evicted.
+//
+// Determinism: a request's tokens depend only on the request (prompt, parameters, seed) and the
+// engine's options, never on what else runs: each sequence has its own Sampler, prompts are
+// prefilled alone in chunks aligned to position 0, and decode uses the batch-invariant matmul
+// (each row computed as a batch of one computes it).
+//
+// Threads: callbacks run on the scheduler thread (keep them short, never call back into a blocking
+// engine method from one: submit and cancel are fine). Waits are condition variables, no spinning.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aqpim/model.h"
+#include "aqpim/sampler.h"
+
+namespace aqpim::serve {
+
+struct EngineOptions {
+    std::string kv = "pq";                  ///< --kv scheme (aqpim/kv_scheme.h)
+    std::uint64_t kv_budget_bytes = 1ULL << 30;  ///< every KV byte of every sequence together
+    int parallel = 64;                      ///< sequences active at once (slots 0 .. parallel-1)
+    std::int64_t ctx = 0;                   ///< most tokens one sequence holds (0: the model's context)
+    int threads = 0;                        ///< forward-pass threads (0: default_threads())
+    int queue_capacity = 256;               ///< requests waiting for admission; beyond: QueueFull
+    int prefill_chunk = 256;                ///< prompt tokens prefilled per step
+    std::int32_t eos_token = -1;            ///< sampling it ends a request with `stop` (-1: none)
+
+    /// Throws aqpim::Error naming the first bad field.
+    void validate() const;
+};
+
+enum class FinishReason { none, stop, length, cancelled, error };
+/// "stop", "length", "cancelled", "error" (none: "").
+const char* finish_reason_name(FinishReason r);
+
+struct TokenLogprob {
+    std::int32_t token = -1;
+    float logprob = 0.0f;  ///< natural log of the probability under the unscaled softmax of the logits
+};
+
+/// One event of a request: a generated token (finish == none), or its final event (token == -1,
+/// finish set, exactly once per accepted request, after its KV pages are released).
+struct TokenEvent {
+    std::uint64_t request_id = 0;
+    std::int32_t token = -1;
+    float logprob = 0.0f;
+    std::vector<TokenLogprob> top_logprobs;  ///< the request's top_logprobs most likely tokens, best first
+    FinishReason finish = FinishReason::none;
+    int n_prompt = 0;                        ///< prompt tokens fed (usage)
+    int n_generated = 0;                     ///< tokens generated so far (this one included)
+    std::string error;                       ///< finish == error: what went wrong
+};
+/// Return true to stop the request now (a string stop the server found): it finishes with `stop`.
+using EventCallback = std::function<bool(const TokenEvent&)>;
+
+struct GenerationRequest {
+    std::vector<std::int32_t> prompt;  ///< BOS included if wanted; may be empty only with resume_slot
+    int max_tokens = 16;               ///< tokens to generate at most (finish `length`)
+    SamplerParams sampler;             ///< temperature, top_p, seed (ignored with resume_slot: the saved sampler)
+    /// Token sequences that end the request with `stop` when the output ends with one (the
+    /// sequence's tokens are emitted).
+    std::vector<std::vector<std::int32_t>> stop_sequences;
+    int top_logprobs = 0;              ///< alternatives reported per token (0..20)
+    /// >= 0: continue the sequence parked in this slot (restore_slot, or an earlier request with
+    /// park): prompt is appended to it and generation goes on with its saved sampler.
+    int resume_slot = -1;
+    /// Keep the finished sequence's KV in its slot (still counted in the budget) for save_slot or a
+    /// later resume_slot, until release_slot.
+    bool park = false;
+};
+
+enum class Rejection { none, queue_full, never_fits, invalid };
+
+struct SubmitResult {
+    std::uint64_t request_id = 0;       ///< valid when rejection == none
+    Rejection rejection = Rejection::none;
+    std::uint64_t needed_bytes = 0;     ///< never_fits: the request's worst case ...
+    std::uint64_t budget_bytes = 0;     ///< ... and the budget
+    std::string message;                ///< rejected: one line naming the reason and the numbers
+    bool ok() const { return rejection == Rejection::none; }
+};
+
+/// Fixed-bucket histogram (Prometheus style): counts[i] samples <= bounds[i], the last bucket +Inf.
+struct Histogram {
+    std::vector<double> bounds;         ///< upper bounds in seconds, increasing
+    std::vector<std::uint64_t> counts;  ///< [bounds.size() + 1], not cumulative
+    double sum = 0.0;
+    std::uint64_t count = 0;
+    void observe(double x);
+};
+
+struct EngineStats {
+    std::uint64_t requests_accepted = 0, requests_rejected = 0, requests_finished = 0;
+    std::uint64_t prompt_tokens = 0, generated_tokens = 0;
+    int active = 0, queued = 0;
+    std::uint64_t kv_bytes_used = 0;      ///< what the cache holds (KvCache::memory())
+    std::uint64_t kv_bytes_reserved = 0;  ///< admitted requests' worst cases
+    std::uint64_t kv_budget_bytes = 0;
+    std::int64_t pages_in_use = 0;        ///< code pages of every sequence (paged schemes; 0 otherwise)
+    double bits_per_element = 0.0;        ///< of what the cache holds now
+    double prefill_seconds = 0.0, decode_seconds = 0.0;  ///< time spent in each phase
+    std::uint64_t prefill_tokens = 0, decode_tokens = 0; ///< tokens through each phase
+    Histogram ttft, tpot;                 ///< time to first token, time per output token (seconds)
+};
+
+enum class SlotPhase { idle, prefill, decode, parked };
+struct SlotInfo {
+    int id = 0;
+    SlotPhase phase = SlotPhase::idle;
+    std::uint64_t request_id = 0;
+    int n_prompt = 0, n_generated = 0, max_tokens = 0;
+    std::int64_t n_cached = 0;         ///< tokens in the cache
+    std::uint64_t kv_bytes_reserved = 0;
+};
+const char* slot_phase_name(SlotPhase p);
+
+class Engine {
+public:
+    /// `weights` must outlive the engine. Starts the scheduler thread.
+    Engine(const ModelWeights& weights, const EngineOptions& options);
+    ~Engine();  ///< cancels everything, joins the scheduler
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    /// Queue a request; on_event then receives its tokens and its final event (scheduler thread).
+    SubmitResult submit(GenerationRequest request, EventCallback on_event);
+    /// Stop a queued or running request: it finishes with `cancelled` and its pages are released
+    /// before the next step. Unknown or finished id: false.
+    bool cancel(std::uint64_t request_id);
+
+    EngineStats stats() const;
+    std::vector<SlotInfo> slots() const;
+
+    /// Write the sequence of slot id (running: as of the last step; parked) to path
+    /// (aqpim/kv_state.h format). Blocks until done; throws aqpim::Error (idle slot, I/O).
+    void save_slot(int slot_id, const std::string& path);
+    /// Load a state file into idle slot id, parked (its bytes reserved; too big for the budget now:
+    /// aqpim::Error naming the numbers). Blocks until done.
+    void restore_slot(int slot_id, const std::string& path);
+    /// Free a parked slot. Blocks until done.
+    void release_slot(int slot_id);
+
+    const EngineOptions& options() const;
+    /// Worst-case bytes a sequence of n tokens reserves (the admission arithmetic).
+    std::uint64_t reservation_bytes(std::int64_t n_tokens) const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace aqpim::serve

@@ -1,0 +1,74 @@
+// Slot save / restore: a sequence saved after N tokens, restored (into another slot too) and
+// continued for N more gives exactly the 2N tokens of one uninterrupted request.
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "aqpim/error.h"
+#include "aqpim/model.h"
+#include "serve/engine_test_util.h"
+#include "support/shared_data.h"
+
+namespace aqpim {
+namespace {
+
+constexpr const char* kModel = "models/austen-13m/austen-13m-f16.gguf";
+
+void check_restore_continues(const std::string& kv) {
+    const LoadedModel m = load_model(test::shared_path(kModel));
+    serve::EngineOptions o;
+    o.kv = kv;
+    o.ctx = 256;
+    o.parallel = 3;
+    serve::GenerationRequest r;
+    r.prompt = test::test_prompt(40, 3, m.weights.config.n_vocab);
+    r.sampler.temperature = 0.8f;
+    r.sampler.seed = 77;
+    r.max_tokens = 24;
+    serve::Engine e(m.weights, o);
+    const std::vector<std::int32_t> whole = test::submit_collect(e, r)->tokens();
+    ASSERT_EQ(whole.size(), 24u);
+
+    r.max_tokens = 12;
+    r.park = true;
+    const std::vector<std::int32_t> first = test::submit_collect(e, r)->tokens();
+    ASSERT_EQ(e.slots()[0].phase, serve::SlotPhase::parked);
+    const std::string path = (std::filesystem::temp_directory_path() / ("aqpim-serve-slot-" + std::to_string(::getpid()))).string();
+    e.save_slot(0, path);
+    const std::uint64_t parked = e.stats().kv_bytes_reserved;
+    e.release_slot(0);
+    EXPECT_LT(e.stats().kv_bytes_reserved, parked);
+    EXPECT_EQ(e.stats().pages_in_use, 0);
+    EXPECT_THROW(e.save_slot(0, path + ".x"), Error);  // idle
+    e.restore_slot(2, path);
+    EXPECT_EQ(e.slots()[2].phase, serve::SlotPhase::parked);
+    std::filesystem::remove(path);
+
+    serve::GenerationRequest more;
+    more.resume_slot = 2;
+    more.max_tokens = 12;
+    more.sampler.seed = 999;  // ignored: the saved sampler continues
+    auto c = test::submit_collect(e, more);
+    std::vector<std::int32_t> joined = first;
+    for (std::int32_t t : c->tokens()) joined.push_back(t);
+    EXPECT_EQ(joined, whole) << kv;
+    EXPECT_EQ(c->final_event().finish, serve::FinishReason::length);
+    EXPECT_EQ(e.stats().pages_in_use, 0);
+    EXPECT_EQ(e.slots()[2].phase, serve::SlotPhase::idle);
+}
+
+TEST(ServeSlots, SaveRestoreContinuesExactlyPq) {
+    AQPIM_REQUIRE_SHARED(kModel);
+    check_restore_continues("pq:calib=32,refresh=0,window=8,sinks=4");
+}
+
+TEST(ServeSlots, SaveRestoreContinuesExactlyF16) {
+    AQPIM_REQUIRE_SHARED(kModel);
+    check_restore_continues("f16");
+}
+
+}  // namespace
+}  // namespace aqpim
