@@ -22,3 +22,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
 fi
+# The official openai npm client the server tests run (tests/serve/client, versions pinned by its
+# package-lock.json; node_modules is ignored by git).
+client="$(cd "$(dirname "$0")/.." && pwd)/tests/serve/client"
+if command -v npm >/dev/null 2>&1 && [ ! -d "$client/node_modules/openai" ]; then
+  echo "setup: npm ci in tests/serve/client (the openai client)"
+  (cd "$client" && npm ci --no-audit --no-fund --loglevel=error)
+fi

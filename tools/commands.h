@@ -18,5 +18,6 @@ void add_ppl_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_roofline_command(CLI::App& app);
 void add_pimsim_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace aqpim::cli

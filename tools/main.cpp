@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
     aqpim::cli::add_eval_command(app);
     aqpim::cli::add_roofline_command(app);
     aqpim::cli::add_pimsim_command(app);
+    aqpim::cli::add_serve_command(app);
 
     try {
         app.parse(argc, argv);

@@ -41,6 +41,9 @@ struct VocabData {
     bool add_bos = true;
     bool add_eos = false;
     bool add_space_prefix = true;      ///< spm dummy prefix
+    /// The model's chat template (GGUF tokenizer.chat_template, tokenizer_config.json chat_template):
+    /// Jinja text, recognised but never executed (src/serve/chat_template.h); empty if none.
+    std::string chat_template;
 };
 
 class Tokenizer {

@@ -193,7 +193,13 @@ struct Engine::Impl {
             lk.unlock();
             return reject(Rejection::queue_full, "the engine is stopping");
         }
-        if (int(queue.size()) >= opt.queue_capacity) {
+        // A request the next step admits (nothing ahead of it, an idle slot, room in the budget)
+        // does not wait: queue_capacity 0 still serves while a slot and the bytes are free.
+        const bool idle_slot = std::any_of(published_slots.begin(), published_slots.end(),
+                                           [](const SlotInfo& s) { return s.phase == SlotPhase::idle; });
+        const bool taken_now = queue.empty() && idle_slot && request.resume_slot < 0 &&
+                               published.kv_bytes_reserved + need <= opt.kv_budget_bytes;
+        if (int(queue.size()) >= opt.queue_capacity && !taken_now) {
             lk.unlock();
             return reject(Rejection::queue_full, fmt::format("the queue is full ({} requests wait)", opt.queue_capacity));
         }
@@ -520,7 +526,8 @@ struct Engine::Impl {
         std::vector<SlotInfo> infos;
         for (std::size_t id = 0; id < slots.size(); ++id) {
             const Slot& s = slots[id];
-            SlotInfo si{int(id), s.phase, s.request_id, s.n_prompt, s.n_generated, s.request.max_tokens, s.n_cached, s.reserve};
+            SlotInfo si{int(id), s.phase, s.request_id, s.n_prompt, s.n_generated, s.request.max_tokens, s.n_cached, s.reserve,
+                        s.tokens.empty() ? -1 : s.tokens.back()};
             infos.push_back(si);
             if (!s.in_cache) continue;
             for (int il = 0; il < cache->shape().n_layer; ++il) {

@@ -36,7 +36,7 @@ struct EngineOptions {
     int parallel = 64;                      ///< sequences active at once (slots 0 .. parallel-1)
     std::int64_t ctx = 0;                   ///< most tokens one sequence holds (0: the model's context)
     int threads = 0;                        ///< forward-pass threads (0: default_threads())
-    int queue_capacity = 256;               ///< requests waiting for admission; beyond: QueueFull
+    int queue_capacity = 256;               ///< requests waiting for admission (one the next step admits does not count); beyond: queue_full
     int prefill_chunk = 256;                ///< prompt tokens prefilled per step
     std::int32_t eos_token = -1;            ///< sampling it ends a request with `stop` (-1: none)
 
@@ -126,6 +126,7 @@ struct SlotInfo {
     int n_prompt = 0, n_generated = 0, max_tokens = 0;
     std::int64_t n_cached = 0;         ///< tokens in the cache
     std::uint64_t kv_bytes_reserved = 0;
+    std::int32_t last_token = -1;      ///< the sequence's last token (-1: none); text continues after it
 };
 const char* slot_phase_name(SlotPhase p);
 

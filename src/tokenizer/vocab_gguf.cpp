@@ -23,6 +23,7 @@ constexpr const char* kEos = "tokenizer.ggml.eos_token_id";
 constexpr const char* kUnk = "tokenizer.ggml.unknown_token_id";
 constexpr const char* kPad = "tokenizer.ggml.padding_token_id";
 constexpr const char* kAddBos = "tokenizer.ggml.add_bos_token";
+constexpr const char* kChatTemplate = "tokenizer.chat_template";
 constexpr const char* kAddEos = "tokenizer.ggml.add_eos_token";
 constexpr const char* kAddSpacePrefix = "tokenizer.ggml.add_space_prefix";
 
@@ -111,6 +112,7 @@ VocabData vocab_from_gguf(const GgufFile& g) {
     if (auto b = g.find_bool(kAddBos)) v.add_bos = *b;
     if (auto b = g.find_bool(kAddEos)) v.add_eos = *b;
     if (auto b = g.find_bool(kAddSpacePrefix)) v.add_space_prefix = *b;
+    v.chat_template = g.find_string(kChatTemplate).value_or("");
     AQPIM_CHECK(!v.add_bos || v.bos >= 0, "{}: {} is set but there is no BOS token", g.path(), kAddBos);
     AQPIM_CHECK(!v.add_eos || v.eos >= 0, "{}: {} is set but there is no EOS token", g.path(), kAddEos);
     return v;
@@ -128,6 +130,7 @@ void write_vocab_gguf(GgufWriter& w, const VocabData& v) {
     w.set_string(kModel, spm ? "llama" : "gpt2");
     w.set_string(kPre, spm ? std::string("default") : v.pre_tokenizer);
     w.set_string_array(kTokens, v.tokens);
+    if (!v.chat_template.empty()) w.set_string(kChatTemplate, v.chat_template);
     if (spm) w.set_f32_array(kScores, v.scores.empty() ? std::vector<float>(n, 0.0f) : v.scores);
     std::vector<std::int32_t> types(n, std::int32_t(TokenType::normal));
     for (std::size_t i = 0; i < v.types.size(); ++i) types[i] = std::int32_t(v.types[i]);

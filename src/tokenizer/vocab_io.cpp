@@ -27,6 +27,9 @@ void apply_config_flags(const nlohmann::json& config, const std::string& config_
         AQPIM_CHECK(config[key].is_boolean(), "{}: '{}' is not a boolean", config_path, key);
         *flag = config[key].get<bool>();
     }
+    // A string template (a list of named templates, as some models ship, is not one we recognise).
+    if (config.contains("chat_template") && config["chat_template"].is_string())
+        vocab.chat_template = config["chat_template"].get<std::string>();
 }
 
 void apply_added_tokens_decoder(const nlohmann::json& config, const std::string& config_path, VocabData& vocab) {

@@ -15,7 +15,8 @@ namespace aqpim::tok {
 nlohmann::json read_json_file(const std::string& path);
 /// tokenizer_config.json in the directory of `path`, if there is one (parsed), else nullopt.
 std::optional<nlohmann::json> read_config_beside(const std::string& path);
-/// Apply add_bos_token / add_eos_token of a Hugging Face tokenizer_config.json when present.
+/// Apply add_bos_token / add_eos_token and a string chat_template of a Hugging Face
+/// tokenizer_config.json when present.
 void apply_config_flags(const nlohmann::json& config, const std::string& config_path, VocabData& vocab);
 /// llama.cpp's converter for a SentencePiece model: each entry of tokenizer_config.json's
 /// added_tokens_decoder ({"id": {"content", "special"}}) inside the vocabulary replaces that token's

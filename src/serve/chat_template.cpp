@@ -1,0 +1,118 @@
+#include "serve/chat_template.h"
+
+#include "aqpim/error.h"
+
+namespace aqpim::serve {
+
+namespace {
+
+constexpr ChatFormat kFormats[] = {ChatFormat::plain, ChatFormat::llama2, ChatFormat::llama3, ChatFormat::chatml,
+                                   ChatFormat::mistral};
+
+bool contains(std::string_view s, std::string_view what) { return s.find(what) != std::string_view::npos; }
+
+void check_roles(const std::vector<ChatMessage>& messages) {
+    AQPIM_CHECK(!messages.empty(), "messages: at least one message is required");
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+        const std::string& r = messages[i].role;
+        AQPIM_CHECK(r == "system" || r == "user" || r == "assistant",
+                    "messages[{}].role: '{}' is not one of system, user, assistant", i, r);
+        AQPIM_CHECK(r != "system" || i == 0, "messages[{}]: a system message must come first", i);
+    }
+}
+
+/// [INST] formats: after an optional system message, user and assistant alternate, user last.
+void check_alternating(const std::vector<ChatMessage>& messages, ChatFormat format) {
+    const std::size_t first = messages[0].role == "system" ? 1 : 0;
+    AQPIM_CHECK(first < messages.size(), "messages: the {} format needs a user message after the system one",
+                chat_format_name(format));
+    for (std::size_t i = first; i < messages.size(); ++i) {
+        const char* want = (i - first) % 2 == 0 ? "user" : "assistant";
+        AQPIM_CHECK(messages[i].role == want, "messages[{}].role: the {} format alternates user and assistant, "
+                    "expected '{}' here, got '{}'", i, chat_format_name(format), want, messages[i].role);
+    }
+    AQPIM_CHECK(messages.back().role == "user", "messages[{}]: the {} format needs the last message from the user",
+                messages.size() - 1, chat_format_name(format));
+}
+
+std::string render_inst(ChatFormat format, const std::vector<ChatMessage>& messages, const ChatTokens& t) {
+    check_alternating(messages, format);
+    const bool has_system = messages[0].role == "system";
+    std::string out;
+    for (std::size_t i = has_system ? 1 : 0; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        if (m.role == "assistant") {
+            out += (format == ChatFormat::llama2 ? " " : "") + m.content + (format == ChatFormat::llama2 ? " " : "") + t.eos;
+            continue;
+        }
+        if (!out.empty()) out += format == ChatFormat::llama2 ? t.bos : "";
+        out += "[INST] ";
+        if (has_system && i == 1)
+            out += format == ChatFormat::llama2 ? "<<SYS>>\n" + messages[0].content + "\n<</SYS>>\n\n"
+                                                : messages[0].content + "\n\n";
+        out += m.content + " [/INST]";
+    }
+    return out;
+}
+
+}  // namespace
+
+const char* chat_format_name(ChatFormat f) {
+    switch (f) {
+        case ChatFormat::plain: return "plain";
+        case ChatFormat::llama2: return "llama2";
+        case ChatFormat::llama3: return "llama3";
+        case ChatFormat::chatml: return "chatml";
+        case ChatFormat::mistral: return "mistral";
+    }
+    return "?";
+}
+
+ChatFormat parse_chat_format(std::string_view name) {
+    for (ChatFormat f : kFormats)
+        if (name == chat_format_name(f)) return f;
+    throw Error(fmt::format("chat template '{}': expected plain, llama2, llama3, chatml or mistral", name));
+}
+
+ChatFormat detect_chat_format(std::string_view jinja) {
+    if (contains(jinja, "<|im_start|>")) return ChatFormat::chatml;
+    if (contains(jinja, "<|start_header_id|>")) return ChatFormat::llama3;
+    if (contains(jinja, "[INST]")) return contains(jinja, "<<SYS>>") ? ChatFormat::llama2 : ChatFormat::mistral;
+    return ChatFormat::plain;
+}
+
+std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages, const ChatTokens& tokens) {
+    check_roles(messages);
+    std::string out;
+    switch (format) {
+        case ChatFormat::llama2:
+        case ChatFormat::mistral: return render_inst(format, messages, tokens);
+        case ChatFormat::llama3:
+            for (const ChatMessage& m : messages)
+                out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
+            return out + "<|start_header_id|>assistant<|end_header_id|>\n\n";
+        case ChatFormat::chatml:
+            for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+            return out + "<|im_start|>assistant\n";
+        case ChatFormat::plain:
+            for (const ChatMessage& m : messages) {
+                if (m.role == "system") out += m.content + "\n\n";
+                else out += (m.role == "user" ? "User: " : "Assistant: ") + m.content + "\n";
+            }
+            return out + "Assistant:";
+    }
+    return out;
+}
+
+std::vector<std::string> chat_stop_strings(ChatFormat format, const ChatTokens& tokens) {
+    switch (format) {
+        case ChatFormat::plain: return {"\nUser:"};
+        case ChatFormat::llama3: return {"<|eot_id|>"};
+        case ChatFormat::chatml: return {"<|im_end|>"};
+        case ChatFormat::llama2:
+        case ChatFormat::mistral: return tokens.eos.empty() ? std::vector<std::string>{} : std::vector<std::string>{tokens.eos};
+    }
+    return {};
+}
+
+}  // namespace aqpim::serve

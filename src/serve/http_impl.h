@@ -1,0 +1,91 @@
+#pragma once
+// The server's state shared by its endpoint files (src/serve/http_*.cpp); not a public header.
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <random>
+
+#include "serve/chat_template.h"
+#include "serve/http_server.h"
+#include "serve/openai_request.h"
+#include "serve/prometheus.h"
+#include "serve/text_stream.h"
+
+namespace aqpim::serve {
+
+/// One request's way from the scheduler thread (on_event) to its connection's thread (wait).
+class Channel {
+public:
+    Channel(std::shared_ptr<const Tokenizer> tokenizer, std::vector<std::string> stops, std::int32_t prev_token)
+        : text_(std::move(tokenizer), std::move(stops), prev_token) {}
+
+    /// The engine's callback: text for the client; true once a stop string appeared.
+    bool on_event(const TokenEvent& e);
+
+    struct Final {
+        FinishReason finish = FinishReason::none;
+        bool stopped_by_text = false;
+        int n_prompt = 0, n_generated = 0;
+        std::string error;
+    };
+    /// Wait up to `timeout` for text or the end; moves what arrived into `out`. True when finished
+    /// (then `final` is filled).
+    bool wait(std::chrono::milliseconds timeout, std::vector<TextDelta>& out, Final& final);
+
+private:
+    TextStream text_;  // scheduler thread only
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<TextDelta> deltas_;
+    bool done_ = false;
+    Final final_;
+};
+
+/// httplib::Server with a listen backlog fit for many clients: the library's is 5 (a compile-time
+/// constant of the Debian build), so a burst of 64 connections overflowed the accept queue and
+/// clients saw reset connections. listen() again on the bound socket sets a new backlog.
+class BackloggedServer : public httplib::Server {
+public:
+    void set_backlog(int n);
+};
+
+struct HttpServer::Impl {
+    Impl(Engine& e, std::shared_ptr<const Tokenizer> t, const ModelConfig& c, ServerOptions o);
+
+    Engine& engine;
+    std::shared_ptr<const Tokenizer> tokenizer;
+    ModelConfig config;
+    ServerOptions options;
+    ChatFormat chat_format = ChatFormat::plain;
+    ChatTokens chat_tokens;
+    RequestLimits limits;
+    std::int64_t n_ctx = 0;          ///< tokens one sequence holds
+    std::int64_t started = 0;        ///< unix seconds
+    std::string id_prefix;           ///< random per process: ids differ across restarts
+    std::atomic<std::uint64_t> next_response{1};
+
+    BackloggedServer http;
+    std::mutex counters_mu;
+    HttpCounters counters;
+    std::mutex seed_mu;
+    std::mt19937_64 seed_rng;
+
+    void routes();
+    void completion(const httplib::Request& req, httplib::Response& res, bool chat);
+    void slot_action(const httplib::Request& req, httplib::Response& res);
+    void count_disconnect();
+    std::uint64_t draw_seed();
+    std::string piece_text(std::int32_t token) const;
+};
+
+/// Answer with an OpenAI-style error object.
+void send_error(httplib::Response& res, const ApiError& e);
+/// Answer with a JSON body.
+void send_json(httplib::Response& res, const nlohmann::json& j, int status = 200);
+
+}  // namespace aqpim::serve

@@ -1,0 +1,222 @@
+#include "serve/openai_request.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "aqpim/error.h"
+#include "aqpim/file_io.h"
+
+namespace aqpim::serve {
+
+using nlohmann::json;
+
+ApiError::ApiError(int status, std::string message, std::string param, std::string type)
+    : std::runtime_error(std::move(message)), status_(status), param_(std::move(param)), type_(std::move(type)) {
+    if (type_.empty())
+        type_ = status == 401 ? "authentication_error"
+              : status == 404 ? "not_found_error"
+              : status == 503 ? "unavailable_error"
+              : status >= 500 ? "server_error"
+                              : "invalid_request_error";
+}
+
+json ApiError::to_json() const {
+    json e = {{"message", what()}, {"type", type_}, {"param", nullptr}, {"code", status_}};
+    if (!param_.empty()) e["param"] = param_;
+    return {{"error", e}};
+}
+
+json parse_request_json(const std::string& body) {
+    if (body.empty()) throw ApiError(400, "the request body is empty; expected a JSON object");
+    json j;
+    try {
+        j = parse_json(body, "request body");
+    } catch (const Error& e) {
+        throw ApiError(400, e.what());
+    }
+    if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object, got " + json_excerpt(j));
+    return j;
+}
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+    throw ApiError(400, param + ": " + message, param);
+}
+
+const char* type_name(const json& v) {
+    return v.is_null() ? "null" : v.is_boolean() ? "a boolean" : v.is_number() ? "a number" : v.is_string() ? "a string"
+         : v.is_array() ? "an array" : "an object";
+}
+
+/// A present, non-null field (nullptr if absent or null: OpenAI treats null as "not given").
+const json* field(const json& body, const char* name) {
+    auto it = body.find(name);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+double number(const json& v, const std::string& param, double lo, double hi) {
+    if (!v.is_number()) bad(param, fmt::format("expected a number, got {}", type_name(v)));
+    const double x = v.get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi) bad(param, fmt::format("{} is outside [{}, {}]", json_excerpt(v), lo, hi));
+    return x;
+}
+
+std::int64_t integer(const json& v, const std::string& param, std::int64_t lo, std::int64_t hi) {
+    if (!v.is_number_integer()) bad(param, fmt::format("expected an integer, got {}", json_excerpt(v)));
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
+        bad(param, fmt::format("{} is outside [{}, {}]", json_excerpt(v), lo, hi));
+    const std::int64_t x = v.get<std::int64_t>();
+    if (x < lo || x > hi) bad(param, fmt::format("{} is outside [{}, {}]", x, lo, hi));
+    return x;
+}
+
+bool boolean(const json& v, const std::string& param) {
+    if (!v.is_boolean()) bad(param, fmt::format("expected a boolean, got {}", type_name(v)));
+    return v.get<bool>();
+}
+
+std::string string(const json& v, const std::string& param) {
+    if (!v.is_string()) bad(param, fmt::format("expected a string, got {}", type_name(v)));
+    return v.get<std::string>();
+}
+
+void read_prompt(const json& v, const RequestLimits& limits, CompletionParams& p) {
+    if (v.is_string()) {
+        p.prompt_text = v.get<std::string>();
+        return;
+    }
+    if (!v.is_array()) bad("prompt", fmt::format("expected a string or an array, got {}", type_name(v)));
+    if (!v.empty() && v[0].is_string()) {
+        if (v.size() != 1) bad("prompt", "only one prompt per request is supported (n = 1)");
+        p.prompt_text = v[0].get<std::string>();
+        return;
+    }
+    p.prompt_is_tokens = true;
+    for (std::size_t i = 0; i < v.size(); ++i)
+        p.prompt_tokens.push_back(std::int32_t(integer(v[i], fmt::format("prompt[{}]", i), 0, limits.n_vocab - 1)));
+}
+
+std::string message_content(const json& v, const std::string& param) {
+    if (v.is_string()) return v.get<std::string>();
+    // [{"type": "text", "text": ...}, ...]: the text parts, concatenated.
+    if (!v.is_array()) bad(param, fmt::format("expected a string or an array of text parts, got {}", type_name(v)));
+    std::string text;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::string pp = fmt::format("{}[{}]", param, i);
+        if (!v[i].is_object()) bad(pp, fmt::format("expected an object, got {}", type_name(v[i])));
+        const json* type = field(v[i], "type");
+        if (!type || string(*type, pp + ".type") != "text") bad(pp + ".type", "only \"text\" parts are supported");
+        const json* t = field(v[i], "text");
+        if (!t) bad(pp + ".text", "missing");
+        text += string(*t, pp + ".text");
+    }
+    return text;
+}
+
+void read_messages(const json& v, CompletionParams& p) {
+    if (!v.is_array() || v.empty()) bad("messages", "expected a non-empty array of messages");
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::string param = fmt::format("messages[{}]", i);
+        if (!v[i].is_object()) bad(param, fmt::format("expected an object, got {}", type_name(v[i])));
+        for (const auto& [key, value] : v[i].items())
+            if (key != "role" && key != "content" && key != "name") bad(param + "." + key, "unrecognized message field");
+        const json* role = field(v[i], "role");
+        const json* content = field(v[i], "content");
+        if (!role) bad(param + ".role", "missing");
+        if (!content) bad(param + ".content", "missing");
+        p.messages.push_back({string(*role, param + ".role"), message_content(*content, param + ".content")});
+    }
+}
+
+void read_stop(const json& v, const RequestLimits& limits, CompletionParams& p) {
+    auto add = [&](const json& s, const std::string& param) {
+        std::string text = string(s, param);
+        if (text.empty()) bad(param, "a stop string may not be empty");
+        if (text.size() > limits.max_stop_bytes) bad(param, fmt::format("longer than {} bytes", limits.max_stop_bytes));
+        p.stop.push_back(std::move(text));
+    };
+    if (v.is_string()) return add(v, "stop");
+    if (!v.is_array()) bad("stop", fmt::format("expected a string or an array of strings, got {}", type_name(v)));
+    if (int(v.size()) > limits.max_stop) bad("stop", fmt::format("at most {} stop strings", limits.max_stop));
+    for (std::size_t i = 0; i < v.size(); ++i) add(v[i], fmt::format("stop[{}]", i));
+}
+
+/// Fields accepted only at their neutral value: present with another value is an error naming it.
+void check_neutral(const json& body) {
+    for (const char* name : {"frequency_penalty", "presence_penalty"})
+        if (const json* v = field(body, name); v && number(*v, name, -2, 2) != 0.0)
+            bad(name, "is not supported (only 0)");
+    if (const json* v = field(body, "n"); v && integer(*v, "n", 1, 128) != 1) bad("n", "only n = 1 is supported");
+    if (const json* v = field(body, "best_of"); v && integer(*v, "best_of", 1, 128) != 1)
+        bad("best_of", "only best_of = 1 is supported");
+    if (const json* v = field(body, "echo"); v && boolean(*v, "echo")) bad("echo", "is not supported");
+    if (const json* v = field(body, "suffix"); v && !string(*v, "suffix").empty()) bad("suffix", "is not supported");
+    if (const json* v = field(body, "logit_bias"); v && !(v->is_object() && v->empty()))
+        bad("logit_bias", "is not supported");
+    if (const json* v = field(body, "response_format")) {
+        const json* t = v->is_object() ? field(*v, "type") : nullptr;
+        if (!t || !t->is_string() || t->get<std::string>() != "text")
+            bad("response_format", "only {\"type\": \"text\"} is supported");
+    }
+}
+
+}  // namespace
+
+CompletionParams parse_completion_request(const json& body, bool chat, const RequestLimits& limits) {
+    static const std::set<std::string> common = {
+        "model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "user", "n",
+        "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "id_slot", "keep_slot"};
+    static const std::set<std::string> completions_only = {"prompt", "echo", "best_of", "suffix"};
+    static const std::set<std::string> chat_only = {"messages", "top_logprobs", "max_completion_tokens",
+                                                    "response_format"};
+    for (const auto& [key, value] : body.items())
+        if (!common.count(key) && !(chat ? chat_only : completions_only).count(key))
+            throw ApiError(400, "Unrecognized request argument supplied: " + key, key);
+    check_neutral(body);
+
+    CompletionParams p;
+    p.chat = chat;
+    if (const json* v = field(body, "model")) (void)string(*v, "model");
+    if (const json* v = field(body, "user")) (void)string(*v, "user");
+    if (chat) {
+        const json* m = field(body, "messages");
+        if (!m) bad("messages", "missing (a chat request needs messages)");
+        read_messages(*m, p);
+    } else {
+        const json* v = field(body, "prompt");
+        if (!v) bad("prompt", "missing");
+        read_prompt(*v, limits, p);
+    }
+    const char* max_name = chat && field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if (const json* v = field(body, max_name)) p.max_tokens = int(integer(*v, max_name, 1, std::numeric_limits<int>::max()));
+    if (const json* v = field(body, "temperature")) p.temperature = float(number(*v, "temperature", 0, 2));
+    if (const json* v = field(body, "top_p")) p.top_p = float(number(*v, "top_p", 0, 1));
+    if (const json* v = field(body, "seed"))
+        p.seed = std::uint64_t(integer(*v, "seed", std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()));
+    if (const json* v = field(body, "stop")) read_stop(*v, limits, p);
+    if (const json* v = field(body, "stream")) p.stream = boolean(*v, "stream");
+    if (const json* v = field(body, "stream_options")) {
+        if (!v->is_object()) bad("stream_options", fmt::format("expected an object, got {}", type_name(*v)));
+        for (const auto& [key, value] : v->items())
+            if (key != "include_usage") bad("stream_options." + key, "unrecognized");
+        if (const json* u = field(*v, "include_usage")) p.include_usage = boolean(*u, "stream_options.include_usage");
+        if (!p.stream) bad("stream_options", "is only allowed with stream: true");
+    }
+    if (chat) {
+        if (const json* v = field(body, "logprobs")) p.logprobs = boolean(*v, "logprobs");
+        if (const json* v = field(body, "top_logprobs")) {
+            p.top_logprobs = int(integer(*v, "top_logprobs", 0, limits.max_top_logprobs));
+            if (!p.logprobs) bad("top_logprobs", "needs logprobs: true");
+        }
+    } else if (const json* v = field(body, "logprobs")) {
+        p.logprobs = true;
+        p.top_logprobs = int(integer(*v, "logprobs", 0, limits.max_top_logprobs));
+    }
+    if (const json* v = field(body, "id_slot")) p.id_slot = int(integer(*v, "id_slot", -1, 1 << 20));
+    if (const json* v = field(body, "keep_slot")) p.keep_slot = boolean(*v, "keep_slot");
+    return p;
+}
+
+}  // namespace aqpim::serve

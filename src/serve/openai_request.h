@@ -1,0 +1,69 @@
+#pragma once
+// The body of POST /v1/completions and /v1/chat/completions (OpenAI's wire format) read into
+// typed parameters, every field checked (docs/serve.md, "Requests"). Anything wrong is an
+// ApiError: the HTTP status and the OpenAI-style error object the server answers with.
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "serve/chat_template.h"
+
+namespace aqpim::serve {
+
+/// An error a client caused (4xx) or one the server reports (5xx), as OpenAI's API reports it:
+/// {"error": {"message", "type", "param", "code"}}.
+class ApiError : public std::runtime_error {
+public:
+    ApiError(int status, std::string message, std::string param = "", std::string type = "");
+    int status() const { return status_; }
+    const std::string& param() const { return param_; }
+    const std::string& type() const { return type_; }
+    nlohmann::json to_json() const;
+
+private:
+    int status_;
+    std::string param_, type_;
+};
+
+/// What a request may ask for.
+struct RequestLimits {
+    int n_vocab = 0;             ///< token ids in a prompt are below this
+    int max_stop = 4;            ///< stop strings per request (OpenAI's limit)
+    std::size_t max_stop_bytes = 256;
+    int max_top_logprobs = 20;
+};
+
+struct CompletionParams {
+    bool chat = false;
+    /// /v1/completions: the prompt as text, or as token ids (prompt_is_tokens).
+    std::string prompt_text;
+    std::vector<std::int32_t> prompt_tokens;
+    bool prompt_is_tokens = false;
+    std::vector<ChatMessage> messages;  ///< /v1/chat/completions
+    std::optional<int> max_tokens;      ///< absent: the server's default
+    float temperature = 1.0f;           ///< OpenAI's defaults
+    float top_p = 1.0f;
+    std::optional<std::uint64_t> seed;  ///< absent: the server draws one
+    std::vector<std::string> stop;
+    bool stream = false;
+    bool include_usage = false;         ///< stream_options.include_usage
+    bool logprobs = false;              ///< completions: "logprobs": k (k >= 0); chat: "logprobs": true
+    int top_logprobs = 0;               ///< alternatives per token
+    int id_slot = -1;                   ///< aqpim (as llama-server): continue the sequence parked in this slot
+    bool keep_slot = false;             ///< aqpim: park the finished sequence in its slot
+};
+
+/// Read a request body. Unknown fields are refused as OpenAI refuses them ("Unrecognized request
+/// argument supplied: X"); fields we accept but do not implement (penalties, logit_bias, echo,
+/// best_of, suffix, n) are accepted only at their neutral value.
+CompletionParams parse_completion_request(const nlohmann::json& body, bool chat, const RequestLimits& limits);
+
+/// Parse a body's text as JSON (nesting at most 64 levels); malformed: ApiError 400.
+nlohmann::json parse_request_json(const std::string& body);
+
+}  // namespace aqpim::serve

@@ -1,0 +1,99 @@
+#include "serve/openai_response.h"
+
+#include <cmath>
+
+namespace aqpim::serve {
+
+using nlohmann::json;
+
+namespace {
+
+json usage_json(const Usage& u) {
+    return {{"prompt_tokens", u.prompt_tokens}, {"completion_tokens", u.completion_tokens},
+            {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+json header_json(const ResponseHeader& h, const char* object) {
+    return {{"id", h.id}, {"object", object}, {"created", h.created}, {"model", h.model}};
+}
+
+json bytes_json(const std::string& s) {
+    json b = json::array();
+    for (unsigned char c : s) b.push_back(int(c));
+    return b;
+}
+
+/// JSON has no -Infinity: a token of probability 0 (possible at temperature 0 only for the top-k
+/// alternatives) is reported as OpenAI does, with -9999.
+double finite(float lp) { return std::isfinite(lp) ? double(lp) : -9999.0; }
+
+}  // namespace
+
+json logprobs_json(bool chat, const std::vector<TokenText>& tokens, std::size_t text_offset,
+                   const std::function<std::string(std::int32_t)>& piece) {
+    if (chat) {
+        json content = json::array();
+        for (const TokenText& t : tokens) {
+            json top = json::array();
+            for (const TokenLogprob& a : t.top) {
+                const std::string s = piece(a.token);
+                top.push_back({{"token", s}, {"logprob", finite(a.logprob)}, {"bytes", bytes_json(s)}});
+            }
+            content.push_back({{"token", t.text}, {"logprob", finite(t.logprob)}, {"bytes", bytes_json(t.text)},
+                               {"top_logprobs", top}});
+        }
+        return {{"content", content}};
+    }
+    json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+    for (const TokenText& t : tokens) {
+        toks.push_back(t.text);
+        lps.push_back(finite(t.logprob));
+        json top = json::object();
+        for (const TokenLogprob& a : t.top) top[piece(a.token)] = finite(a.logprob);
+        tops.push_back(top);
+        offsets.push_back(text_offset);
+        text_offset += t.text.size();
+    }
+    return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+json completion_json(const ResponseHeader& h, const std::string& text, const char* finish_reason, const json& logprobs,
+                     const Usage& usage) {
+    json j = header_json(h, h.chat ? "chat.completion" : "text_completion");
+    json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
+    if (h.chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
+    else choice["text"] = text;
+    j["choices"] = json::array({choice});
+    j["usage"] = usage_json(usage);
+    return j;
+}
+
+json stream_chunk_json(const ResponseHeader& h, const std::string& text, const json& logprobs,
+                       const char* finish_reason, bool role_only) {
+    json j = header_json(h, h.chat ? "chat.completion.chunk" : "text_completion");
+    json choice = {{"index", 0}, {"logprobs", logprobs},
+                   {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
+    if (h.chat) {
+        json delta = json::object();
+        if (role_only) delta = {{"role", "assistant"}, {"content", ""}};
+        else if (!text.empty()) delta["content"] = text;
+        choice["delta"] = delta;
+    } else {
+        choice["text"] = text;
+    }
+    j["choices"] = json::array({choice});
+    return j;
+}
+
+json stream_usage_json(const ResponseHeader& h, const Usage& usage) {
+    json j = header_json(h, h.chat ? "chat.completion.chunk" : "text_completion");
+    j["choices"] = json::array();
+    j["usage"] = usage_json(usage);
+    return j;
+}
+
+std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string sse_event(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
+
+}  // namespace aqpim::serve

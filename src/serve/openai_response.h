@@ -1,0 +1,49 @@
+#pragma once
+// Response objects of the OpenAI API as aqpim's server sends them (docs/serve.md, "Responses"):
+// the whole completion, and the chunks of a stream (server-sent events).
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "serve/text_stream.h"
+
+namespace aqpim::serve {
+
+/// What every object of one response shares.
+struct ResponseHeader {
+    bool chat = false;
+    std::string id;     ///< "cmpl-..." / "chatcmpl-..."
+    std::string model;
+    std::int64_t created = 0;  ///< unix seconds
+};
+
+struct Usage {
+    int prompt_tokens = 0, completion_tokens = 0;
+};
+
+/// The logprobs object of a choice for `tokens` (completions: tokens / token_logprobs /
+/// top_logprobs / text_offset from `text_offset`; chat: content [{token, logprob, bytes,
+/// top_logprobs}]). `piece` gives an alternative token's text.
+nlohmann::json logprobs_json(bool chat, const std::vector<TokenText>& tokens, std::size_t text_offset,
+                             const std::function<std::string(std::int32_t)>& piece);
+
+/// The non-streaming response.
+nlohmann::json completion_json(const ResponseHeader& h, const std::string& text, const char* finish_reason,
+                               const nlohmann::json& logprobs, const Usage& usage);
+/// One chunk of a stream: text (chat: delta.content; `role_only`: the first chat chunk, delta
+/// {role: assistant}), finish_reason null unless given.
+nlohmann::json stream_chunk_json(const ResponseHeader& h, const std::string& text, const nlohmann::json& logprobs,
+                                 const char* finish_reason, bool role_only = false);
+/// The last chunk with stream_options.include_usage: no choices, the usage.
+nlohmann::json stream_usage_json(const ResponseHeader& h, const Usage& usage);
+/// "data: <json>\n\n" (invalid UTF-8 from byte tokens replaced, never an exception).
+std::string sse_event(const nlohmann::json& j);
+inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+/// JSON text of j (invalid UTF-8 replaced by U+FFFD).
+std::string dump_json(const nlohmann::json& j);
+
+}  // namespace aqpim::serve

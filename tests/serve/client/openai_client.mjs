@@ -1,0 +1,52 @@
+// The official `openai` npm client against a running `aqpim serve` (tests/serve/openai_client_test.sh):
+// models, completions and chat, whole and streamed, and an API error. Exits non-zero on the first
+// mismatch, naming it.
+import OpenAI from 'openai';
+import assert from 'node:assert/strict';
+
+const [baseURL, apiKey] = process.argv.slice(2);
+const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60000 });
+
+const models = await client.models.list();
+assert.equal(models.data.length, 1, 'one model listed');
+const model = models.data[0].id;
+
+const params = { model, prompt: 'the quick brown fox', max_tokens: 8, temperature: 0.7, seed: 3 };
+const whole = await client.completions.create(params);
+assert.equal(whole.object, 'text_completion');
+assert.equal(whole.choices[0].finish_reason, 'length');
+assert.equal(whole.usage.completion_tokens, 8, 'usage.completion_tokens');
+assert.ok(whole.usage.prompt_tokens > 0, 'usage.prompt_tokens');
+
+let streamed = '';
+let finish = null;
+for await (const chunk of await client.completions.create({ ...params, stream: true })) {
+  streamed += chunk.choices[0]?.text ?? '';
+  finish = chunk.choices[0]?.finish_reason ?? finish;
+}
+assert.equal(streamed, whole.choices[0].text, 'streamed completion = whole completion');
+assert.equal(finish, 'length');
+
+const chatParams = { model, messages: [{ role: 'user', content: 'hello there' }], max_tokens: 6, seed: 5 };
+const chat = await client.chat.completions.create(chatParams);
+assert.equal(chat.object, 'chat.completion');
+assert.equal(chat.choices[0].message.role, 'assistant');
+let chatStreamed = '';
+let role = null;
+for await (const chunk of await client.chat.completions.create({ ...chatParams, stream: true, stream_options: { include_usage: true } })) {
+  if (chunk.usage) assert.equal(chunk.usage.completion_tokens, chat.usage.completion_tokens, 'stream usage');
+  role = chunk.choices[0]?.delta?.role ?? role;
+  chatStreamed += chunk.choices[0]?.delta?.content ?? '';
+}
+assert.equal(role, 'assistant');
+assert.equal(chatStreamed, chat.choices[0].message.content, 'streamed chat = whole chat');
+
+await assert.rejects(client.completions.create({ ...params, temperature: 5 }), (e) => {
+  assert.ok(e instanceof OpenAI.BadRequestError, `a 400 BadRequestError, got ${e}`);
+  assert.match(e.message, /temperature/);
+  return true;
+});
+const bad = new OpenAI({ baseURL, apiKey: 'wrong', maxRetries: 0 });
+await assert.rejects(bad.models.list(), (e) => e instanceof OpenAI.AuthenticationError);
+
+console.log(`openai client ok: ${model}, completion ${JSON.stringify(whole.choices[0].text)}, chat ${JSON.stringify(chat.choices[0].message.content)}`);

@@ -1,0 +1,90 @@
+#pragma once
+// An `aqpim serve` in this test process on a loopback port: a synth model (the project's own
+// random-weight GGUF with its spm vocabulary, generated once per process), the engine and the
+// HTTP server on its own thread; and small HTTP helpers.
+
+#include <httplib.h>
+
+#include <csignal>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "aqpim/model.h"
+#include "serve/engine.h"
+#include "serve/http_server.h"
+#include "support/cli.h"
+#include "support/temp_dir.h"
+
+namespace aqpim::test {
+
+/// A 2-layer synth model (hidden 128, vocab 600, context 512), written once per process.
+inline const LoadedModel& synth_serve_model() {
+    static const LoadedModel m = [] {
+        const std::string path = temp_path("serve_synth.gguf");
+        const CliResult r = run_cli("synth --shape custom --hidden 128 --ffn 256 --heads 4 --kv-heads 2 --layers 2 "
+                                    "--vocab 600 --ctx 512 --seed 5 -o " + path);
+        if (r.exit_code != 0) throw std::runtime_error("synth failed: " + r.output);
+        return load_model(path);
+    }();
+    return m;
+}
+
+struct TestServer {
+    std::unique_ptr<serve::Engine> engine;
+    std::unique_ptr<serve::HttpServer> server;
+    std::thread thread;
+    int port = 0;
+
+    TestServer(const LoadedModel& m, serve::EngineOptions eo, serve::ServerOptions so = {}) {
+        std::signal(SIGPIPE, SIG_IGN);
+        eo.eos_token = m.tokenizer->eos();
+        so.port = 0;
+        engine = std::make_unique<serve::Engine>(m.weights, eo);
+        server = std::make_unique<serve::HttpServer>(*engine, m.tokenizer, m.weights.config, so);
+        port = server->bind();
+        thread = std::thread([this] { server->run(); });
+    }
+    ~TestServer() {
+        server->stop();
+        thread.join();
+    }
+    httplib::Client client(int timeout_s = 60) const {
+        httplib::Client c("127.0.0.1", port);
+        c.set_read_timeout(timeout_s);
+        c.set_write_timeout(timeout_s);
+        return c;
+    }
+};
+
+/// POST a JSON body; the response (status, body) or a test failure.
+inline httplib::Result post_json(httplib::Client& c, const std::string& path, const nlohmann::json& body) {
+    return c.Post(path.c_str(), body.dump(), "application/json");
+}
+
+/// The data lines of a server-sent-event stream, in order ("[DONE]" included); comments skipped.
+/// `framing_ok` is false if an event is not "data: ...\n\n".
+inline std::vector<std::string> sse_data(const std::string& body, bool* framing_ok = nullptr) {
+    std::vector<std::string> out;
+    bool ok = true;
+    std::size_t pos = 0;
+    while (pos < body.size()) {
+        const std::size_t end = body.find("\n\n", pos);
+        if (end == std::string::npos) {
+            ok = false;
+            break;
+        }
+        const std::string event = body.substr(pos, end - pos);
+        pos = end + 2;
+        if (event.rfind(":", 0) == 0) continue;  // comment (keep-alive)
+        if (event.rfind("data: ", 0) != 0 || event.find('\n') != std::string::npos) ok = false;
+        out.push_back(event.substr(std::min<std::size_t>(6, event.size())));
+    }
+    if (framing_ok) *framing_ok = ok;
+    return out;
+}
+
+}  // namespace aqpim::test

@@ -1,0 +1,187 @@
+// aqpim serve under bad requests and bad clients: every bad request gets a 4xx with an OpenAI-style
+// error object, the server stays up, its memory stays flat, and a client that goes away frees its
+// sequence at once; admission answers 400 and 503 with the numbers (issue 19).
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+
+#include "serve/http_test_util.h"
+#include "serve/raw_socket.h"
+
+namespace aqpim {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+serve::EngineOptions engine_options(int parallel = 4, int queue = 16, std::uint64_t budget = 64ULL << 20) {
+    serve::EngineOptions o;
+    o.kv = "pq";
+    o.kv_budget_bytes = budget;
+    o.parallel = parallel;
+    o.queue_capacity = queue;
+    o.ctx = 512;
+    o.threads = 1;
+    return o;
+}
+
+/// Status and error object of a response; fails the test unless the body is {"error": {...}}.
+void expect_error(const httplib::Result& r, int status, const std::string& fragment, const std::string& what) {
+    ASSERT_TRUE(r) << what << ": no response";
+    EXPECT_EQ(r->status, status) << what << ": " << r->body;
+    json j;
+    ASSERT_NO_THROW(j = json::parse(r->body)) << what << ": " << r->body;
+    ASSERT_TRUE(j.contains("error") && j["error"].is_object()) << what << ": " << r->body;
+    EXPECT_TRUE(j["error"]["message"].is_string());
+    EXPECT_TRUE(j["error"]["type"].is_string());
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(fragment), std::string::npos)
+        << what << ": '" << fragment << "' not in " << r->body;
+}
+
+long rss_kib() {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+    return -1;
+}
+
+/// Wait until the engine holds nothing (every slot idle, nothing reserved); false after `limit`.
+bool wait_empty(const serve::Engine& e, std::chrono::milliseconds limit) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < end) {
+        const serve::EngineStats st = e.stats();
+        if (st.active == 0 && st.queued == 0 && st.kv_bytes_reserved == 0) return true;
+        std::this_thread::sleep_for(20ms);
+    }
+    return false;
+}
+
+struct BadRequest {
+    std::string what, path, body;
+    int status;
+    std::string fragment;
+};
+
+std::vector<BadRequest> bad_requests() {
+    const std::string ok_prompt = R"("prompt": "hello")";
+    return {
+        {"malformed JSON", "/v1/completions", R"({"prompt": "hi", )", 400, "not valid JSON"},
+        {"not an object", "/v1/completions", "[1, 2]", 400, "JSON object"},
+        {"empty body", "/v1/completions", "", 400, "empty"},
+        {"deep nesting", "/v1/completions", std::string(200, '[') + std::string(200, ']'), 400, "nested deeper"},
+        {"wrong type", "/v1/completions", R"({"prompt": 7})", 400, "prompt"},
+        {"string max_tokens", "/v1/completions", "{" + ok_prompt + R"(, "max_tokens": "10"})", 400, "max_tokens"},
+        {"huge max_tokens", "/v1/completions", "{" + ok_prompt + R"(, "max_tokens": 100000000})", 400, "context"},
+        {"float max_tokens", "/v1/completions", "{" + ok_prompt + R"(, "max_tokens": 1e30})", 400, "max_tokens"},
+        {"zero max_tokens", "/v1/completions", "{" + ok_prompt + R"(, "max_tokens": 0})", 400, "max_tokens"},
+        {"negative temperature", "/v1/completions", "{" + ok_prompt + R"(, "temperature": -1})", 400, "temperature"},
+        {"NaN temperature", "/v1/completions", "{" + ok_prompt + R"(, "temperature": NaN})", 400, "not valid JSON"},
+        {"top_p above 1", "/v1/completions", "{" + ok_prompt + R"(, "top_p": 1.5})", 400, "top_p"},
+        {"unknown field", "/v1/completions", "{" + ok_prompt + R"(, "frobnicate": true})", 400, "Unrecognized"},
+        {"n = 2", "/v1/completions", "{" + ok_prompt + R"(, "n": 2})", 400, "n = 1"},
+        {"token id out of range", "/v1/completions", R"({"prompt": [1, 99999]})", 400, "prompt[1]"},
+        {"five stops", "/v1/completions", "{" + ok_prompt + R"(, "stop": ["a","b","c","d","e"]})", 400, "stop"},
+        {"logprobs 50", "/v1/completions", "{" + ok_prompt + R"(, "logprobs": 50})", 400, "logprobs"},
+        {"chat without messages", "/v1/chat/completions", R"({"model": "x"})", 400, "messages"},
+        {"chat bad role", "/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "x"}]})", 400, "role"},
+        {"chat content number", "/v1/chat/completions", R"({"messages": [{"role": "user", "content": 5}]})", 400, "content"},
+        {"prompt on chat", "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "prompt": "x"})",
+         400, "Unrecognized"},
+        {"bad slot", "/slots/77?action=save&filename=a", "", 400, "slot"},
+        {"slot path traversal", "/slots/0?action=save&filename=..%2Fetc", "", 400, "disabled"},
+        {"unknown endpoint", "/v1/engines", "{}", 404, "no endpoint"},
+    };
+}
+
+TEST(HttpHostile, EveryBadRequestGetsAnErrorObjectAndMemoryStaysFlat) {
+    const LoadedModel& m = test::synth_serve_model();
+    test::TestServer s(m, engine_options());
+    auto c = s.client();
+    const auto bad = bad_requests();
+    for (const BadRequest& b : bad) expect_error(c.Post(b.path.c_str(), b.body, "application/json"), b.status, b.fragment, b.what);
+    // A 10 MB body: 413 (the limit is 1 MiB), answered from its Content-Length without reading it.
+    {
+        test::RawSocket big(s.port);
+        ASSERT_TRUE(big.send_all("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                 "Content-Length: 10485760\r\n\r\n" + std::string(65536, ' ')));
+        const std::string answer = big.read_until("}}");
+        EXPECT_EQ(answer.rfind("HTTP/1.1 413", 0), 0u) << answer;
+        EXPECT_NE(answer.find("larger than 1048576 bytes"), std::string::npos) << answer;
+    }
+
+    // 1000 more, round robin, after a warm-up: the resident set does not grow with them.
+    for (std::size_t i = 0; i < 100; ++i) c.Post(bad[i % bad.size()].path.c_str(), bad[i % bad.size()].body, "application/json");
+    const long before = rss_kib();
+    for (std::size_t i = 0; i < 1000; ++i) {
+        const BadRequest& b = bad[i % bad.size()];
+        auto r = c.Post(b.path.c_str(), b.body, "application/json");
+        ASSERT_TRUE(r) << b.what;
+        ASSERT_EQ(r->status, b.status) << b.what;
+    }
+    const long after = rss_kib();
+    EXPECT_LT(after - before, 4096) << "RSS grew from " << before << " to " << after << " KiB over 1000 bad requests";
+    auto h = c.Get("/health");
+    ASSERT_TRUE(h && h->status == 200);
+    EXPECT_TRUE(wait_empty(*s.engine, 2s));
+}
+
+TEST(HttpHostile, AdmissionAnswers400And503WithTheNumbers) {
+    const LoadedModel& m = test::synth_serve_model();
+    // A budget that holds one short f16 sequence: one slot, no queue.
+    serve::EngineOptions o = engine_options(1, 0);
+    o.kv = "f16";
+    serve::Engine probe(m.weights, o);
+    o.kv_budget_bytes = probe.reservation_bytes(200);
+    test::TestServer s(m, o);
+    auto c = s.client();
+    expect_error(test::post_json(c, "/v1/completions", {{"prompt", "hi"}, {"max_tokens", 400}}), 400, "bytes",
+                 "never fits");
+    // One long stream runs; a second request finds no slot and no queue room: 503 with Retry-After.
+    test::RawSocket running(s.port);
+    ASSERT_TRUE(running.connected());
+    ASSERT_TRUE(running.send_all(test::http_post("/v1/completions",
+        json{{"prompt", "hi"}, {"max_tokens", 150}, {"stream", true}, {"temperature", 0}}.dump())));
+    running.read_until("data: ");
+    auto busy = test::post_json(c, "/v1/completions", {{"prompt", "hi"}, {"max_tokens", 4}});
+    expect_error(busy, 503, "queue", "queue full");
+    EXPECT_EQ(busy->get_header_value("Retry-After"), "1");
+    running.close();
+    EXPECT_TRUE(wait_empty(*s.engine, 5s));
+    auto ok = test::post_json(c, "/v1/completions", {{"prompt", "hi"}, {"max_tokens", 4}});
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+TEST(HttpHostile, ClientsThatGoAwayOrStopReadingFreeTheirSequences) {
+    const LoadedModel& m = test::synth_serve_model();
+    serve::ServerOptions so;
+    so.timeout_seconds = 1;  // a client that stops reading is dropped after 1 s of a blocked write
+    test::TestServer s(m, engine_options(), so);
+    const std::string long_stream =
+        test::http_post("/v1/completions", json{{"prompt", "a"}, {"max_tokens", 500}, {"stream", true}}.dump());
+    const std::string long_whole = test::http_post("/v1/completions", json{{"prompt", "a"}, {"max_tokens", 500}}.dump());
+    {
+        test::RawSocket gone(s.port);
+        ASSERT_TRUE(gone.send_all(long_stream));
+        ASSERT_NE(gone.read_until("data: ").find("200 OK"), std::string::npos);
+    }  // closed after the first token
+    {
+        test::RawSocket gone(s.port);
+        ASSERT_TRUE(gone.send_all(long_whole));
+        std::this_thread::sleep_for(100ms);
+    }  // closed before any byte of the answer
+    test::RawSocket stalled(s.port, 1024);  // never reads
+    ASSERT_TRUE(stalled.send_all(long_stream));
+    EXPECT_TRUE(wait_empty(*s.engine, 20s)) << "active " << s.engine->stats().active;
+    auto c = s.client();
+    auto met = c.Get("/metrics");
+    ASSERT_TRUE(met);
+    EXPECT_EQ(met->body.find("aqpim_http_disconnects_total 0\n"), std::string::npos) << met->body;
+    EXPECT_EQ(c.Get("/health")->status, 200);
+}
+
+}  // namespace
+}  // namespace aqpim

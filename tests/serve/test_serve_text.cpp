@@ -1,0 +1,258 @@
+// The server's pure parts: chat templates, text release with stop strings and UTF-8, request
+// parsing, Prometheus text (issue 19).
+
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "serve/chat_template.h"
+#include "serve/openai_request.h"
+#include "serve/prometheus.h"
+#include "serve/text_stream.h"
+#include "support/errors.h"
+
+namespace aqpim {
+namespace {
+
+using nlohmann::json;
+using serve::ChatFormat;
+
+void expect_error_contains(const std::function<void()>& f, const std::string& fragment) {
+    const std::string e = test::error_of(f);
+    EXPECT_NE(e.find(fragment), std::string::npos) << "'" << fragment << "' not in error '" << e << "'";
+    EXPECT_FALSE(e.empty());
+}
+
+TEST(ChatTemplate, RecognisesTheCommonTemplatesByTheirMarkers) {
+    EXPECT_EQ(serve::detect_chat_format("{% for m in messages %}<|im_start|>{{ m.role }}\n"), ChatFormat::chatml);
+    EXPECT_EQ(serve::detect_chat_format("{{ '<|start_header_id|>' + message['role'] }}"), ChatFormat::llama3);
+    EXPECT_EQ(serve::detect_chat_format("{{ bos_token + '[INST] <<SYS>>\\n' }}"), ChatFormat::llama2);
+    EXPECT_EQ(serve::detect_chat_format("{{ '[INST] ' + message['content'] + ' [/INST]' }}"), ChatFormat::mistral);
+    EXPECT_EQ(serve::detect_chat_format(""), ChatFormat::plain);
+    EXPECT_EQ(serve::detect_chat_format("{{ something else }}"), ChatFormat::plain);
+    EXPECT_EQ(serve::parse_chat_format("llama3"), ChatFormat::llama3);
+    expect_error_contains([] { serve::parse_chat_format("jinja"); }, "chatml");
+}
+
+TEST(ChatTemplate, RendersEachFormatAsItsModelsExpect) {
+    const std::vector<serve::ChatMessage> conv = {
+        {"system", "S"}, {"user", "U1"}, {"assistant", "A1"}, {"user", "U2"}};
+    const serve::ChatTokens t{"<s>", "</s>"};
+    EXPECT_EQ(serve::render_chat(ChatFormat::chatml, conv, t),
+              "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n"
+              "<|im_start|>user\nU2<|im_end|>\n<|im_start|>assistant\n");
+    EXPECT_EQ(serve::render_chat(ChatFormat::llama3, conv, t),
+              "<|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nU1"
+              "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nA1<|eot_id|><|start_header_id|>user"
+              "<|end_header_id|>\n\nU2<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+    EXPECT_EQ(serve::render_chat(ChatFormat::llama2, conv, t),
+              "[INST] <<SYS>>\nS\n<</SYS>>\n\nU1 [/INST] A1 </s><s>[INST] U2 [/INST]");
+    EXPECT_EQ(serve::render_chat(ChatFormat::mistral, conv, t), "[INST] S\n\nU1 [/INST]A1</s>[INST] U2 [/INST]");
+    EXPECT_EQ(serve::render_chat(ChatFormat::plain, conv, t), "S\n\nUser: U1\nAssistant: A1\nUser: U2\nAssistant:");
+    EXPECT_EQ(serve::chat_stop_strings(ChatFormat::chatml, t), std::vector<std::string>{"<|im_end|>"});
+    EXPECT_EQ(serve::chat_stop_strings(ChatFormat::llama2, t), std::vector<std::string>{"</s>"});
+}
+
+TEST(ChatTemplate, RefusesConversationsTheFormatCannotHold) {
+    const serve::ChatTokens t{"<s>", "</s>"};
+    expect_error_contains([&] { serve::render_chat(ChatFormat::chatml, {{"wizard", "x"}}, t); }, "messages[0].role");
+    expect_error_contains([&] { serve::render_chat(ChatFormat::chatml, {{"user", "x"}, {"system", "y"}}, t); },
+                                "must come first");
+    expect_error_contains([&] { serve::render_chat(ChatFormat::llama2, {{"user", "x"}, {"user", "y"}}, t); },
+                                "alternates");
+    expect_error_contains([&] { serve::render_chat(ChatFormat::mistral, {{"user", "x"}, {"assistant", "y"}}, t); },
+                                "last message");
+    expect_error_contains([&] { serve::render_chat(ChatFormat::plain, {}, t); }, "at least one");
+}
+
+/// <unk> <s> </s>, the 256 byte tokens (ids 3..258), then a few pieces.
+std::shared_ptr<const Tokenizer> byte_tokenizer() {
+    VocabData v;
+    v.tokens = {"<unk>", "<s>", "</s>"};
+    v.types = {TokenType::unknown, TokenType::control, TokenType::control};
+    for (int b = 0; b < 256; ++b) {
+        v.tokens.push_back(fmt::format("<0x{:02X}>", b));
+        v.types.push_back(TokenType::byte);
+    }
+    for (const char* p : {"\xe2\x96\x81hello", "\xe2\x96\x81wor", "ld", "ab", "c", "END"}) {
+        v.tokens.push_back(p);
+        v.types.push_back(TokenType::normal);
+    }
+    v.scores.assign(v.tokens.size(), 0.0f);
+    v.unk = 0, v.bos = 1, v.eos = 2;
+    return Tokenizer::create(v);
+}
+constexpr std::int32_t kHello = 259, kWor = 260, kLd = 261, kAb = 262, kC = 263, kEnd = 264;
+std::int32_t byte_id(unsigned char b) { return 3 + b; }
+
+serve::TokenEvent ev(std::int32_t token, float lp = -0.5f) {
+    serve::TokenEvent e;
+    e.token = token;
+    e.logprob = lp;
+    return e;
+}
+
+TEST(TextStream, ReleasesTextAndTokensAsTheyComplete) {
+    serve::TextStream s(byte_tokenizer(), {}, 1);
+    serve::TextDelta d = s.push(ev(kHello));
+    EXPECT_EQ(d.text, "hello");  // leading space dropped after BOS
+    ASSERT_EQ(d.tokens.size(), 1u);
+    EXPECT_EQ(d.tokens[0].token, kHello);
+    EXPECT_EQ(s.push(ev(kWor)).text, " wor");
+    // "é" = C3 A9 in two byte tokens: nothing until the character is complete.
+    d = s.push(ev(byte_id(0xC3)));
+    EXPECT_TRUE(d.text.empty());
+    EXPECT_TRUE(d.tokens.empty());
+    d = s.push(ev(byte_id(0xA9)));
+    EXPECT_EQ(d.text, "\xc3\xa9");
+    EXPECT_EQ(d.tokens.size(), 2u);
+    EXPECT_TRUE(s.flush().empty());
+}
+
+TEST(TextStream, StopStringAcrossTokensIsCutAndNeverSent) {
+    serve::TextStream s(byte_tokenizer(), {"abc", "zzz"}, kHello);
+    EXPECT_EQ(s.push(ev(kLd)).text, "ld");
+    serve::TextDelta d = s.push(ev(kAb));  // "ab" may start "abc": held
+    EXPECT_TRUE(d.text.empty());
+    d = s.push(ev(kC));
+    EXPECT_TRUE(s.stopped());
+    EXPECT_TRUE(d.text.empty());
+    EXPECT_TRUE(s.push(ev(kLd)).empty());
+    EXPECT_TRUE(s.flush().empty());
+}
+
+TEST(TextStream, StopInsideATokenKeepsTheTextBeforeIt) {
+    serve::TextStream s(byte_tokenizer(), {"bc"}, kHello);
+    serve::TextDelta d = s.push(ev(kAb));  // "ab": "b" may start "bc", "a" is released
+    EXPECT_EQ(d.text, "a");
+    EXPECT_TRUE(d.tokens.empty());
+    d = s.push(ev(kC));
+    EXPECT_TRUE(s.stopped());
+    EXPECT_EQ(d.text, "");
+    ASSERT_EQ(d.tokens.size(), 1u);  // "ab" cut to "a": it contributed text before the stop
+    EXPECT_EQ(d.tokens[0].text, "a");
+}
+
+TEST(TextStream, HeldTextThatDoesNotBecomeAStopIsReleased) {
+    serve::TextStream s(byte_tokenizer(), {"abc"}, kHello);
+    EXPECT_TRUE(s.push(ev(kAb)).text.empty());
+    EXPECT_EQ(s.push(ev(kLd)).text, "abld");
+    EXPECT_EQ(s.push(ev(kAb)).text, "");
+    EXPECT_EQ(s.flush().text, "ab");
+    EXPECT_FALSE(s.stopped());
+    EXPECT_EQ(serve::incomplete_utf8_tail("a\xe2\x96"), 2u);
+    EXPECT_EQ(serve::incomplete_utf8_tail("a\xe2\x96\x81"), 0u);
+    EXPECT_EQ(serve::incomplete_utf8_tail("\xf0"), 1u);
+    EXPECT_EQ(serve::valid_utf8("a\xbb\xc3\xa9\xe2\x96"), "a\xef\xbf\xbd\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd");
+    std::string five_replacements;
+    for (int i = 0; i < 5; ++i) five_replacements += "\xef\xbf\xbd";
+    EXPECT_EQ(serve::valid_utf8("\xc0\x80\xed\xa0\x80"), five_replacements);  // an overlong form, a surrogate
+    (void)kEnd;
+}
+
+serve::RequestLimits limits() {
+    serve::RequestLimits l;
+    l.n_vocab = 100;
+    return l;
+}
+
+TEST(OpenAiRequest, ReadsEveryParameter) {
+    const json body = {{"model", "m"}, {"prompt", "hi"}, {"max_tokens", 7}, {"temperature", 0.5}, {"top_p", 0.8},
+                       {"seed", -3}, {"stop", {"x", "y"}}, {"stream", true}, {"stream_options", {{"include_usage", true}}},
+                       {"logprobs", 2}, {"n", 1}, {"presence_penalty", 0}, {"user", "u"}, {"echo", false}};
+    const serve::CompletionParams p = serve::parse_completion_request(body, false, limits());
+    EXPECT_EQ(p.prompt_text, "hi");
+    EXPECT_EQ(*p.max_tokens, 7);
+    EXPECT_FLOAT_EQ(p.temperature, 0.5f);
+    EXPECT_FLOAT_EQ(p.top_p, 0.8f);
+    EXPECT_EQ(*p.seed, std::uint64_t(std::int64_t(-3)));
+    EXPECT_EQ(p.stop, (std::vector<std::string>{"x", "y"}));
+    EXPECT_TRUE(p.stream && p.include_usage && p.logprobs);
+    EXPECT_EQ(p.top_logprobs, 2);
+
+    const serve::CompletionParams t = serve::parse_completion_request({{"prompt", {1, 2, 99}}}, false, limits());
+    EXPECT_TRUE(t.prompt_is_tokens);
+    EXPECT_EQ(t.prompt_tokens, (std::vector<std::int32_t>{1, 2, 99}));
+    EXPECT_FALSE(t.max_tokens.has_value());
+    EXPECT_FLOAT_EQ(t.temperature, 1.0f);  // OpenAI's defaults
+
+    const json chat = {{"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}}}},
+                       {"logprobs", true}, {"top_logprobs", 3}, {"max_completion_tokens", 9}};
+    const serve::CompletionParams c = serve::parse_completion_request(chat, true, limits());
+    ASSERT_EQ(c.messages.size(), 1u);
+    EXPECT_EQ(c.messages[0].content, "ab");
+    EXPECT_EQ(c.top_logprobs, 3);
+    EXPECT_EQ(*c.max_tokens, 9);
+}
+
+TEST(OpenAiRequest, NamesWhatIsWrong) {
+    auto expect = [](const json& body, bool chat, const std::string& param, const std::string& fragment) {
+        try {
+            serve::parse_completion_request(body, chat, limits());
+            ADD_FAILURE() << body.dump() << ": no error";
+        } catch (const serve::ApiError& e) {
+            EXPECT_EQ(e.status(), 400);
+            EXPECT_EQ(e.param(), param) << e.what();
+            EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+            EXPECT_EQ(e.to_json()["error"]["type"], "invalid_request_error");
+        }
+    };
+    expect({{"prompt", "x"}, {"max_tokens", -1}}, false, "max_tokens", "outside");
+    expect({{"prompt", "x"}, {"max_tokens", 5000000000LL}}, false, "max_tokens", "outside");
+    expect({{"prompt", "x"}, {"temperature", "warm"}}, false, "temperature", "expected a number");
+    expect({{"prompt", "x"}, {"temperature", 2.5}}, false, "temperature", "outside");
+    expect({{"prompt", "x"}, {"seed", 1.5}}, false, "seed", "integer");
+    expect({{"prompt", "x"}, {"stop", {"a", 3}}}, false, "stop[1]", "string");
+    expect({{"prompt", "x"}, {"stop", ""}}, false, "stop", "empty");
+    expect({{"prompt", "x"}, {"frequency_penalty", 0.5}}, false, "frequency_penalty", "not supported");
+    expect({{"prompt", "x"}, {"stream_options", {{"include_usage", true}}}}, false, "stream_options", "stream: true");
+    expect({{"prompt", {"a", "b"}}}, false, "prompt", "one prompt");
+    expect({{"prompt", {1, 100}}}, false, "prompt[1]", "outside");
+    expect({{"prompt", "x"}, {"messages", json::array()}}, false, "messages", "Unrecognized");
+    expect({{"messages", {{{"role", "user"}}}}}, true, "messages[0].content", "missing");
+    expect({{"messages", {{{"role", "user"}, {"content", "x"}, {"tool_calls", 1}}}}}, true, "messages[0].tool_calls", "unrecognized");
+    expect({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}}, true, "top_logprobs", "logprobs: true");
+    expect({{"prompt", "x"}, {"logprobs", 21}}, false, "logprobs", "outside");
+    try {
+        serve::parse_request_json("{\"a\": ");
+        ADD_FAILURE();
+    } catch (const serve::ApiError& e) {
+        EXPECT_EQ(e.status(), 400);
+    }
+}
+
+TEST(Prometheus, HistogramsAreCumulativeAndEveryMetricTyped) {
+    serve::EngineStats s;
+    s.ttft.bounds = {0.1, 1.0};
+    s.ttft.counts = {0, 0, 0};
+    for (double x : {0.05, 0.5, 0.7, 5.0}) s.ttft.observe(x);
+    s.decode_tokens = 100;
+    s.decode_seconds = 4;
+    serve::HttpCounters h;
+    h.responses_by_status[400] = 3;
+    const std::string t = serve::prometheus_text(s, h);
+    EXPECT_NE(t.find("aqpim_time_to_first_token_seconds_bucket{le=\"0.1\"} 1\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("aqpim_time_to_first_token_seconds_bucket{le=\"1\"} 3\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("aqpim_time_to_first_token_seconds_bucket{le=\"+Inf\"} 4\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("aqpim_time_to_first_token_seconds_count 4\n"), std::string::npos);
+    EXPECT_NE(t.find("aqpim_decode_tokens_per_second 25\n"), std::string::npos);
+    EXPECT_NE(t.find("aqpim_http_responses_total{status=\"400\"} 3\n"), std::string::npos);
+    // Every sample line's metric has a # TYPE line.
+    std::size_t pos = 0;
+    while (pos < t.size()) {
+        const std::size_t end = t.find('\n', pos);
+        const std::string line = t.substr(pos, end - pos);
+        pos = end + 1;
+        if (line.empty() || line[0] == '#') continue;
+        std::string name = line.substr(0, line.find_first_of("{ "));
+        for (const char* suffix : {"_bucket", "_sum", "_count"})
+            if (name.size() > std::strlen(suffix) && name.ends_with(suffix) && t.find("# TYPE " + name + " ") == std::string::npos)
+                name.resize(name.size() - std::strlen(suffix));
+        EXPECT_NE(t.find("# TYPE " + name + " "), std::string::npos) << line;
+    }
+}
+
+}  // namespace
+}  // namespace aqpim
