@@ -4,7 +4,8 @@
 # TARGET is a fuzz/fuzz_TARGET.cpp name (gguf, safetensors, llama2c, vocab, presets, kv_trace,
 # kv_scheme, pq_file, kv_state); default all, 30 s each. Corpora grow in fuzz-corpus/TARGET (ignored
 # by git), seeded at run time from ../shared (or $AQPIM_SHARED), presets/ and the `aqpim` command's
-# own output (synth, convert, run --trace/--save-state: $AQPIM, else build/bin/aqpim).
+# own output (synth, convert, run --trace/--save-state: $AQPIM, else build/bin/aqpim, else
+# $build/bin/aqpim).
 # Limits: -rss_limit_mb/-malloc_limit_mb 2048 (no input may make us allocate 2 GiB), -timeout
 # $AQPIM_FUZZ_TIMEOUT (default 1 s per input, over 1 s is a hang). Crashes go to
 # fuzz-corpus/TARGET-crashes/; the run prints execs/s, coverage and the crash count of each target
@@ -17,13 +18,21 @@ target=${1:-all}
 seconds=${2:-30}
 build=${AQPIM_FUZZ_BUILD:-build-fuzz}
 shared=${AQPIM_SHARED:-../shared}
+# The command that makes the seeds: $AQPIM, else the README's build/bin/aqpim, else the fuzz build's
+# own (ASan) aqpim, built with the targets.
 aqpim=${AQPIM:-build/bin/aqpim}
+extra_targets=
+if [ -z "${AQPIM:-}" ] && [ ! -x "$aqpim" ]; then aqpim=$build/bin/aqpim extra_targets=aqpim_cli; fi
 timeout_s=${AQPIM_FUZZ_TIMEOUT:-1}
 all_targets=$(ls fuzz/fuzz_*.cpp | sed 's|fuzz/fuzz_||; s|\.cpp$||')
 targets=$([ "$target" = all ] && echo "$all_targets" || echo "$target")
 
-configure_sanitizer_build "$build" -DAQPIM_FUZZ=ON
-nice cmake --build "$build" --target $(for t in $targets; do echo "fuzz_$t"; done)
+# AQPIM_FUZZ_NO_BUILD=1: use the targets already in $build (e.g. a second fuzz.sh running other
+# targets beside a first one, which must not rebuild the same directory at the same time).
+if [ "${AQPIM_FUZZ_NO_BUILD:-0}" != 1 ]; then
+    configure_sanitizer_build "$build" -DAQPIM_FUZZ=ON
+    nice -n 19 cmake --build "$build" -j "$AQPIM_BUILD_JOBS" --target $(for t in $targets; do echo "fuzz_$t"; done) $extra_targets
+fi
 
 sep=$'\n--aqpim-fuzz-part--\n'
 # cat_parts OUT FILE... : the files joined by the part separator (fuzz/fuzz_input.h)
@@ -49,10 +58,10 @@ seed() {
         have models/stories260K/stories260K.gguf && cp "$shared/models/stories260K/stories260K.gguf" "$dir/"
         if have_aqpim; then
             for type in f32 f16 q8_0 q4_0; do
-                nice "$aqpim" synth --shape custom --hidden 64 --ffn 128 --heads 4 --kv-heads 2 --head-dim 16 \
+                nice -n 19 "$aqpim" synth --shape custom --hidden 64 --ffn 128 --heads 4 --kv-heads 2 --head-dim 16 \
                     --layers 1 --vocab 64 --ctx 64 --type $type -o "$dir/synth-$type.gguf" >/dev/null 2>&1 || true
             done
-            have models/tinystories-656k && nice "$aqpim" convert -m "$shared/models/tinystories-656k" --type q8_0 \
+            have models/tinystories-656k && nice -n 19 "$aqpim" convert -m "$shared/models/tinystories-656k" --type q8_0 \
                 -o "$dir/tinystories-q8_0.gguf" >/dev/null 2>&1 || true
         fi ;;
     safetensors)
@@ -83,7 +92,7 @@ seed() {
     kv_trace)
         if have_aqpim && have models/stories260K; then
             for kv in f16 pq:calib=8 kivi2; do
-                nice "$aqpim" -t 1 run -m "$shared/models/stories260K/stories260K.bin" -p 'Once upon' -n 12 --kv "$kv" \
+                nice -n 19 "$aqpim" -t 1 run -m "$shared/models/stories260K/stories260K.bin" -p 'Once upon' -n 12 --kv "$kv" \
                     --trace "$dir/trace-${kv%%:*}.jsonl" >/dev/null 2>&1 || true
             done
         fi ;;
@@ -94,11 +103,11 @@ seed() {
             printf '%s' "$s" > "$dir/scheme$((i++))"
         done ;;
     pq_file)
-        AQPIM_FUZZ_WRITE_SEEDS=$dir nice "$build/fuzz/fuzz_pq_file" >/dev/null 2>&1 || true ;;
+        AQPIM_FUZZ_WRITE_SEEDS=$dir nice -n 19 "$build/fuzz/fuzz_pq_file" >/dev/null 2>&1 || true ;;
     kv_state)
         if have_aqpim && have models/stories260K; then
             for kv in f16 f32 int8 q4_0 kivi2 pq:calib=8 turbo qjl; do
-                nice "$aqpim" -t 1 run -m "$shared/models/stories260K/stories260K.bin" -p 'Once upon' -n 12 --kv "$kv" \
+                nice -n 19 "$aqpim" -t 1 run -m "$shared/models/stories260K/stories260K.bin" -p 'Once upon' -n 12 --kv "$kv" \
                     --save-state "$dir/state-${kv%%:*}.kvs" >/dev/null 2>&1 || true
             done
         fi ;;

@@ -15,5 +15,5 @@ export UBSAN_OPTIONS="$UBSAN_OPTIONS:suppressions=$supp/ubsan.supp"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
 configure_sanitizer_build "$build"
-nice cmake --build "$build" --target aqpim_tests aqpim_cli
+nice -n 19 cmake --build "$build" -j "$AQPIM_BUILD_JOBS" --target aqpim_tests aqpim_cli
 ctest --test-dir "$build" -j2 --output-on-failure "$@"

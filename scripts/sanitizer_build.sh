@@ -6,6 +6,8 @@
 # The directory must not enter the hash: build-asan and build-fuzz compile the same sources with
 # the same flags, and only line tables (whose compile directory is then the first build's) differ.
 export CCACHE_NOHASHDIR=1
+# Build jobs: 2 by default (the development machine's 2 cores are shared); AQPIM_BUILD_JOBS=N.
+AQPIM_BUILD_JOBS=${AQPIM_BUILD_JOBS:-2}
 
 configure_sanitizer_build() {
     local dir=$1; shift
