@@ -90,13 +90,14 @@ const std::vector<PqKey>& key_table() {
                          p.m = int(int_in(s, "m", std::min(kDefaults.m, std::max(1, D / 2)), 1, D));
                      },
                      [](const PqKvParams& p) { return p.bits == 0 && p.m != kDefaults.m ? std::to_string(p.m) : ""; }});
+        // Init-captures (field = field): clang 14 cannot capture a structured binding itself.
         for (auto [name, field] : {std::pair{"k_m", &PqKvParams::k_m}, std::pair{"v_m", &PqKvParams::v_m}})
             t.push_back({name, "integer", "1..head_dim, dividing it", "m",
                          std::string("subspaces of ") + (name[0] == 'k' ? "keys" : "values") + " alone",
-                         [name = std::string(name), field](PqKvParams& p, const KvSchemeSpec& s, const KvShape& shape) {
+                         [name = std::string(name), field = field](PqKvParams& p, const KvSchemeSpec& s, const KvShape& shape) {
                              if (s.has(name)) p.*field = int(int_in(s, name, 0, 1, shape.head_dim));
                          },
-                         [field](const PqKvParams& p) { return p.*field > 0 ? std::to_string(p.*field) : ""; }});
+                         [field = field](const PqKvParams& p) { return p.*field > 0 ? std::to_string(p.*field) : ""; }});
         t.push_back(choice_key(
             "nbits", {"4", "8"}, [](const PqKvParams& p) { return p.nbits == 8 ? 1 : 0; },
             [](PqKvParams& p, int i) { p.nbits = i == 1 ? 8 : 4; }, "bits per sub-code"));
