@@ -40,17 +40,6 @@ const char* finish_name(const Channel::Final& f) {
     return f.finish == FinishReason::length ? "length" : "stop";  // eos, a stop sequence or a stop string
 }
 
-/// A chat format's end-of-turn marker that is one control token: stopped on as a token (control
-/// tokens print as "", so a string stop cannot see them).
-std::vector<std::vector<std::int32_t>> control_stops(const Tokenizer& tok, const std::vector<std::string>& texts) {
-    std::vector<std::vector<std::int32_t>> out;
-    for (const std::string& t : texts) {
-        const auto ids = tok.encode(t, false);
-        if (ids.size() == 1 && tok.vocab().types[std::size_t(ids[0])] == TokenType::control) out.push_back(ids);
-    }
-    return out;
-}
-
 }  // namespace
 
 void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
@@ -65,12 +54,11 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         } catch (const Error& e) {
             throw ApiError(400, e.what(), "messages");
         }
-        g.prompt = tokenizer->encode(text, true);
-        const auto turn_end = chat_stop_strings(chat_format, chat_tokens);
-        g.stop_sequences = control_stops(*tokenizer, turn_end);
-        stops.insert(stops.end(), turn_end.begin(), turn_end.end());
+        // Continuing a parked sequence (id_slot): the text goes after it, without BOS.
+        g.prompt = tokenizer->encode(text, p.id_slot < 0);
+        g.stop_sequences = chat_turn_end_tokens;
+        stops.insert(stops.end(), chat_turn_end.begin(), chat_turn_end.end());
     } else {
-        // Continuing a parked sequence: the text goes after it, without BOS.
         g.prompt = p.prompt_is_tokens ? p.prompt_tokens : tokenizer->encode(p.prompt_text, p.id_slot < 0);
     }
     if (g.prompt.empty() && p.id_slot < 0) throw ApiError(400, "the prompt is empty", chat ? "messages" : "prompt");

@@ -63,6 +63,8 @@ struct HttpServer::Impl {
     ServerOptions options;
     ChatFormat chat_format = ChatFormat::plain;
     ChatTokens chat_tokens;
+    std::vector<std::string> chat_turn_end;                     ///< chat_stop_strings of the format
+    std::vector<std::vector<std::int32_t>> chat_turn_end_tokens; ///< those that are one control token
     RequestLimits limits;
     std::int64_t n_ctx = 0;          ///< tokens one sequence holds
     std::int64_t started = 0;        ///< unix seconds

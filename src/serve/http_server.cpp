@@ -54,6 +54,13 @@ HttpServer::Impl::Impl(Engine& e, std::shared_ptr<const Tokenizer> t, const Mode
     const auto& v = tokenizer->vocab();
     if (v.bos >= 0) chat_tokens.bos = v.tokens[std::size_t(v.bos)];
     if (v.eos >= 0) chat_tokens.eos = v.tokens[std::size_t(v.eos)];
+    chat_turn_end = chat_stop_strings(chat_format, chat_tokens);
+    // A marker that is one control token is stopped on as a token: control tokens print as "", so a
+    // string stop cannot see them.
+    for (const std::string& t : chat_turn_end) {
+        const auto ids = tokenizer->encode(t, false);
+        if (ids.size() == 1 && v.types[std::size_t(ids[0])] == TokenType::control) chat_turn_end_tokens.push_back(ids);
+    }
     limits.n_vocab = tokenizer->n_vocab();
     n_ctx = engine.options().ctx > 0 ? engine.options().ctx : config.n_ctx_train;
     started = std::int64_t(std::time(nullptr));
