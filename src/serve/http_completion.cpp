@@ -89,8 +89,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     const ResponseHeader h{chat, fmt::format("{}-{}-{}", chat ? "chatcmpl" : "cmpl", id_prefix, r.request_id),
                            options.model_alias, std::int64_t(std::time(nullptr))};
     const std::uint64_t id = r.request_id;
-    auto gone = [this, id] {
-        if (engine.cancel(id)) count_disconnect();
+    auto gone = [this, id, channel] {
+        if (channel->first_to_see_gone() && engine.cancel(id)) count_disconnect();
         return false;
     };
     auto logprobs = [this, chat, want = p.logprobs](const std::vector<TokenText>& tokens, std::size_t offset) {

@@ -36,6 +36,8 @@ public:
     /// Wait up to `timeout` for text or the end; moves what arrived into `out`. True when finished
     /// (then `final` is filled).
     bool wait(std::chrono::milliseconds timeout, std::vector<TextDelta>& out, Final& final);
+    /// True the first time only: the connection's writer and its releaser may both see the client gone.
+    bool first_to_see_gone() { return !gone_.exchange(true); }
 
 private:
     TextStream text_;  // scheduler thread only
@@ -44,6 +46,7 @@ private:
     std::deque<TextDelta> deltas_;
     bool done_ = false;
     Final final_;
+    std::atomic<bool> gone_{false};
 };
 
 /// httplib::Server with a listen backlog fit for many clients: the library's is 5 (a compile-time

@@ -32,7 +32,7 @@ std::string prometheus_text(const EngineStats& s, const HttpCounters& http) {
     out += fmt::format("aqpim_requests_total{{outcome=\"finished\"}} {}\n", s.requests_finished);
     metric(out, "aqpim_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", double(s.prompt_tokens));
     metric(out, "aqpim_generated_tokens_total", "counter", "Tokens generated.", double(s.generated_tokens));
-    metric(out, "aqpim_sequences_active", "gauge", "Sequences prefilling, decoding or parked.", s.active);
+    metric(out, "aqpim_sequences_active", "gauge", "Sequences prefilling or decoding.", s.active);
     metric(out, "aqpim_sequences_queued", "gauge", "Requests waiting for admission.", s.queued);
     metric(out, "aqpim_kv_bytes_used", "gauge", "Bytes the KV cache holds (every sequence, as aqpim info counts).",
            double(s.kv_bytes_used));
