@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <vector>
 
 #include "aqpim/error.h"
 #include "aqpim/threads.h"
@@ -48,14 +49,49 @@ void single_threaded_blas() {
     std::call_once(once, [] { openblas_set_num_threads(1); });
 }
 
+/// Weight bytes of one tile of rows in matmul_rows: small enough to stay in L1/L2 while every
+/// activation of the batch passes over it (32 KB: 32 f16 rows of 512 columns, 4 of 4096).
+constexpr std::size_t kRowTileBytes = std::size_t(32) << 10;
+
+/// Every activation row through the decode kernel, exactly as matvec computes it (same kernel,
+/// same x preparation, so a row's result does not depend on the batch), with the loops tiled: a
+/// tile of W rows is read from memory once and reused from cache by every activation, instead of
+/// the whole of W streamed once per activation. Threads split W's rows (a split that changes no
+/// row's arithmetic) once the whole product is worth them.
 void matmul_rows(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads) {
-    const int nt = matvec_threads(W, n_threads);
-    QuantizedX& qx = scratch_x();
-    for (std::int64_t i = 0; i < n; ++i) {
-        const float* x = X + i * W.cols;
-        if (quantizes_x(W.type)) quant_kernels(active_simd_level()).prepare_x(W.type, x, W.cols, qx);
-        matvec_prepared(W, x, qx, Y + i * W.rows, nt);
+    if (n == 1) {
+        QuantizedX& qx = scratch_x();
+        if (quantizes_x(W.type)) quant_kernels(active_simd_level()).prepare_x(W.type, X, W.cols, qx);
+        matvec_prepared(W, X, qx, Y, matvec_threads(W, n_threads));
+        return;
     }
+    const QuantKernels& k = quant_kernels(active_simd_level());
+    // The calling thread's prepared activations, named through a reference: a lambda that names
+    // a thread_local directly would see the worker thread's own (empty) instance.
+    thread_local std::vector<QuantizedX> scratch;
+    std::vector<QuantizedX>& qxs = scratch;
+    const bool prepared = quantizes_x(W.type);
+    if (prepared) {
+        if (qxs.size() < std::size_t(n)) qxs.resize(std::size_t(n));
+        for (std::int64_t i = 0; i < n; ++i) k.prepare_x(W.type, X + i * W.cols, W.cols, qxs[std::size_t(i)]);
+    }
+    static const QuantizedX unused;
+    const std::size_t rb = W.row_bytes();
+    const std::int64_t tile = std::max<std::int64_t>(1, std::int64_t(kRowTileBytes / std::max<std::size_t>(rb, 1)));
+    const std::int64_t n_tiles = (W.rows + tile - 1) / tile;
+    const int nt = gemm_threads(W, n, n_tiles, n_threads);
+    const std::int64_t per = (n_tiles + nt - 1) / nt;
+    parallel_for(
+        nt,
+        [&](std::int64_t c) {
+            for (std::int64_t t = c * per; t < std::min(n_tiles, (c + 1) * per); ++t) {
+                const std::int64_t r0 = t * tile, nr = std::min(tile, W.rows - r0);
+                for (std::int64_t i = 0; i < n; ++i)
+                    k.dot_rows(W.type, W.row(r0), rb, nr, W.cols, X + i * W.cols,
+                               prepared ? qxs[std::size_t(i)] : unused, Y + i * W.rows + r0);
+            }
+        },
+        nt);
 }
 
 void matmul_sgemm(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads) {

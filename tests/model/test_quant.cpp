@@ -463,6 +463,31 @@ TEST(Matmul, MatchesMatvecForSeveralBatchSizes) {
     }
 }
 
+TEST(Matmul, TheRowsPathIsMatvecBitForBitAtEveryBatchSizeAndThreadCount) {
+    // The batch-invariant path the server decodes with: tiled over W's rows so a tile is reused
+    // by every activation, yet each output must be exactly what matvec gives for that row alone.
+    // 1100 rows: tiles (32 KB of W) do not divide the rows, and 2 threads split an odd tile count.
+    const std::int64_t rows = 1100;
+    for (GgmlType type : {GgmlType::F16, GgmlType::F32, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K})
+        for (SimdLevel level : supported_simd_levels()) {
+            test::SimdLevelGuard g(level);
+            const std::int64_t c = block_of(type) == 256 ? 512 : 160;
+            const auto data = make_weights(type, rows, c, 71);
+            const WeightMatrix W{type, rows, c, data.data()};
+            const std::int64_t max_n = 70;
+            const auto X = test::gaussian(std::size_t(max_n * c), 72);
+            std::vector<float> alone(std::size_t(max_n * rows));
+            for (std::int64_t i = 0; i < max_n; ++i) matvec(W, X.data() + i * c, alone.data() + i * rows, 1);
+            for (std::int64_t n : {1, 2, 5, 33, 70})
+                for (int threads : {1, 2}) {
+                    std::vector<float> Y(std::size_t(n * rows), -1.0f);
+                    quant::matmul_with(W, X.data(), n, Y.data(), threads, quant::MatmulPath::rows);
+                    ASSERT_EQ(std::memcmp(Y.data(), alone.data(), Y.size() * 4), 0)
+                        << tname(type) << " " << simd_level_name(level) << " n=" << n << " threads=" << threads;
+                }
+        }
+}
+
 TEST(Matmul, ForcedPathsAgreeAndThreadsDoNotMatter) {
     const std::int64_t rows = 300, n = 17;  // 300 = 9 panels of 32 + 12 rows
     for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F32, GgmlType::BF16}) {
