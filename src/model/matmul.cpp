@@ -79,19 +79,15 @@ void matmul_rows(const WeightMatrix& W, const float* X, std::int64_t n, float* Y
     const std::size_t rb = W.row_bytes();
     const std::int64_t tile = std::max<std::int64_t>(1, std::int64_t(kRowTileBytes / std::max<std::size_t>(rb, 1)));
     const std::int64_t n_tiles = (W.rows + tile - 1) / tile;
-    const int nt = gemm_threads(W, n, n_tiles, n_threads);
-    const std::int64_t per = (n_tiles + nt - 1) / nt;
     parallel_for(
-        nt,
-        [&](std::int64_t c) {
-            for (std::int64_t t = c * per; t < std::min(n_tiles, (c + 1) * per); ++t) {
-                const std::int64_t r0 = t * tile, nr = std::min(tile, W.rows - r0);
-                for (std::int64_t i = 0; i < n; ++i)
-                    k.dot_rows(W.type, W.row(r0), rb, nr, W.cols, X + i * W.cols,
-                               prepared ? qxs[std::size_t(i)] : unused, Y + i * W.rows + r0);
-            }
+        n_tiles,
+        [&](std::int64_t t) {
+            const std::int64_t r0 = t * tile, nr = std::min(tile, W.rows - r0);
+            for (std::int64_t i = 0; i < n; ++i)
+                k.dot_rows(W.type, W.row(r0), rb, nr, W.cols, X + i * W.cols, prepared ? qxs[std::size_t(i)] : unused,
+                           Y + i * W.rows + r0);
         },
-        nt);
+        gemm_threads(W, n, n_tiles, n_threads));
 }
 
 void matmul_sgemm(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads) {
@@ -119,27 +115,23 @@ void matmul_sgemm(const WeightMatrix& W, const float* X, std::int64_t n, float* 
         nt);
 }
 
-/// The own-kernel path (AVX-512): each thread takes a contiguous range of 32-row panels,
-/// dequantizes a panel's rows, packs them k-major and multiplies every activation row by them.
+/// The own-kernel path (AVX-512): threads take 32-row panels (parallel_for's chunks), dequantize
+/// a panel's rows, pack them k-major and multiply every activation row by them.
 void matmul_own(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads) {
     const std::int64_t n_panels = (W.rows + kPanelRows - 1) / kPanelRows;
-    const int nt = gemm_threads(W, n, n_panels, n_threads);
-    const std::int64_t per = (n_panels + nt - 1) / nt;
     parallel_for(
-        nt,
-        [&](std::int64_t c) {
+        n_panels,
+        [&](std::int64_t p) {
             thread_local AlignedBuffer<float> rows, panel;
             const std::size_t need = std::size_t(kPanelRows * W.cols);
             if (rows.size() < need) rows.resize(need);
             if (panel.size() < need) panel.resize(need);
-            for (std::int64_t p = c * per; p < std::min(n_panels, (c + 1) * per); ++p) {
-                const std::int64_t r0 = p * kPanelRows, nr = std::min<std::int64_t>(kPanelRows, W.rows - r0);
-                dequantize(W.type, W.row(r0), rows.data(), nr * W.cols);
-                pack_panel_avx512(rows.data(), int(nr), W.cols, panel.data());
-                gemm_panel_avx512(X, n, W.cols, panel.data(), int(nr), Y + r0, W.rows);
-            }
+            const std::int64_t r0 = p * kPanelRows, nr = std::min<std::int64_t>(kPanelRows, W.rows - r0);
+            dequantize(W.type, W.row(r0), rows.data(), nr * W.cols);
+            pack_panel_avx512(rows.data(), int(nr), W.cols, panel.data());
+            gemm_panel_avx512(X, n, W.cols, panel.data(), int(nr), Y + r0, W.rows);
         },
-        nt);
+        gemm_threads(W, n, n_panels, n_threads));
 }
 
 }  // namespace

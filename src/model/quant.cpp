@@ -221,9 +221,12 @@ void matvec_prepared(const WeightMatrix& W, const float* x, const QuantizedX& qx
         k.dot_rows(W.type, W.data, rb, W.rows, W.cols, x, qx, y);
         return;
     }
-    const std::int64_t per = (W.rows + nt - 1) / nt;
+    // Four chunks per thread, each still a long sequential stream for the prefetcher, so a thread
+    // that loses its core to another process leaves most of its share to the others.
+    const std::int64_t n_chunks = std::min<std::int64_t>(W.rows, 4 * std::int64_t(nt));
+    const std::int64_t per = (W.rows + n_chunks - 1) / n_chunks;
     parallel_for(
-        nt,
+        n_chunks,
         [&](std::int64_t c) {
             const std::int64_t r0 = c * per, r1 = std::min(W.rows, r0 + per);
             if (r0 < r1) k.dot_rows(W.type, W.row(r0), rb, r1 - r0, W.cols, x, qx, y + r0);
