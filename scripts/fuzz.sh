@@ -131,7 +131,7 @@ BODIES
 }
 
 failed=0
-printf '%-12s %8s %10s %8s %8s %8s %s\n' target seconds execs execs/s cov ft crashes
+printf '%-14s %8s %10s %8s %8s %8s %s\n' target seconds execs execs/s cov ft crashes
 for t in $targets; do
     corpus=fuzz-corpus/$t crashes=fuzz-corpus/$t-crashes seeds=fuzz-corpus/$t-seeds
     mkdir -p "$corpus" "$crashes" "$seeds"
@@ -151,7 +151,7 @@ for t in $targets; do
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
     ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
     n_crash=$(find "$crashes" -type f | wc -l)
-    printf '%-12s %8s %10s %8s %8s %8s %s\n' "$t" "$seconds" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "$n_crash"
+    printf '%-14s %8s %10s %8s %8s %8s %s\n' "$t" "$seconds" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "$n_crash"
     if [ "$rc" != 0 ] || [ "$n_crash" != 0 ]; then
         failed=1
         echo "  fuzz_$t: exit $rc, $n_crash file(s) in $crashes; log: $log" >&2
