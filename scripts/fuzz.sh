@@ -141,17 +141,19 @@ for t in $targets; do
         kv_scheme) dict=(-dict=fuzz/kv_scheme.dict) ;; openai_request) dict=(-dict=fuzz/openai.dict) ;; esac
     log=fuzz-corpus/$t.log
     set +e
+    started=$SECONDS
     nice -n 19 "$build/fuzz/fuzz_$t" "$corpus" "$seeds" "${dict[@]}" -max_total_time="$seconds" \
         -timeout="$timeout_s" -rss_limit_mb=2048 -malloc_limit_mb=2048 -max_len=4194304 \
         -artifact_prefix="$crashes/" -print_final_stats=1 > "$log" 2>&1
     rc=$?
+    ran=$((SECONDS - started))  # wall seconds fuzzed (less than asked when a finding stopped it)
     set -e
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
     ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
     n_crash=$(find "$crashes" -type f | wc -l)
-    printf '%-14s %8s %10s %8s %8s %8s %s\n' "$t" "$seconds" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "$n_crash"
+    printf '%-14s %8s %10s %8s %8s %8s %s\n' "$t" "$ran" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "$n_crash"
     if [ "$rc" != 0 ] || [ "$n_crash" != 0 ]; then
         failed=1
         echo "  fuzz_$t: exit $rc, $n_crash file(s) in $crashes; log: $log" >&2
