@@ -2,10 +2,10 @@
 # Build the libFuzzer targets (clang-14, ASan + UBSan, build-fuzz/) and fuzz them:
 #   scripts/fuzz.sh [TARGET|all] [SECONDS]      e.g. scripts/fuzz.sh gguf 60
 # TARGET is a fuzz/fuzz_TARGET.cpp name (gguf, safetensors, llama2c, vocab, presets, kv_trace,
-# kv_scheme, pq_file, kv_state); default all, 30 s each. Corpora grow in fuzz-corpus/TARGET (ignored
-# by git), seeded at run time from ../shared (or $AQPIM_SHARED), presets/ and the `aqpim` command's
-# own output (synth, convert, run --trace/--save-state: $AQPIM, else build/bin/aqpim, else
-# $build/bin/aqpim).
+# kv_scheme, pq_file, kv_state, openai_request); default all, 30 s each. Corpora grow in
+# fuzz-corpus/TARGET (ignored by git), seeded at run time from ../shared (or $AQPIM_SHARED),
+# presets/, hand-written requests and the `aqpim` command's own output (synth, convert,
+# run --trace/--save-state: $AQPIM, else build/bin/aqpim, else $build/bin/aqpim).
 # Limits: -rss_limit_mb/-malloc_limit_mb 2048 (no input may make us allocate 2 GiB), -timeout
 # $AQPIM_FUZZ_TIMEOUT (default 1 s per input, over 1 s is a hang). Crashes go to
 # fuzz-corpus/TARGET-crashes/; the run prints execs/s, coverage and the crash count of each target
@@ -111,32 +111,49 @@ seed() {
                     --save-state "$dir/state-${kv%%:*}.kvs" >/dev/null 2>&1 || true
             done
         fi ;;
+    openai_request)
+        # ENDPOINT SEP body: the request shapes of docs/serve.md, one per field group
+        local i=0 body
+        while IFS= read -r body; do
+            printf 'completions%s%s' "$sep" "$body" > "$dir/completions$((i++))"
+        done <<'BODIES'
+{"model":"m","prompt":"Once upon a time","max_tokens":16,"temperature":0.7,"top_p":0.9,"seed":42}
+{"prompt":["Once"],"stop":["\n","."],"stream":true,"stream_options":{"include_usage":true},"logprobs":2}
+{"prompt":[1,2,3,511],"n":1,"best_of":1,"echo":false,"suffix":"","logit_bias":{},"frequency_penalty":0,"presence_penalty":0.0}
+{"prompt":"x","id_slot":0,"keep_slot":true,"user":"u","stop":null}
+BODIES
+        for f in plain llama2 llama3 chatml mistral; do
+            printf 'chat:%s%s%s' "$f" "$sep" '{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello"},{"role":"user","content":[{"type":"text","text":"Tell "},{"type":"text","text":"a story"}]}],"max_completion_tokens":8,"logprobs":true,"top_logprobs":3,"response_format":{"type":"text"}}' > "$dir/chat-$f"
+        done
+        printf 'chat%s%s' "$sep" '{"messages":[{"role":"user","content":"caf\u00e9 \ud83d\ude42","name":"n"}],"max_tokens":4,"stream":true}' > "$dir/chat-unicode" ;;
     esac
     rm -rf "$tmp"
 }
 
 failed=0
-printf '%-12s %8s %10s %8s %8s %8s %s\n' target seconds execs execs/s cov ft crashes
+printf '%-14s %8s %10s %8s %8s %8s %s\n' target seconds execs execs/s cov ft crashes
 for t in $targets; do
     corpus=fuzz-corpus/$t crashes=fuzz-corpus/$t-crashes seeds=fuzz-corpus/$t-seeds
     mkdir -p "$corpus" "$crashes" "$seeds"
     seed "$t" "$seeds"
     dict=()
     case $t in gguf) dict=(-dict=fuzz/gguf.dict) ;; safetensors|vocab|presets|kv_trace) dict=(-dict=fuzz/json.dict) ;;
-        kv_scheme) dict=(-dict=fuzz/kv_scheme.dict) ;; esac
+        kv_scheme) dict=(-dict=fuzz/kv_scheme.dict) ;; openai_request) dict=(-dict=fuzz/openai.dict) ;; esac
     log=fuzz-corpus/$t.log
     set +e
+    started=$SECONDS
     nice -n 19 "$build/fuzz/fuzz_$t" "$corpus" "$seeds" "${dict[@]}" -max_total_time="$seconds" \
         -timeout="$timeout_s" -rss_limit_mb=2048 -malloc_limit_mb=2048 -max_len=4194304 \
         -artifact_prefix="$crashes/" -print_final_stats=1 > "$log" 2>&1
     rc=$?
+    ran=$((SECONDS - started))  # wall seconds fuzzed (less than asked when a finding stopped it)
     set -e
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
     ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
     n_crash=$(find "$crashes" -type f | wc -l)
-    printf '%-12s %8s %10s %8s %8s %8s %s\n' "$t" "$seconds" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "$n_crash"
+    printf '%-14s %8s %10s %8s %8s %8s %s\n' "$t" "$ran" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "$n_crash"
     if [ "$rc" != 0 ] || [ "$n_crash" != 0 ]; then
         failed=1
         echo "  fuzz_$t: exit $rc, $n_crash file(s) in $crashes; log: $log" >&2

@@ -1,0 +1,51 @@
+// The server's request parsing (`aqpim serve`, docs/serve.md): a POST body of /v1/completions or
+// /v1/chat/completions through parse_request_json + parse_completion_request, then, for chat, the
+// messages rendered by render_chat as the server renders them, and a refusal serialized as the
+// server sends it (dump_json of ApiError::to_json). Input: ENDPOINT SEP body, ENDPOINT one of
+// `completions`, `chat` or `chat:FORMAT` (FORMAT a --chat-template name; unknown names: plain).
+// An ApiError with a 4xx status is the expected refusal of a bad body (the server's answer); any
+// other status, exception or crash is a finding. Seeds: scripts/fuzz.sh.
+#include <cstdlib>
+
+#include "fuzz_input.h"
+#include "serve/chat_template.h"
+#include "serve/openai_request.h"
+#include "serve/openai_response.h"
+
+namespace {
+
+aqpim::serve::ChatFormat format_of(std::string_view endpoint) {
+    using aqpim::serve::ChatFormat;
+    const auto colon = endpoint.find(':');
+    if (colon == std::string_view::npos) return ChatFormat::plain;
+    try {
+        return aqpim::serve::parse_chat_format(endpoint.substr(colon + 1));
+    } catch (const aqpim::Error&) {
+        return ChatFormat::plain;
+    }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    using namespace aqpim::serve;
+    const auto parts = aqpim::fuzz::split_parts(data, size);
+    const std::string_view endpoint = aqpim::fuzz::part(parts, 0);
+    const bool chat = endpoint.substr(0, 4) == "chat";
+    const ChatFormat format = format_of(endpoint);
+    RequestLimits limits;
+    limits.n_vocab = 512;  // stories260K's
+    const ChatTokens tokens{"<s>", "</s>"};
+    try {
+        const CompletionParams p = parse_completion_request(parse_request_json(std::string(aqpim::fuzz::part(parts, 1))),
+                                                            chat, limits);
+        if (chat) {
+            aqpim::fuzz::expect_success_or_error([&] { (void)render_chat(format, p.messages, tokens); });
+            (void)chat_stop_strings(format, tokens);
+        }
+    } catch (const ApiError& e) {
+        if (e.status() < 400 || e.status() > 499) std::abort();  // a client's body is never a server error
+        (void)dump_json(e.to_json());
+    }
+    return 0;
+}
