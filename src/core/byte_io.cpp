@@ -28,6 +28,7 @@ T load_le(const std::uint8_t* p) {
 /// little-endian host.
 template <class T>
 void put_array(std::uint8_t* dst, const T* src, std::size_t n) {
+    if (n == 0) return;
     if constexpr (kLittleHost)
         std::memcpy(dst, src, n * sizeof(T));
     else
@@ -35,6 +36,7 @@ void put_array(std::uint8_t* dst, const T* src, std::size_t n) {
 }
 template <class T>
 void get_array(T* dst, const std::uint8_t* src, std::size_t n) {
+    if (n == 0) return;  // dst may be null (an empty vector's data()); memcpy's must not be
     if constexpr (kLittleHost)
         std::memcpy(dst, src, n * sizeof(T));
     else

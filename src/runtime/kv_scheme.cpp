@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "aqpim/error.h"
+#include "aqpim/model.h"
 
 namespace aqpim {
 namespace {
@@ -63,7 +64,10 @@ std::vector<int> KvSchemeSpec::get_int_list(const std::string& key) const {
         const auto dash = item.find('-', 1);
         const std::int64_t a = parse_int(text, key, dash == std::string::npos ? item : item.substr(0, dash));
         const std::int64_t b = dash == std::string::npos ? a : parse_int(text, key, item.substr(dash + 1));
-        AQPIM_CHECK(a >= 0 && b >= a && b < (1 << 20), "--kv {}: {}: bad range '{}'", text, key, item);
+        // Lists name layers: a range beyond the most layers a model may have is an error, not a
+        // million-entry list (the fuzzer's `f16_layers=4-922225` took over a second).
+        AQPIM_CHECK(a >= 0 && b >= a && b < ModelLimits::layers, "--kv {}: {}: bad range '{}' (layers are 0..{})", text,
+                    key, item, ModelLimits::layers - 1);
         for (std::int64_t x = a; x <= b; ++x) out.push_back(int(x));
     }
     std::sort(out.begin(), out.end());

@@ -2,7 +2,9 @@
 #include "aqpim/kv_trace.h"
 
 #include <nlohmann/json.hpp>
+#include <limits>
 #include <sstream>
+#include <stdexcept>
 
 #include "aqpim/error.h"
 #include "aqpim/file_io.h"
@@ -11,6 +13,19 @@
 namespace aqpim {
 
 namespace {
+
+/// An integer field, checked before conversion: nlohmann's get<int>() of a float (6.7e21) or of an
+/// integer beyond the type is undefined behaviour, not an exception (found by fuzz_kv_trace).
+template <class T>
+T integer(const nlohmann::json& v) {
+    if (!v.is_number_integer())
+        throw std::invalid_argument(fmt::format("expected an integer, got {}", v.dump().substr(0, 40)));
+    if (v.is_number_unsigned() ? v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<T>::max())
+                               : (v.get<std::int64_t>() < std::numeric_limits<T>::min() ||
+                                  v.get<std::int64_t>() > std::numeric_limits<T>::max()))
+        throw std::invalid_argument(fmt::format("integer {} out of range", v.dump()));
+    return T(v.get<std::int64_t>());
+}
 constexpr const char* kFormat = "aqpim-kv-trace";
 constexpr int kVersion = 1;
 }  // namespace
@@ -51,14 +66,14 @@ KvTrace read_kv_trace(const std::string& path) {
         try {
             if (ln == 1) {
                 if (j.value("format", "") != kFormat) fail_at(fmt::format("not an {} file (header 'format')", kFormat));
-                if (j.at("version").get<int>() != kVersion)
-                    fail_at(fmt::format("version {} (expected {})", j.at("version").get<int>(), kVersion));
+                if (integer<int>(j.at("version")) != kVersion)
+                    fail_at(fmt::format("version {} (expected {})", integer<int>(j.at("version")), kVersion));
                 t.model = j.at("model").get<std::string>();
                 t.scheme = j.at("scheme").get<std::string>();
-                t.n_layer = j.at("n_layer").get<int>();
-                t.n_head = j.at("n_head").get<int>();
-                t.n_kv_head = j.at("n_kv_head").get<int>();
-                t.head_dim = j.at("head_dim").get<int>();
+                t.n_layer = integer<int>(j.at("n_layer"));
+                t.n_head = integer<int>(j.at("n_head"));
+                t.n_kv_head = integer<int>(j.at("n_kv_head"));
+                t.head_dim = integer<int>(j.at("head_dim"));
                 const auto in_range = [&](const char* field, int v, int hi) {
                     if (v < 1 || v > hi) fail_at(fmt::format("header: {} = {} is out of range [1, {}]", field, v, hi));
                 };
@@ -71,21 +86,21 @@ KvTrace read_kv_trace(const std::string& path) {
                 continue;
             }
             KvTraceRecord r;
-            r.step = j.at("step").get<std::int64_t>();
-            r.layer = j.at("layer").get<int>();
+            r.step = integer<std::int64_t>(j.at("step"));
+            r.layer = integer<int>(j.at("layer"));
             if (r.layer < 0 || r.layer >= t.n_layer) fail_at(fmt::format("layer {} out of range", r.layer));
             if (!t.records.empty() && r.step < t.records.back().step) fail_at("steps go backwards");
             for (const auto& s : j.at("seqs")) {
                 KvTraceSequence q;
-                q.seq = s.at("seq").get<int>();
-                q.tokens = s.at("tokens").get<std::int64_t>();
+                q.seq = integer<int>(s.at("seq"));
+                q.tokens = integer<std::int64_t>(s.at("tokens"));
                 if (q.tokens < 0 || q.tokens >= ModelLimits::context)
                     fail_at(fmt::format("sequence {}: tokens = {} is out of range [0, {})", q.seq, q.tokens,
                                         ModelLimits::context));
                 std::int64_t next = 0;
                 for (const auto& sp : s.at("spans")) {
-                    const KvSpan k{sp.at(0).get<std::int64_t>(), sp.at(1).get<std::int64_t>(), sp.at(2).get<int>(),
-                                   sp.at(3).get<std::int64_t>()};
+                    const KvSpan k{integer<std::int64_t>(sp.at(0)), integer<std::int64_t>(sp.at(1)), integer<int>(sp.at(2)),
+                                   integer<std::int64_t>(sp.at(3))};
                     if (k.first != next || k.n <= 0 || k.n > q.tokens) fail_at(fmt::format("spans of sequence {} do not tile its tokens", q.seq));
                     next = k.first + k.n;
                     q.spans.push_back(k);
@@ -96,6 +111,8 @@ KvTrace read_kv_trace(const std::string& path) {
             t.records.push_back(std::move(r));
         } catch (const nlohmann::json::exception& e) {
             fail_at(fmt::format("missing or mistyped field ({})", e.what()));
+        } catch (const std::invalid_argument& e) {
+            fail_at(fmt::format("mistyped field ({})", e.what()));
         }
     }
     AQPIM_CHECK(ln > 0, "KV trace '{}' is empty", path);
