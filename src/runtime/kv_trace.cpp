@@ -19,11 +19,11 @@ namespace {
 template <class T>
 T integer(const nlohmann::json& v) {
     if (!v.is_number_integer())
-        throw std::invalid_argument(fmt::format("expected an integer, got {}", v.dump().substr(0, 40)));
+        throw std::invalid_argument(fmt::format("expected an integer, got {}", json_excerpt(v)));
     if (v.is_number_unsigned() ? v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<T>::max())
                                : (v.get<std::int64_t>() < std::numeric_limits<T>::min() ||
                                   v.get<std::int64_t>() > std::numeric_limits<T>::max()))
-        throw std::invalid_argument(fmt::format("integer {} out of range", v.dump()));
+        throw std::invalid_argument(fmt::format("integer {} out of range", json_excerpt(v)));
     return T(v.get<std::int64_t>());
 }
 constexpr const char* kFormat = "aqpim-kv-trace";
