@@ -87,6 +87,7 @@ public:
     const std::uint8_t* stored_rows(std::int64_t pos) const { return at(pos); }
     /// Append n rows given as stored bytes [n][row_bytes()].
     void push_stored(const std::uint8_t* rows, std::int64_t n) {
+        if (n == 0) return;  // no rows: the buffer may still be empty (memcpy of a null pointer is UB)
         reserve(n);
         std::memcpy(buf_.data() + std::size_t(off_ + n_) * row_bytes_, rows, std::size_t(n) * row_bytes_);
         n_ += n;

@@ -307,8 +307,9 @@ TEST(KvStateCaches, CodeBlocksWithNonZeroPaddingAreNotCanonical) {
         EXPECT_FALSE(kv::code_blocks_canonical(padded_token.data(), n, M, nbits));
         if (code_padded_M(M, nbits) != M) {  // a padding subspace of token 3, in the first (full) block
             std::vector<std::uint8_t> padded_sub = blocks;
-            int shift;
-            padded_sub[code_byte_in_block(3, M, nbits, &shift)] |= std::uint8_t(1 << shift);
+            int shift = 0;  // set by the call, which must run before the shift is read
+            const std::size_t byte = code_byte_in_block(3, M, nbits, &shift);
+            padded_sub[byte] |= std::uint8_t(1 << shift);
             EXPECT_FALSE(kv::code_blocks_canonical(padded_sub.data(), n, M, nbits));
         }
     }
