@@ -158,23 +158,25 @@ for t in $targets; do
         cpu=$(echo "$t_cpu" | tail -1 | awk -v c="$cpu" '{printf "%.0f", c + $1 + $2}')
         execs=$((execs + $(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1 | grep . || echo 0)))
         [ "$rc" = 0 ] && break
-        replayed_all=1
+        # resume only when this stop left files and every one was a starved timeout (a fuzzer that
+        # failed without leaving an input keeps its exit status)
+        replayed=0 other=0
         for f in $(find "$crashes" -type f); do
             if [[ $(basename "$f") == timeout-* ]] && "$build/fuzz/fuzz_$t" "$f" -timeout="$timeout_s" -runs=1 >/dev/null 2>&1; then
-                mv "$f" "$starved/"; n_starved=$((n_starved + 1))
+                mv "$f" "$starved/"; n_starved=$((n_starved + 1)) replayed=$((replayed + 1))
             else
-                replayed_all=0
+                other=1
             fi
         done
-        [ "$replayed_all" = 1 ] || break
+        [ "$replayed" -gt 0 ] && [ "$other" = 0 ] || break
         cp "$log" "$log.starved-$n_starved"
         rc=0
     done
     ran=$((SECONDS - started))  # wall seconds fuzzed (less than asked when a finding stopped it)
     set -e
     rate=$([ "$cpu" -gt 0 ] && echo $((execs / cpu)) || echo -)  # per CPU second
-    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
-    ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2 || true)  # none when the first input stopped it
+    ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2 || true)
     n_crash=$(find "$crashes" -type f | wc -l)
     printf '%-14s %8s %8s %10s %8s %8s %8s %8s %s\n' "$t" "$ran" "$cpu" "$execs" "$rate" "${cov:-?}" "${ft:-?}" "$n_starved" "$n_crash"
     if [ "$rc" != 0 ] || [ "$n_crash" != 0 ]; then

@@ -203,7 +203,7 @@ TEST(TokenizerSpm, LongTextScalesAsNLogN) {
         return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
     };
     const auto& spm = austen_spm();
-    spm->encode(eighth, true);  // warm: the first call builds lookup tables
+    spm->encode(eighth, true);  // warm-up, so that first-touch costs fall on neither timing
     double t0 = cpu_seconds();
     const auto eighth_ids = spm->encode(eighth, true);
     const double s_eighth = cpu_seconds() - t0;
