@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build the libFuzzer targets (clang-14, ASan + UBSan, build-fuzz/) and fuzz them:
 #   scripts/fuzz.sh [TARGET|all] [SECONDS]      e.g. scripts/fuzz.sh gguf 60
+# SECONDS are wall seconds; with AQPIM_FUZZ_BUDGET=cpu they are the fuzzer's CPU seconds (a campaign
+# of "20 CPU-minutes per target" on a shared machine: the fuzzer runs until it has had them).
 # TARGET is a fuzz/fuzz_TARGET.cpp name (gguf, safetensors, llama2c, vocab, presets, kv_trace,
 # kv_scheme, pq_file, kv_state, openai_request); default all, 30 s each. Corpora grow in
 # fuzz-corpus/TARGET (ignored by git), seeded at run time from ../shared (or $AQPIM_SHARED),
@@ -16,6 +18,8 @@ cd "$(dirname "$0")/.."
 
 target=${1:-all}
 seconds=${2:-30}
+budget=${AQPIM_FUZZ_BUDGET:-wall}
+case $budget in wall|cpu) ;; *) echo "fuzz.sh: AQPIM_FUZZ_BUDGET must be wall or cpu, not '$budget'" >&2; exit 2 ;; esac
 build=${AQPIM_FUZZ_BUILD:-build-fuzz}
 shared=${AQPIM_SHARED:-../shared}
 # The command that makes the seeds: $AQPIM, else the README's build/bin/aqpim, else the fuzz build's
@@ -142,13 +146,15 @@ for t in $targets; do
     log=fuzz-corpus/$t.log starved=fuzz-corpus/$t-starved
     mkdir -p "$starved"
     set +e
-    started=$SECONDS cpu=0 execs=0 n_starved=0
+    started=$SECONDS cpu=0 execs=0 n_starved=0 rc=0
     # libFuzzer's -timeout is wall time: a nice-19 fuzzer starved by other work on the machine times
     # out on inputs that run in milliseconds. Each timeout input is replayed at once at normal
     # priority; one that runs within the limit is moved to fuzz-corpus/TARGET-starved/ (counted, not a
     # finding) and the fuzzer resumes for the seconds left; one that times out again is a hang.
     while :; do
-        left=$((seconds - (SECONDS - started)))
+        # seconds left of the budget (CPU seconds never exceed wall seconds, so a run given the CPU
+        # seconds left as its wall limit cannot overshoot)
+        left=$([ "$budget" = cpu ] && echo $((seconds - cpu)) || echo $((seconds - (SECONDS - started))))
         [ "$left" -gt 0 ] || break
         TIMEFORMAT='%U %S'  # CPU seconds (user + system): on a shared machine wall seconds overstate the work
         t_cpu=$( { time nice -n 19 "$build/fuzz/fuzz_$t" "$corpus" "$seeds" "${dict[@]}" -max_total_time="$left" \
@@ -157,7 +163,8 @@ for t in $targets; do
         rc=$?
         cpu=$(echo "$t_cpu" | tail -1 | awk -v c="$cpu" '{printf "%.0f", c + $1 + $2}')
         execs=$((execs + $(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1 | grep . || echo 0)))
-        [ "$rc" = 0 ] && break
+        # the run's time ran out: the wall budget is spent; a CPU budget may not be (starved runs)
+        if [ "$rc" = 0 ]; then [ "$budget" = cpu ] && continue; break; fi
         # resume only when this stop left files and every one was a starved timeout (a fuzzer that
         # failed without leaving an input keeps its exit status)
         replayed=0 other=0
