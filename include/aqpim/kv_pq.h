@@ -35,6 +35,13 @@
 namespace aqpim {
 
 /// How attention reads coded tokens.
+/// How a PQ cache stores its trained centroids (pq:cb=).
+enum class CodebookStorage {
+    f32,   ///< as trained
+    f16,   ///< rounded to f16: half the bytes
+    int8,  ///< int8 with one f32 scale per dimension (max |centroid| / 127): about 0.3 of the bytes
+};
+
 enum class PqAttendMode {
     codes,   ///< lookup-table scores and values in the code domain (the fast path)
     decode,  ///< decode the codes to f32 rows, then dense attention (reference and fallback)
@@ -80,9 +87,10 @@ struct PqKvParams {
     std::uint64_t seed = 1234;  ///< seed: k-means and rotation seed [1234]
     PqAttendMode attn = PqAttendMode::codes;  ///< attn: codes|decode [codes]
     PqScorePath scores = PqScorePath::f32;    ///< scores: f32|int8 (int8: nbits 4) [f32]
-    /// cb: codebook storage, f32|f16: f16 halves the codebooks' bytes; centroids are rounded to
-    /// f16 once trained (every code and table uses the rounded ones) and widened to f32 per call [f32]
-    bool f16_codebooks = false;
+    /// cb: codebook storage, f32|f16|int8: f16 halves the codebooks' bytes, int8 (one f32 scale per
+    /// dimension) takes (ksub + 4) / (4 ksub) of them; centroids are rounded once trained (every code
+    /// and table uses the rounded ones) and widened to f32 per call [f32]
+    CodebookStorage codebooks = CodebookStorage::f32;
     /// wq: storage of the window and of tokens waiting for a codebook version, f16|q8_0|q4_0|int8|int4
     /// (q8_0/q4_0: llama.cpp blocks, head_dim a multiple of 32; int8/int4: groups of gcd(32, head_dim)
     /// with f16 scale and min). Sinks stay f16. [f16]

@@ -70,14 +70,14 @@ PqBudgetChoice solve_pq_budget(const PqKvParams& given_params, const std::vector
             for (int calib : choices(keys, "calib", g.calib, {64, 96, 128, 160, 192, 224, 256}))
                 for (int sinks : choices(keys, "sinks", g.sinks, {1, 4}))
                     for (int nbits : choices(keys, "nbits", g.nbits, {4, 8}))
-                        for (bool f16cb : choices(keys, "cb", g.f16_codebooks, {true})) {
+                        for (CodebookStorage cb : choices(keys, "cb", g.codebooks, {CodebookStorage::f16, CodebookStorage::int8})) {
                             PqKvParams q = g;
                             q.window_type = wq;
                             q.window = window;
                             q.calib = calib;
                             q.sinks = sinks;
                             q.nbits = nbits;
-                            q.f16_codebooks = f16cb;
+                            q.codebooks = cb;
                             if (!given(keys, "refresh")) q.refresh = 0;
                             q.ctx = ctx;
                             try {

@@ -476,7 +476,7 @@ void PqKvCache::train_version(Sequence& s, LayerState& l, int il, int j) {
     const PqTrainSet tk{pk, nk}, tv{pv, nt};
     if (j > 0) {
         l.versions.push_back(train_pq_layer_version(p_, shape(), l.Mk, l.Mv, tk, tv));
-        l.versions.back().keep_counted_only(p_.f16_codebooks);
+        l.versions.back().keep_counted_only(p_.codebooks);
         return;
     }
     // Version 0 fixes the layer's m and its place in the code pages.
@@ -492,7 +492,7 @@ void PqKvCache::train_version(Sequence& s, LayerState& l, int il, int j) {
         l.Mv.assign(n_kv, L_.Mv);
         l.versions.push_back(train_pq_layer_version(p_, shape(), l.Mk, l.Mv, tk, tv));
     }
-    l.versions.back().keep_counted_only(p_.f16_codebooks);
+    l.versions.back().keep_counted_only(p_.codebooks);
     const std::size_t P = std::size_t(p_.page);
     std::size_t off = s.assigned * P;
     l.k_off.resize(n_kv);

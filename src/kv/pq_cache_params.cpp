@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "aqpim/error.h"
+#include "kv/pq_compact_centroids.h"
 #include "kv/pq_layout.h"
 #include "pq/subspace_plan.h"
 
@@ -164,9 +165,9 @@ PQParams pq_value_params(const PqKvParams& p, const KvShape& shape, int M) {
     return q;
 }
 
-std::size_t predicted_quantizer_bytes(const PQParams& q, bool f16_codebooks) {
+std::size_t predicted_quantizer_bytes(const PQParams& q, CodebookStorage codebooks) {
     const std::size_t D = std::size_t(q.D);
-    std::size_t b = (std::size_t(1) << q.nbits) * D * (f16_codebooks ? 2 : 4);  // centroids [M][ksub][dsub]
+    std::size_t b = centroid_bytes(codebooks, std::size_t(1) << q.nbits, D);  // centroids [M][ksub][dsub]
     if (q.scale_folding) b += D * 4;
     const bool identity_plan = q.order == SubspaceOrder::contiguous &&
                                is_identity_permutation(make_subspace_plan(q.D, q.M, q.pairs, q.order, nullptr));
@@ -298,8 +299,8 @@ PqLayout layout_of(const PqKvParams& p, const KvShape& shape, std::int64_t conte
     const std::vector<int> ck = pq_m_candidates(p, shape, true), cv = pq_m_candidates(p, shape, false);
     const int mk0 = p.bits > 0 ? ck.front() : p.key_m(), mv0 = p.bits > 0 ? cv.front() : p.value_m();
     L.codebook_bytes = std::uint64_t(L.n_coded_layers) * n_kv *
-                       (predicted_quantizer_bytes(pq_key_params(p, shape, mk0), p.f16_codebooks) +
-                        predicted_quantizer_bytes(pq_value_params(p, shape, mv0), p.f16_codebooks));
+                       (predicted_quantizer_bytes(pq_key_params(p, shape, mk0), p.codebooks) +
+                        predicted_quantizer_bytes(pq_value_params(p, shape, mv0), p.codebooks));
     const auto width_of = [&](int Mk, int Mv) {
         return std::size_t(L.n_coded_layers) * n_kv * (pq_token_code_bytes(Mk, p.nbits) + pq_token_code_bytes(Mv, p.nbits));
     };

@@ -14,47 +14,51 @@ namespace aqpim::kv {
 
 std::size_t PqLayerVersion::parameter_bytes() const {
     std::size_t b = 0;
-    for (const auto* qs : {&k, &v})
-        for (const ProductQuantizer& q : *qs)
-            b += q.parameter_bytes() - (f16() ? std::size_t(q.ksub()) * q.D() * 2 : 0);  // f16: 2 of 4 bytes
+    for (const auto& [qs, stored] : {std::pair{&k, &kc}, std::pair{&v, &vc}})
+        for (std::size_t i = 0; i < qs->size(); ++i) {
+            const ProductQuantizer& q = (*qs)[i];
+            b += q.parameter_bytes();  // centroids counted at 4 bytes
+            if (compact()) b = b - std::size_t(q.ksub()) * q.D() * 4 + (*stored)[i].bytes();
+        }
     return b;
 }
 
-void PqLayerVersion::store_f16() {
-    if (f16()) return;
-    for (auto [qs, out] : {std::pair{&k, &k16}, std::pair{&v, &v16}}) {
-        out->resize(qs->size());
-        for (std::size_t i = 0; i < qs->size(); ++i) {
-            ProductQuantizer& q = (*qs)[i];
-            const std::size_t n = std::size_t(q.ksub()) * q.D();
-            (*out)[i].resize(n);
-            f32_to_fp16(q.centroids(), (*out)[i].data(), n);
+void PqLayerVersion::store_compact(CodebookStorage storage) {
+    if (compact()) return;
+    for (auto [qs, out] : {std::pair{&k, &kc}, std::pair{&v, &vc}}) {
+        out->clear();
+        for (ProductQuantizer& q : *qs) {
+            out->push_back(CompactCentroids::round(storage, q.centroids(), q.M(), q.ksub(), q.dsub()));
             q.release_centroids();
         }
     }
 }
 
-void PqLayerVersion::keep_counted_only(bool f16_codebooks) {
-    if (f16_codebooks) return store_f16();
+void PqLayerVersion::adopt_compact(std::vector<CompactCentroids> k_centroids, std::vector<CompactCentroids> v_centroids) {
+    AQPIM_ASSERT(k_centroids.size() == k.size() && v_centroids.size() == v.size());
+    kc = std::move(k_centroids);
+    vc = std::move(v_centroids);
+    for (auto* qs : {&k, &v})
+        for (ProductQuantizer& q : *qs) q.release_centroids();
+}
+
+void PqLayerVersion::keep_counted_only(CodebookStorage storage) {
+    if (storage != CodebookStorage::f32) return store_compact(storage);
     for (auto* qs : {&k, &v})
         for (ProductQuantizer& q : *qs) q.release_centroid_norms();
 }
 
 const float* PqLayerVersion::widened_centroids(bool value, int ih, std::vector<float>& out) const {
-    if (!f16()) return nullptr;
-    const AlignedBuffer<f16_t>& c16 = (value ? v16 : k16)[std::size_t(ih)];
-    out.resize(c16.size());
-    fp16_to_f32(c16.data(), out.data(), c16.size());
+    if (!compact()) return nullptr;
+    (value ? vc : kc)[std::size_t(ih)].widen(out);
     return out.data();
 }
 
 const ProductQuantizer& PqLayerVersion::quantizer(bool value, int ih, ProductQuantizer& scratch) const {
     const ProductQuantizer& q = (value ? v : k)[std::size_t(ih)];
-    if (!f16()) return q;
+    if (!compact()) return q;
     thread_local std::vector<float> wide;
-    const AlignedBuffer<f16_t>& c16 = (value ? v16 : k16)[std::size_t(ih)];
-    wide.resize(c16.size());
-    fp16_to_f32(c16.data(), wide.data(), c16.size());
+    (value ? vc : kc)[std::size_t(ih)].widen(wide);
     scratch = q;
     scratch.set_centroids(wide.data());
     return scratch;

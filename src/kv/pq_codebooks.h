@@ -10,28 +10,33 @@
 #include "aqpim/aligned.h"
 #include "aqpim/half.h"
 #include "aqpim/kv_pq.h"
+#include "kv/pq_compact_centroids.h"
 
 namespace aqpim::kv {
 
 /// The quantizers of one codebook version of one layer: [n_kv_head] each.
 struct PqLayerVersion {
     std::vector<ProductQuantizer> k, v;
-    /// cb=f16: the centroids of k[ih] / v[ih] in f16 [M][ksub][dsub]; the quantizers then hold none.
-    std::vector<AlignedBuffer<f16_t>> k16, v16;
+    /// cb=f16 / cb=int8: the centroids of k[ih] / v[ih] as stored; the quantizers then hold none.
+    std::vector<CompactCentroids> kc, vc;
 
-    /// Bytes of the parameters as held: docs/pq-format.md sections, centroids at 2 bytes with cb=f16.
+    /// Bytes of the parameters as held: docs/pq-format.md sections, centroids as stored (cb=).
     std::size_t parameter_bytes() const;
-    bool f16() const { return !k16.empty(); }
-    /// Keep the centroids in f16 only: round them once and release the quantizers' f32 copies.
-    void store_f16();
-    /// Once trained: keep only what parameter_bytes() counts. f16: store_f16(); f32: release the
-    /// centroids' norms (derived; encoding computes them per call).
-    void keep_counted_only(bool f16_codebooks);
+    bool compact() const { return !kc.empty(); }
+    /// Keep the centroids rounded to `storage` (f16 or int8) only and release the quantizers' f32
+    /// copies.
+    void store_compact(CodebookStorage storage);
+    /// Take centroids already stored (a state file's) and release the quantizers' f32 copies.
+    void adopt_compact(std::vector<CompactCentroids> k_centroids, std::vector<CompactCentroids> v_centroids);
+    /// Once trained: keep only what parameter_bytes() counts. f16/int8: store_compact(); f32:
+    /// release the centroids' norms (derived; encoding computes them per call).
+    void keep_counted_only(CodebookStorage storage);
     /// Quantizer ih of keys or values ready to encode, decode and build tables: the stored one, or
-    /// with f16 codebooks `scratch` set to it with the centroids widened to f32.
+    /// with compact codebooks `scratch` set to it with the centroids widened to f32.
     const ProductQuantizer& quantizer(bool value, int ih, ProductQuantizer& scratch) const;
-    /// With f16 codebooks: head ih's key or value centroids widened to f32 into `out` (what attention
-    /// passes as PqAttentionOptions::k/v_centroids; cheaper than quantizer()). Null without.
+    /// With compact codebooks: head ih's key or value centroids widened to f32 into `out` (what
+    /// attention passes as PqAttentionOptions::k/v_centroids; cheaper than quantizer()). Null
+    /// without.
     const float* widened_centroids(bool value, int ih, std::vector<float>& out) const;
 };
 

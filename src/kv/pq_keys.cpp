@@ -192,8 +192,9 @@ const std::vector<PqKey>& key_table() {
             "scores", {"f32", "int8"}, [](const PqKvParams& p) { return int(p.scores); },
             [](PqKvParams& p, int i) { p.scores = PqScorePath(i); }, "score tables: exact f32 or int8 (nbits 4)"));
         t.push_back(choice_key(
-            "cb", {"f32", "f16"}, [](const PqKvParams& p) { return p.f16_codebooks ? 1 : 0; },
-            [](PqKvParams& p, int i) { p.f16_codebooks = i == 1; }, "codebook storage (f16: half the bytes)"));
+            "cb", {"f32", "f16", "int8"}, [](const PqKvParams& p) { return int(p.codebooks); },
+            [](PqKvParams& p, int i) { p.codebooks = CodebookStorage(i); },
+            "codebook storage (f16: half the bytes; int8 with a scale per dimension: about 0.3)"));
         t.push_back(choice_key(
             "wq", PqKvParams::window_types(),
             [](const PqKvParams& p) {

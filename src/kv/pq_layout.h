@@ -26,7 +26,7 @@ PQParams pq_value_params(const PqKvParams& p, const KvShape& shape, int M);
 /// parameter_bytes() a quantizer of these parameters will have once trained: its docs/pq-format.md
 /// sections, with a permutation unless the plan is the identity by construction (contiguous order
 /// without NeoX pairs).
-std::size_t predicted_quantizer_bytes(const PQParams& params, bool f16_codebooks);
+std::size_t predicted_quantizer_bytes(const PQParams& params, CodebookStorage codebooks);
 /// The codec of the window and pre-calibration rows (wq=), none for f16; errors on a head_dim the
 /// codec cannot take.
 std::optional<RowCodec> pq_window_codec(const PqKvParams& p, const KvShape& shape);

@@ -3,11 +3,13 @@
 #include "kv/pq_state.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "aqpim/error.h"
 #include "aqpim/pq_codes.h"
+#include "kv/pq_compact_centroids.h"
 #include "kv/pq_layout.h"
 #include "pq/subspace_plan.h"
 
@@ -22,9 +24,14 @@ void write_pq_quantizer(ByteWriter& out, const PqLayerVersion& version, bool val
     const PQParams& p = q.params();
     const bool perm = !is_identity_permutation(q.permutation());
     out.u32(perm ? kHasPermutation : 0);
-    if (version.f16()) {
-        const AlignedBuffer<f16_t>& c16 = (value ? version.v16 : version.k16)[std::size_t(ih)];
-        out.u16s(c16.data(), c16.size());
+    if (version.compact()) {
+        const CompactCentroids& c = (value ? version.vc : version.kc)[std::size_t(ih)];
+        if (c.storage == CodebookStorage::f16) {
+            out.u16s(c.f16.data(), c.f16.size());
+        } else {
+            out.bytes(c.i8.data(), c.i8.size());
+            out.f32s(c.scale.data(), c.scale.size());
+        }
     } else {
         out.f32s(q.centroids(), std::size_t(q.ksub()) * q.D());
     }
@@ -36,19 +43,41 @@ void write_pq_quantizer(ByteWriter& out, const PqLayerVersion& version, bool val
 
 namespace {
 
-ProductQuantizer read_quantizer(ByteReader& in, const PQParams& p, bool f16_codebooks, const std::string& field) {
+/// One quantizer of a state file, and with cb=f16/int8 its centroids as stored.
+struct ReadQuantizer {
+    ProductQuantizer q;
+    CompactCentroids stored;
+};
+
+ReadQuantizer read_quantizer(ByteReader& in, const PQParams& p, CodebookStorage storage, const std::string& field) {
     const std::uint32_t flags = in.u32(field + " flags");
     if (flags & ~kHasPermutation) in.fail(fmt::format("'{} flags' = {:#x}: unknown bits set", field, flags));
-    const std::uint64_t D = std::uint64_t(p.D), n_centroids = (std::uint64_t(1) << p.nbits) * D;
+    const std::uint64_t D = std::uint64_t(p.D), ksub = std::uint64_t(1) << p.nbits, n_centroids = ksub * D;
     PqTrainedParts parts;
-    in.require(n_centroids, f16_codebooks ? 2 : 4, field + " centroids");
-    parts.centroids.resize(std::size_t(n_centroids));
-    if (f16_codebooks) {
-        std::vector<f16_t> c16(n_centroids);
-        in.u16s(c16.data(), n_centroids, field + " centroids");
-        fp16_to_f32(c16.data(), parts.centroids.data(), c16.size());  // exact; rounded back by store_f16
-    } else {
+    CompactCentroids stored;
+    stored.storage = storage;
+    stored.M = p.M, stored.ksub = int(ksub), stored.dsub = p.M > 0 ? p.D / p.M : 0;
+    std::vector<float> wide;
+    in.require(centroid_bytes(storage, ksub, D), 1, field + " centroids");
+    if (storage == CodebookStorage::f16) {
+        stored.f16.resize(n_centroids);
+        in.u16s(stored.f16.data(), n_centroids, field + " centroids");
+    } else if (storage == CodebookStorage::int8) {
+        stored.i8.resize(n_centroids);
+        const std::span<const std::uint8_t> b = in.bytes(n_centroids, field + " centroids");
+        std::memcpy(stored.i8.data(), b.data(), b.size());
+        stored.scale.resize(std::size_t(D));
+        in.f32s(stored.scale.data(), D, field + " centroid scales");
+        for (std::uint64_t d = 0; d < D; ++d)
+            if (!(std::isfinite(stored.scale[d]) && stored.scale[d] >= 0))
+                in.fail(fmt::format("'{} centroid scales' [{}] = {}: not a finite scale >= 0", field, d, stored.scale[d]));
+    }
+    if (storage == CodebookStorage::f32) {
+        parts.centroids.resize(std::size_t(n_centroids));
         in.f32s(parts.centroids.data(), n_centroids, field + " centroids");
+    } else {
+        stored.widen(wide);  // from_parts checks them as it would the f32 ones
+        parts.centroids.assign(wide.begin(), wide.end());
     }
     const auto floats = [&](std::vector<float>& out, std::uint64_t n, const char* what) {
         in.require(n, 4, field + what);
@@ -64,7 +93,7 @@ ProductQuantizer read_quantizer(ByteReader& in, const PQParams& p, bool f16_code
     if (p.rotation == Rotation::hadamard) floats(parts.hadamard_signs, D, " hadamard signs");
     if (p.rotation == Rotation::random_orthogonal) floats(parts.rotation, D * D, " rotation");
     try {
-        return ProductQuantizer::from_parts(p, std::move(parts), field);
+        return {ProductQuantizer::from_parts(p, std::move(parts), field), std::move(stored)};
     } catch (const Error& e) {
         in.fail(e.what());
     }
@@ -75,13 +104,21 @@ ProductQuantizer read_quantizer(ByteReader& in, const PQParams& p, bool f16_code
 PqLayerVersion read_pq_version(ByteReader& in, const PqKvParams& p, const KvShape& shape, std::span<const int> Mk,
                                std::span<const int> Mv, std::string_view field) {
     PqLayerVersion v;
+    std::vector<CompactCentroids> kc, vc;
     for (int ih = 0; ih < shape.n_kv_head; ++ih) {
         const std::string at = fmt::format("{} KV head {}", field, ih);
-        v.k.push_back(read_quantizer(in, pq_key_params(p, shape, Mk[std::size_t(ih)]), p.f16_codebooks, at + " keys"));
-        v.v.push_back(
-            read_quantizer(in, pq_value_params(p, shape, Mv[std::size_t(ih)]), p.f16_codebooks, at + " values"));
+        for (const bool value : {false, true}) {
+            const PQParams q = value ? pq_value_params(p, shape, Mv[std::size_t(ih)]) : pq_key_params(p, shape, Mk[std::size_t(ih)]);
+            ReadQuantizer r = read_quantizer(in, q, p.codebooks, at + (value ? " values" : " keys"));
+            (value ? v.v : v.k).push_back(std::move(r.q));
+            (value ? vc : kc).push_back(std::move(r.stored));
+        }
     }
-    v.keep_counted_only(p.f16_codebooks);
+    // Compact centroids are taken as stored: rounding their widened copies again could differ.
+    if (p.codebooks == CodebookStorage::f32)
+        v.keep_counted_only(p.codebooks);
+    else
+        v.adopt_compact(std::move(kc), std::move(vc));
     return v;
 }
 

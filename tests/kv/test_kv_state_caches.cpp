@@ -41,6 +41,7 @@ const std::vector<std::string>& all_schemes() {
         "kivi2:g=8,window=16",
         "pq:m=8,calib=40,sinks=3,window=10,refresh=64,page=32,versions=3,f16_layers=1",
         "pq:m=8,calib=40,sinks=3,window=10,refresh=64,page=32,versions=3,cb=f16",
+        "pq:m=8,calib=40,sinks=3,window=10,refresh=64,page=32,versions=3,cb=int8,rotation=hadamard",
         "pq:m=8,calib=40,sinks=3,window=10,refresh=64,page=32,versions=3,wq=q4_0",
         "pq:m=8,calib=40,sinks=3,window=10,refresh=64,page=32,rotation=hadamard,v_scale=1",
         "pq:m=16,nbits=8,calib=40,sinks=2,window=8,refresh=0,page=64,rotation=random",

@@ -456,6 +456,33 @@ TEST(PqKv, VersionsStopAtTheBoundAndOldTokensKeepTheirs) {
         EXPECT_LT(rel_error(attend(*c, d, 0, 0, ih, n - 1, n), attend(*dec, d, 0, 0, ih, n - 1, n)), kTolCodesVsDecode);
 }
 
+TEST(PqKv, Int8CodebooksAttendAsTheF32OnesDo) {
+    // cb=int8 rounds each centroid to a step of max|c| / 127 of its dimension: far below the
+    // quantization error, so attention stays as close to cb=f32's as cb=f16's does in scale, and
+    // the codebooks take 16 + 4 of every 64 bytes (16 centroids: ksub D + 4 D of 4 ksub D).
+    const KvShape shape = neox_shape(1, 2, 64);
+    const int n = 600;
+    const Data d = synthetic(shape, n, 4, 11);
+    std::vector<std::unique_ptr<KvCache>> caches;
+    for (const char* cb : {"f32", "f16", "int8"}) {
+        caches.push_back(pq_cache(std::string("pq:m=16,calib=256,refresh=0,cb=") + cb, shape));
+        caches.back()->add_sequence(0);
+        append_all_layers(*caches.back(), d, 0, 0, n);
+    }
+    const std::uint64_t b32 = part(caches[0]->memory(), "codebooks"), b8 = part(caches[2]->memory(), "codebooks");
+    const std::uint64_t n_quantizers = 2 * 2, D = 64;  // keys and values of 2 KV heads
+    EXPECT_EQ(b32 - b8, n_quantizers * (16 * D * 3 - D * 4));
+    for (int ih = 0; ih < 2; ++ih) {
+        const std::vector<float> ref = attend(*caches[0], d, 0, 0, ih, 300, n);
+        const double e16 = rel_error(attend(*caches[1], d, 0, 0, ih, 300, n), ref);
+        const double e8 = rel_error(attend(*caches[2], d, 0, 0, ih, 300, n), ref);
+        EXPECT_GT(e8, 0) << "head " << ih << ": rounding to int8 changed nothing";
+        EXPECT_LT(e8, 0.02) << "head " << ih << " (f16: " << e16 << ")";
+        RecordProperty("int8 head " + std::to_string(ih), std::to_string(e8));
+        RecordProperty("f16 head " + std::to_string(ih), std::to_string(e16));
+    }
+}
+
 // ---- accounting ----------------------------------------------------------------------------------------
 
 TEST(PqKv, MemoryMatchesHandCountedBytes) {
@@ -463,12 +490,15 @@ TEST(PqKv, MemoryMatchesHandCountedBytes) {
     const int n_kv = 2, D = 32;
     const Data d = synthetic(shape, 400, 1, 6);
     // Layer 2 dense; layers 0 and 1 coded with k_m = 8 (16 bytes per token at 4 bits... 4) and v_m = 16.
-  // cb=f32 / cb=f16 codebooks; window and pre-calibration rows as f16 (64 bytes), q8_0 (one block:
-  // 32 int8 + f16 scale = 34 bytes) or int4 (one group of 32: 16 bytes of codes + f16 scale and min = 20).
-  for (const auto& [centroid_bytes, wq, tail_row] : {std::tuple{4, "f16", 64}, std::tuple{2, "f16", 64},
-                                                      std::tuple{4, "q8_0", 34}, std::tuple{2, "int4", 20}}) {
+  // cb=f32 / cb=f16 / cb=int8 codebooks (int8: 1 byte per centroid value and an f32 scale per
+  // dimension); window and pre-calibration rows as f16 (64 bytes), q8_0 (one block: 32 int8 + f16
+  // scale = 34 bytes) or int4 (one group of 32: 16 bytes of codes + f16 scale and min = 20).
+  for (const auto& [cb, wq, tail_row] : {std::tuple{"f32", "f16", 64}, std::tuple{"f16", "f16", 64},
+                                         std::tuple{"f32", "q8_0", 34}, std::tuple{"f16", "int4", 20},
+                                         std::tuple{"int8", "q8_0", 34}}) {
     const std::string spec = std::string("pq:k_m=8,v_m=16,calib=36,sinks=4,window=8,refresh=64,page=32,versions=2,"
-                                         "f16_layers=2") + (centroid_bytes == 2 ? ",cb=f16" : "") + ",wq=" + wq;
+                                         "f16_layers=2,cb=") + cb + ",wq=" + wq;
+    const std::uint64_t centroids = std::string(cb) == "int8" ? 16 * D + D * 4 : 16 * D * (std::string(cb) == "f16" ? 2 : 4);
     SCOPED_TRACE(spec);
     auto c = pq_cache(spec, shape);
     c->add_sequence(0);
@@ -476,8 +506,8 @@ TEST(PqKv, MemoryMatchesHandCountedBytes) {
     const std::uint64_t width = 2 * n_kv * (8 / 2 + 16 / 2);  // code bytes per token, coded layers
     const std::uint64_t code_page = 32 * width;               // 1536, a multiple of 64
     const std::uint64_t dense_page = 32 * 1 * n_kv * 2 * row; // 8192
-    const std::uint64_t q_k = 16 * D * centroid_bytes + D * 4 + D * 4;  // centroids + key scale + permutation
-    const std::uint64_t q_v = 16 * D * centroid_bytes + D * 4;          // centroids + permutation
+    const std::uint64_t q_k = centroids + D * 4 + D * 4;  // centroids + key scale + permutation
+    const std::uint64_t q_v = centroids + D * 4;          // centroids + permutation
     const std::uint64_t version = 2 * n_kv * (q_k + q_v);
     struct Want {
         int n;

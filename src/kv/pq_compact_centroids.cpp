@@ -1,0 +1,69 @@
+// Centroids rounded to f16 or int8 (kv/pq_compact_centroids.h).
+
+#include "kv/pq_compact_centroids.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "aqpim/error.h"
+
+namespace aqpim::kv {
+
+std::size_t centroid_bytes(CodebookStorage storage, std::size_t ksub, std::size_t D) {
+    switch (storage) {
+    case CodebookStorage::f32: return ksub * D * 4;
+    case CodebookStorage::f16: return ksub * D * 2;
+    case CodebookStorage::int8: return ksub * D + D * 4;
+    }
+    return 0;
+}
+
+CompactCentroids CompactCentroids::round(CodebookStorage storage, const float* centroids, int M, int ksub, int dsub) {
+    AQPIM_ASSERT(storage != CodebookStorage::f32);
+    CompactCentroids c;
+    c.storage = storage;
+    c.M = M, c.ksub = ksub, c.dsub = dsub;
+    const std::size_t n = c.n_values();
+    if (storage == CodebookStorage::f16) {
+        c.f16.resize(n);
+        f32_to_fp16(centroids, c.f16.data(), n);
+        return c;
+    }
+    c.scale.assign(std::size_t(M) * dsub, 0.0f);
+    for (int m = 0; m < M; ++m)
+        for (int k = 0; k < ksub; ++k)
+            for (int j = 0; j < dsub; ++j) {
+                float& s = c.scale[std::size_t(m) * dsub + j];
+                s = std::max(s, std::fabs(centroids[(std::size_t(m) * ksub + k) * dsub + j]));
+            }
+    for (float& s : c.scale) s /= 127.0f;
+    c.i8.resize(n);
+    for (int m = 0; m < M; ++m)
+        for (int k = 0; k < ksub; ++k)
+            for (int j = 0; j < dsub; ++j) {
+                const std::size_t i = (std::size_t(m) * ksub + k) * dsub + j;
+                const float s = c.scale[std::size_t(m) * dsub + j];
+                const float q = s > 0 ? std::nearbyint(centroids[i] / s) : 0.0f;
+                c.i8[i] = std::int8_t(std::clamp(q, -127.0f, 127.0f));
+            }
+    return c;
+}
+
+std::size_t CompactCentroids::bytes() const {
+    return centroid_bytes(storage, std::size_t(ksub), std::size_t(M) * dsub);
+}
+
+void CompactCentroids::widen(std::vector<float>& out) const {
+    const std::size_t n = n_values();
+    out.resize(n);
+    if (storage == CodebookStorage::f16) return fp16_to_f32(f16.data(), out.data(), n);
+    AQPIM_ASSERT(storage == CodebookStorage::int8);
+    for (int m = 0; m < M; ++m)
+        for (int k = 0; k < ksub; ++k)
+            for (int j = 0; j < dsub; ++j) {
+                const std::size_t i = (std::size_t(m) * ksub + k) * dsub + j;
+                out[i] = float(i8[i]) * scale[std::size_t(m) * dsub + j];
+            }
+}
+
+}  // namespace aqpim::kv
