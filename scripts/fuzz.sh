@@ -110,9 +110,9 @@ seed() {
         AQPIM_FUZZ_WRITE_SEEDS=$dir nice -n 19 "$build/fuzz/fuzz_pq_file" >/dev/null 2>&1 || true ;;
     kv_state)
         if have_aqpim && have models/stories260K; then
-            for kv in f16 f32 int8 q4_0 kivi2 pq:calib=8 turbo qjl; do
+            for kv in f16 f32 int8 q4_0 kivi2 pq:calib=8 pq:calib=8,cb=int8 pq:calib=8,cb=f16 turbo qjl; do
                 nice -n 19 "$aqpim" -t 1 run -m "$shared/models/stories260K/stories260K.bin" -p 'Once upon' -n 12 --kv "$kv" \
-                    --save-state "$dir/state-${kv%%:*}.kvs" >/dev/null 2>&1 || true
+                    --save-state "$dir/state-${kv//[:=,]/_}.kvs" >/dev/null 2>&1 || true
             done
         fi ;;
     openai_request)
