@@ -27,5 +27,7 @@ subset=()
 if [ "${1:-}" = --fast ]; then shift; subset=(-E "$slow"); fi
 
 configure_sanitizer_build "$build"
-nice -n 19 cmake --build "$build" -j "$AQPIM_BUILD_JOBS" --target aqpim_tests aqpim_cli
+# Everything the directory is configured for: the tests and the command, and with -DAQPIM_FUZZ=ON
+# (scripts/fuzz.sh in the same directory, as CI does) the fuzz targets that FuzzRegression.* runs.
+nice -n 19 cmake --build "$build" -j "$AQPIM_BUILD_JOBS"
 ctest --test-dir "$build" -j2 --output-on-failure "${subset[@]}" "$@"
