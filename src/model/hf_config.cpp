@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "aqpim/error.h"
+#include "aqpim/json_integer.h"
 #include "aqpim/file_io.h"
 
 namespace aqpim {
@@ -29,11 +30,9 @@ int int_field(const json& obj, const char* key, const std::string& path, std::op
         return *fallback;
     }
     AQPIM_CHECK(v->is_number_integer(), "{}: field '{}' is {}, expected an integer", path, key, json_excerpt(*v));
-    const std::int64_t x = v->is_number_unsigned()
-                               ? std::int64_t(std::min<std::uint64_t>(v->get<std::uint64_t>(), std::uint64_t(hi) + 1))
-                               : v->get<std::int64_t>();
-    AQPIM_CHECK(x >= lo && x <= hi, "{}: field '{}' = {} is out of range [{}, {}]", path, key, json_excerpt(*v), lo, hi);
-    return int(x);
+    const std::optional<std::int64_t> x = json_integer_in(*v, lo, hi);
+    AQPIM_CHECK(x, "{}: field '{}' = {} is out of range [{}, {}]", path, key, json_excerpt(*v), lo, hi);
+    return int(*x);
 }
 
 double float_field(const json& obj, const char* key, const std::string& path, std::optional<double> fallback) {

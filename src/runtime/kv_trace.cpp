@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "aqpim/error.h"
+#include "aqpim/json_integer.h"
 #include "aqpim/file_io.h"
 #include "aqpim/model.h"
 
@@ -20,11 +21,9 @@ template <class T>
 T integer(const nlohmann::json& v) {
     if (!v.is_number_integer())
         throw std::invalid_argument(fmt::format("expected an integer, got {}", json_excerpt(v)));
-    if (v.is_number_unsigned() ? v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<T>::max())
-                               : (v.get<std::int64_t>() < std::numeric_limits<T>::min() ||
-                                  v.get<std::int64_t>() > std::numeric_limits<T>::max()))
-        throw std::invalid_argument(fmt::format("integer {} out of range", json_excerpt(v)));
-    return T(v.get<std::int64_t>());
+    const std::optional<std::int64_t> x = json_integer_in(v, std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+    if (!x) throw std::invalid_argument(fmt::format("integer {} out of range", json_excerpt(v)));
+    return T(*x);
 }
 constexpr const char* kFormat = "aqpim-kv-trace";
 constexpr int kVersion = 1;

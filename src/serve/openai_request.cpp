@@ -5,6 +5,7 @@
 #include <set>
 
 #include "aqpim/error.h"
+#include "aqpim/json_integer.h"
 #include "aqpim/file_io.h"
 
 namespace aqpim::serve {
@@ -65,11 +66,9 @@ double number(const json& v, const std::string& param, double lo, double hi) {
 
 std::int64_t integer(const json& v, const std::string& param, std::int64_t lo, std::int64_t hi) {
     if (!v.is_number_integer()) bad(param, fmt::format("expected an integer, got {}", json_excerpt(v)));
-    if (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
-        bad(param, fmt::format("{} is outside [{}, {}]", json_excerpt(v), lo, hi));
-    const std::int64_t x = v.get<std::int64_t>();
-    if (x < lo || x > hi) bad(param, fmt::format("{} is outside [{}, {}]", x, lo, hi));
-    return x;
+    const std::optional<std::int64_t> x = json_integer_in(v, lo, hi);
+    if (!x) bad(param, fmt::format("{} is outside [{}, {}]", json_excerpt(v), lo, hi));
+    return *x;
 }
 
 bool boolean(const json& v, const std::string& param) {
