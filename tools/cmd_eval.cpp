@@ -3,7 +3,8 @@
 //   --generate N  greedy decoding after a prompt: first divergence from f16, KL per window of steps
 //   --fidelity    one layer's KV head: attention-output and score error by position, and the
 //                 retrieval view (--all-heads: the retrieval view over every layer and KV head)
-//   --needles     planted needles on synthetic K/V of the model's head_dim, 1K-128K tokens
+//   --needles     planted needles on synthetic K/V of the model's head_dim, 1K-128K tokens (with -f:
+//                 a column of the perplexity table, at -c)
 //   --retrieval F end-to-end retrieval: greedy exact match of each JSONL prompt's expected text
 //   --retrieval-gen OUT  write copy prompts (JSONL) with filler from -f
 
@@ -202,7 +203,8 @@ void add_eval_command(CLI::App& app) {
 
     cmd->add_flag("--all-heads", a->all_heads, "--fidelity: the retrieval view over every layer and KV head")->needs(fidelity);
     auto* needles = cmd->add_flag("--needles", a->needles,
-                                  "planted needles on synthetic K/V of the model's head_dim (--contexts, --depths)");
+                                  "planted needles on synthetic K/V of the model's head_dim (--contexts, --depths); "
+                                  "with -f TEXT, a column of the perplexity table at the chunk's context");
     auto* retrieval = cmd->add_option("--retrieval", a->retrieval,
                                       "end-to-end retrieval: FILE.jsonl of {\"prompt\", \"expected\"} lines, greedy exact match");
     auto* retrieval_gen = cmd->add_option("--retrieval-gen", a->retrieval_gen,
@@ -228,24 +230,31 @@ void add_eval_command(CLI::App& app) {
 
     cmd->callback([=] {
         const std::vector<KvSchemeSpec> schemes = parse_kv_schemes(opts->kv);
-        const bool retrieval_mode = a->needles || !a->retrieval.empty() || !a->retrieval_gen.empty();
+        const bool retrieval_mode = (a->needles && a->text_path.empty()) || !a->retrieval.empty() || !a->retrieval_gen.empty();
         AQPIM_CHECK(a->plot.empty() || !retrieval_mode, "--plot is for the perplexity mode");
         if (!a->retrieval_gen.empty()) {
             AQPIM_CHECK(!a->text_path.empty(), "--retrieval-gen needs -f TEXT (the filler words)");
             check_output_not_input(a->retrieval_gen, {opts->model, opts->tokenizer, a->text_path}, "--retrieval-gen");
         }
-        if (a->needles) {
-            const LoadedModel model = load_model_for_cli(*opts);
+        // --needles alone: its own report over --contexts; with -f TEXT: a column of the perplexity
+        // table, at the chunk's context.
+        const auto needle_options = [&](const LoadedModel& model) {
             NeedleOptions no = a->needle;
             no.head_dim = model.weights.config.head_dim;
             no.seed = a->gen.seed;
             if (contexts->count() > 0) no.contexts = a->gen.contexts;
             if (depths->count() > 0) no.depths = a->gen.depths;
-            const auto r = plant_needles(with_f16_reference(schemes, nullptr), no,
-                                         [](const std::string& m) { fmt::print(stderr, "{}\n", m); });
+            return no;
+        };
+        const auto needle_progress = [](const std::string& m) { fmt::print(stderr, "{}\n", m); };
+        if (a->needles && a->text_path.empty()) {
+            const LoadedModel model = load_model_for_cli(*opts);
+            const auto r = plant_needles(with_f16_reference(schemes, nullptr), needle_options(model), needle_progress);
             print_report(*a, needles_table(r), needles_json(r), needles_table(r));
             return;
         }
+        AQPIM_CHECK(!a->needles || contexts->count() == 0,
+                    "--needles with -f measures at the chunk's context (-c); --contexts is for --needles alone");
         AQPIM_CHECK(!(a->generate > 0 && a->fidelity), "--generate and --fidelity are separate modes; pick one");
         AQPIM_CHECK(a->plot.empty() || (a->generate == 0 && !a->fidelity),
                     "--plot is for the perplexity mode (not --generate or --fidelity)");
@@ -324,7 +333,18 @@ void add_eval_command(CLI::App& app) {
                    a->quality.n_ctx);
         QualityOptions qo = a->quality;
         qo.progress = print_progress;
-        const QualityReport r = evaluate_quality(transformer, tokens, model.tokenizer->bos(), schemes, qo);
+        QualityReport r = evaluate_quality(transformer, tokens, model.tokenizer->bos(), schemes, qo);
+        if (a->needles) {
+            NeedleOptions no = needle_options(model);
+            no.contexts = {a->quality.n_ctx};
+            for (const SchemeNeedles& sn : plant_needles(with_f16_reference(schemes, nullptr), no, needle_progress))
+                for (SchemeQuality& q : r.schemes)
+                    if (q.spec == sn.spec) {
+                        q.needles_n = int(sn.results.size());
+                        q.needles_kept = int(std::count_if(sn.results.begin(), sn.results.end(),
+                                                           [](const NeedleResult& x) { return x.kept; }));
+                    }
+        }
         const std::string js = quality_json(r, meta);
         print_report(*a, quality_table(r), js, quality_csv(r));
         if (!a->plot.empty()) run_plot(plotter, js, a->plot);

@@ -92,6 +92,9 @@ struct SchemeQuality {
     double peak_bits_per_element = 0;  ///< peak_kv_bytes per element of n_ctx tokens
     double seconds = 0;            ///< in forward calls (prefill + scored half), all chunks
     double tokens_per_s = 0;       ///< n_ctx * n_chunks / seconds
+    /// `eval -f TEXT --needles`: planted needles (plant_needles, aqpim/retrieval.h) at the chunk's
+    /// context: queries, and those whose weight on the needle the scheme kept (0 queries: not run).
+    int needles_n = 0, needles_kept = 0;
 };
 
 struct QualityReport {

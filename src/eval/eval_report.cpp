@@ -104,19 +104,36 @@ Json with_meta(const Meta& meta) {
 
 // ---- quality ------------------------------------------------------------------------------------------
 
+namespace {
+bool has_needles(const QualityReport& r) {
+    return std::any_of(r.schemes.begin(), r.schemes.end(), [](const SchemeQuality& q) { return q.needles_n > 0; });
+}
+std::string needles_cell(const SchemeQuality& q) {
+    return q.needles_n > 0 ? fmt::format("{:.1f} ({}/{})", 100.0 * q.needles_kept / q.needles_n, q.needles_kept, q.needles_n)
+                           : std::string("n/a");
+}
+}  // namespace
+
 std::string quality_table(const QualityReport& r) {
+    const bool needles = has_needles(r);
     std::vector<std::vector<std::string>> rows = {
         {"scheme", "bits/elem", "peak", "KV MiB", "PPL", "dPPL %", "mean KL", "max KL", "top-1 %", "tokens/s"}};
-    for (const SchemeQuality& q : r.schemes)
+    if (needles) rows[0].push_back("needles %");
+    for (const SchemeQuality& q : r.schemes) {
         rows.push_back({name_of(q.spec, q.reference), fmt::format("{:.3f}", q.bits_per_element),
                         fmt::format("{:.3f}", q.peak_bits_per_element), mib(q.kv_bytes),
                         fmt::format("{:.4f} ± {:.4f}", q.ppl, q.ppl_error), fmt::format("{:+.3f}", q.delta_ppl_pct),
                         fmt::format("{:.4e} ± {:.1e}", q.mean_kl, q.kl_error), fmt::format("{:.3e}", q.max_kl),
                         fmt::format("{:.2f} ± {:.2f}", 100 * q.top1, 100 * q.top1_error),
                         fmt::format("{:.1f}", q.tokens_per_s)});
+        if (needles) rows.back().push_back(needles_cell(q));
+    }
     return fmt::format("{} chunks of {} tokens, {} scored per scheme; KL(p_f16 || p_scheme) in nats; KV bytes of one "
-                       "sequence at {} tokens (peak: the most it holds on the way there, per element at {})\n",
-                       r.n_chunks, r.n_ctx, r.n_scored, r.n_ctx, r.n_ctx) +
+                       "sequence at {} tokens (peak: the most it holds on the way there, per element at {}){}\n",
+                       r.n_chunks, r.n_ctx, r.n_scored, r.n_ctx, r.n_ctx,
+                       needles ? fmt::format("; needles: % of planted-needle queries at {} tokens whose weight the "
+                                             "scheme keeps within 10% and above 1/2 (docs/eval.md)", r.n_ctx)
+                               : std::string()) +
            aligned(rows);
 }
 
@@ -150,6 +167,7 @@ std::string quality_json(const QualityReport& r, const Meta& meta) {
                            {"kv_parts", parts},
                            {"seconds", q.seconds},
                            {"tokens_per_s", q.tokens_per_s}});
+        if (q.needles_n > 0) schemes.back()["needles"] = {{"n_queries", q.needles_n}, {"n_kept", q.needles_kept}};
     }
     j["schemes"] = schemes;
     return j.dump(1) + "\n";
@@ -164,10 +182,15 @@ std::string quality_csv(const QualityReport& r) {
                         csv_number(q.kl_error), csv_number(q.max_kl), csv_number(q.top1),
                         csv_number(q.bits_per_element), csv_number(q.peak_bits_per_element), std::to_string(q.kv_bytes),
                         std::to_string(q.peak_kv_bytes), csv_number(q.tokens_per_s)});
-    return csv({"spec", "scheme", "reference", "n_ctx", "n_chunks", "n_scored", "ppl", "ppl_error", "delta_ppl_pct",
-                "mean_kl", "kl_error", "max_kl", "top1", "bits_per_element", "peak_bits_per_element", "kv_bytes",
-                "peak_kv_bytes", "tokens_per_s"},
-               rows);
+    std::vector<std::string> header = {"spec", "scheme", "reference", "n_ctx", "n_chunks", "n_scored", "ppl", "ppl_error",
+                                       "delta_ppl_pct", "mean_kl", "kl_error", "max_kl", "top1", "bits_per_element",
+                                       "peak_bits_per_element", "kv_bytes", "peak_kv_bytes", "tokens_per_s"};
+    if (has_needles(r)) {  // with --needles only, so that the columns stay as they were without
+        header.insert(header.end(), {"needles_n_queries", "needles_n_kept"});
+        for (std::size_t i = 0; i < rows.size(); ++i)
+            rows[i].insert(rows[i].end(), {std::to_string(r.schemes[i].needles_n), std::to_string(r.schemes[i].needles_kept)});
+    }
+    return csv(header, rows);
 }
 
 // ---- generation ---------------------------------------------------------------------------------------

@@ -590,6 +590,35 @@ TEST(EvalCli, TableJsonAndCsv) {
     EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3) << csv;
 }
 
+TEST(EvalCli, NeedlesWithATextAreAColumnAtTheChunksContext) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+    AQPIM_REQUIRE_SHARED("text/tinystories-valid.txt");
+    // One context (the chunk's, 64) x one depth x the 3 target weights: 3 queries per scheme.
+    const auto j = test::run_cli(kSmallRun + "--needles --depths 0.5 --kv 'int8:g=8;int4:g=8' --json 2>/dev/null");
+    ASSERT_EQ(j.exit_code, 0) << j.output;
+    const auto json = nlohmann::json::parse(j.output.substr(j.output.find('{')));
+    ASSERT_EQ(json["schemes"].size(), 3u);
+    for (const auto& s : json["schemes"]) {
+        ASSERT_TRUE(s.contains("needles")) << s.dump();
+        EXPECT_EQ(s["needles"]["n_queries"], 3) << s["spec"];
+        EXPECT_LE(s["needles"]["n_kept"].get<int>(), 3);
+    }
+    EXPECT_EQ(json["schemes"][0]["spec"], "f16");
+    EXPECT_EQ(json["schemes"][0]["needles"]["n_kept"], 3);  // the reference keeps every needle
+    const auto t = test::run_cli(kSmallRun + "--needles --depths 0.5 --kv 'int8:g=8' 2>/dev/null");
+    ASSERT_EQ(t.exit_code, 0) << t.output;
+    EXPECT_NE(t.output.find("needles %"), std::string::npos) << t.output;
+    EXPECT_NE(t.output.find("100.0 (3/3)"), std::string::npos) << t.output;
+    EXPECT_NE(t.output.find("queries at 64 tokens"), std::string::npos) << t.output;
+    const auto c = test::run_cli(kSmallRun + "--needles --depths 0.5 --kv 'int8:g=8' --csv 2>/dev/null");
+    EXPECT_NE(c.output.find(",needles_n_queries,needles_n_kept"), std::string::npos) << c.output;
+    const auto no = test::run_cli(kSmallRun + "--kv 'int8:g=8' --csv 2>/dev/null");
+    EXPECT_EQ(no.output.find("needles"), std::string::npos) << no.output;  // without --needles: as before
+    const auto bad = test::run_cli(kSmallRun + "--needles --contexts 1024 --kv int8:g=8");
+    EXPECT_NE(bad.exit_code, 0);
+    EXPECT_NE(bad.output.find("--contexts is for --needles alone"), std::string::npos) << bad.output;
+}
+
 TEST(EvalCli, GenerateAndFidelityModes) {
     AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
     AQPIM_REQUIRE_SHARED("text/tinystories-valid.txt");
