@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+namespace aqpim {
+class ProductQuantizer;
+}
+
 namespace aqpim::cli {
 
 /// One aligned table per "section" of the rows (tools/cmd_bench.cpp).
@@ -33,6 +37,11 @@ nlohmann::ordered_json bench_scan(const BenchOptions& opt);
 nlohmann::ordered_json bench_int8_error(const BenchOptions& opt);
 /// Value side alone: histogram path vs register-permute path, per SIMD level.
 nlohmann::ordered_json bench_values(const BenchOptions& opt);
+/// A D = 128 quantizer trained on uniform noise (codes are random: for timing only).
+ProductQuantizer bench_pq(int M, int nbits, std::uint64_t seed);
+/// One attention call on codes cut into its stages (GQA 4, D = 128, M = 32, 4-bit): per-tile
+/// stages in ns/token, per-call ones in us, beside the whole call in the same run.
+nlohmann::ordered_json bench_stages(const BenchOptions& opt);
 /// GQA-group attention (4 query heads, D = 128): PQ vs dense f32 and f16, in cache and cold,
 /// one and two threads.
 nlohmann::ordered_json bench_attention(const BenchOptions& opt);

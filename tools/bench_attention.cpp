@@ -40,25 +40,6 @@ std::vector<std::int64_t> contexts(const BenchOptions& opt) {
     return {1024, 8192, 32768, 131072};
 }
 
-// A quantizer of the benchmark's shape trained on Gaussian data (codes are random: speed only).
-ProductQuantizer bench_pq(int M, int nbits, std::uint64_t seed) {
-    PQParams p;
-    p.D = kD;
-    p.M = M;
-    p.nbits = nbits;
-    p.seed = seed;
-    p.kmeans.max_iter = 4;
-    ProductQuantizer pq(p);
-    std::vector<float> x(std::size_t(512) * kD);
-    std::uint64_t s = seed * 2654435761u + 1;
-    for (float& v : x) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        v = float(std::int64_t(s >> 33) % 2001 - 1000) / 1000.0f;
-    }
-    pq.train(x.data(), 512);
-    return pq;
-}
-
 // Run one call per thread on its own slot(s), n_threads in parallel; returns seconds per round.
 double time_parallel(int n_threads, const std::function<void(std::int64_t, int)>& call, const BenchOptions& opt) {
     return time_per_call(
@@ -79,6 +60,24 @@ double exact_scan_uops_per_token(int M) {
 }
 
 }  // namespace
+
+ProductQuantizer bench_pq(int M, int nbits, std::uint64_t seed) {
+    PQParams p;
+    p.D = kD;
+    p.M = M;
+    p.nbits = nbits;
+    p.seed = seed;
+    p.kmeans.max_iter = 4;
+    ProductQuantizer pq(p);
+    std::vector<float> x(std::size_t(512) * kD);
+    std::uint64_t s = seed * 2654435761u + 1;
+    for (float& v : x) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        v = float(std::int64_t(s >> 33) % 2001 - 1000) / 1000.0f;
+    }
+    pq.train(x.data(), 512);
+    return pq;
+}
 
 json bench_bandwidth(const BenchOptions& opt) {
     json rows = json::array();
@@ -267,10 +266,10 @@ json bench_values(const BenchOptions& opt) {
         for (std::size_t i = 0; i < w.codes.size(); ++i) w.codes[i] = std::uint8_t(i * 2654435761u >> 13);
         return w;
     };
-    auto histogram_seconds = [&](const PqKernels& k, Width& w) {
+    auto histogram_seconds = [&](const PqKernels& k, Width& w, std::int64_t n_blocks) {
         return time_per_call(
             [&](std::int64_t) {
-                k.values_hist(p.data(), T, kGroup, M, w.nbits, w.codes.data(), nb, w.hist.data());
+                k.values_hist(p.data(), T, kGroup, M, w.nbits, w.codes.data(), n_blocks, w.hist.data());
                 hist_times_codebook(w.hist.data(), kGroup, M, 1 << w.nbits, dsub, w.cents.data(), out.data());
             },
             min_seconds(opt), reps(opt));
@@ -278,25 +277,50 @@ json bench_values(const BenchOptions& opt) {
     Width w4 = width(4), w8 = width(8);
     std::vector<float> cols(w4.cents.size());
     codebook_columns(w4.cents.data(), M, dsub, cols.data());
+    std::vector<float> pair_hist(pair_hist_floats(kGroup, M));
     const SimdLevel saved = active_simd_level();
     for (SimdLevel level : supported_simd_levels()) {
         const PqKernels& k = pq_kernels(level);
-        const double s_hist = histogram_seconds(k, w4);
-        const double s_perm = time_per_call(
-            [&](std::int64_t) { k.values_perm(p.data(), T, kGroup, M, dsub, w4.codes.data(), nb, cols.data(), out.data()); },
-            min_seconds(opt), reps(opt));
         set_simd_level(level);
-        const char* chosen = resolve_value_path(PqValuePath::automatic, 4) == PqValuePath::permute ? "permute" : "histogram";
-        rows.push_back({{"section", "values"}, {"case", fmt::format("GQA {} heads, M={}, 4-bit, T={}", kGroup, M, T)},
-                        {"simd", simd_level_name(level)}, {"threads", 1},
-                        {"histogram_mtokens_per_s", T / s_hist / 1e6}, {"permute_mtokens_per_s", T / s_perm / 1e6},
-                        {"permute_over_histogram", s_hist / s_perm}, {"automatic_uses", chosen}});
+        // Each path as one attention call runs it over `n` tokens, the per-call work included
+        // (the pair tables' clear and fold, the histogram x codebook product): the context decides
+        // which path `automatic` takes.
+        for (std::int64_t n : {std::int64_t(1024), T}) {
+            const std::int64_t n_blocks = code_blocks_for(n);
+            const double s_hist = histogram_seconds(k, w4, n_blocks);
+            const double s_perm = time_per_call(
+                [&](std::int64_t) {
+                    k.values_perm(p.data(), T, kGroup, M, dsub, w4.codes.data(), n_blocks, cols.data(), out.data());
+                },
+                min_seconds(opt), reps(opt));
+            const double s_pairs = time_per_call(
+                [&](std::int64_t) {
+                    std::fill(pair_hist.begin(), pair_hist.end(), 0.0f);
+                    std::fill(w4.hist.begin(), w4.hist.end(), 0.0f);
+                    k.values_pairs(p.data(), T, kGroup, M, w4.codes.data(), n_blocks, pair_hist.data());
+                    pair_hist_marginals(pair_hist.data(), kGroup, M, w4.hist.data());
+                    hist_times_codebook(w4.hist.data(), kGroup, M, 16, dsub, w4.cents.data(), out.data());
+                },
+                min_seconds(opt), reps(opt));
+            const PqValuePath chosen = resolve_value_path(PqValuePath::automatic, 4, n);
+            const double tokens = double(n_blocks * kCodeBlock);
+            rows.push_back({{"section", "values"}, {"case", fmt::format("GQA {} heads, M={}, 4-bit, T={}", kGroup, M, n)},
+                            {"simd", simd_level_name(level)}, {"threads", 1}, {"T", n},
+                            {"histogram_mtokens_per_s", tokens / s_hist / 1e6},
+                            {"permute_mtokens_per_s", tokens / s_perm / 1e6},
+                            {"pairs_mtokens_per_s", tokens / s_pairs / 1e6},
+                            {"pairs_ns_per_token", s_pairs / tokens * 1e9},
+                            {"permute_over_histogram", s_hist / s_perm}, {"pairs_over_permute", s_perm / s_pairs},
+                            {"automatic_uses", chosen == PqValuePath::pairs     ? "pairs"
+                                               : chosen == PqValuePath::permute ? "permute"
+                                                                                : "histogram"}});
+        }
     }
     set_simd_level(saved);
     for (SimdLevel level : supported_simd_levels())  // 8-bit: the histogram path only (256 bins)
         rows.push_back({{"section", "values"}, {"case", fmt::format("GQA {} heads, M={}, 8-bit, T={}", kGroup, M, T)},
                         {"simd", simd_level_name(level)}, {"threads", 1},
-                        {"histogram_mtokens_per_s", T / histogram_seconds(pq_kernels(level), w8) / 1e6},
+                        {"histogram_mtokens_per_s", T / histogram_seconds(pq_kernels(level), w8, nb) / 1e6},
                         {"automatic_uses", "histogram"}});
     return rows;
 }

@@ -82,9 +82,9 @@ void add_bench_command(CLI::App& app) {
     auto args = std::make_shared<Args>();
     pq->add_flag("--json", args->json, "print JSON instead of tables");
     pq->add_flag("--quick", args->quick, "small sizes and short runs (smoke test)");
-    pq->add_option("--sections", args->sections, "subset: bandwidth,kmeans,encode,scan,int8_error,values,attention")
+    pq->add_option("--sections", args->sections, "subset: bandwidth,kmeans,encode,scan,int8_error,values,stages,attention")
         ->delimiter(',')
-        ->check(CLI::IsMember({"bandwidth", "kmeans", "encode", "scan", "int8_error", "values", "attention"}));
+        ->check(CLI::IsMember({"bandwidth", "kmeans", "encode", "scan", "int8_error", "values", "stages", "attention"}));
     pq->add_option("-o,--out", args->out, "also write the JSON to this file");
     pq->callback([args] {
         // The output is opened first: an unwritable path fails now, not after minutes of benchmarks.
@@ -108,6 +108,7 @@ void add_bench_command(CLI::App& app) {
         add("scan", bench_scan);
         add("int8_error", bench_int8_error);
         add("values", bench_values);
+        add("stages", bench_stages);
         add("attention", bench_attention);
         json report = {{"simd", simd_level_name(active_simd_level())}, {"threads", opt.max_threads}, {"quick", opt.quick},
                        {"rows", rows}};

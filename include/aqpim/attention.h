@@ -48,11 +48,15 @@ void attend_dense_f16(const float* q, int n_q, int D, const f16_t* K, const f16_
 enum class PqScorePath {
     f32,   ///< exact float tables (vpermps)
     int8,  ///< u8 tables (pshufb), nbits 4 only; error bound in docs/pq-kernels.md
+    /// int8 where it applies (4-bit keys, M <= 256), else f32: the KV cache's default, its effect
+    /// on austen-13m within the tolerance named in docs/pq-kernels.md ("Int8 tables by default")
+    automatic,
 };
 enum class PqValuePath {
     automatic,  ///< the faster one measured for the active SIMD level (see bench pq)
     histogram,  ///< softmax weights into per-subspace histograms, then histogram x codebook
     permute,    ///< codebook columns fetched by register permutes (nbits 4 only)
+    pairs,      ///< weights into 256-bin histograms of subspace pairs, folded per subspace once per call (nbits 4 only)
 };
 struct PqAttentionOptions {
     PqScorePath scores = PqScorePath::f32;
@@ -64,8 +68,9 @@ struct PqAttentionOptions {
     const float* v_centroids = nullptr;
 };
 
-/// The value path `automatic` resolves to for this nbits at the active SIMD level.
-PqValuePath resolve_value_path(PqValuePath requested, int nbits);
+/// The value path `automatic` resolves to for this nbits and context (tokens of one call) at the
+/// active SIMD level.
+PqValuePath resolve_value_path(PqValuePath requested, int nbits, std::int64_t n_tokens);
 
 /// Attend q [n_q][D] (original space) over n_tokens tokens whose keys and values are coded by pq_k
 /// and pq_v into blocks (aqpim/pq_codes.h layout, code_blocks_for(n_tokens) blocks each), merging

@@ -86,7 +86,8 @@ struct PqKvParams {
     int trials = 0;
     std::uint64_t seed = 1234;  ///< seed: k-means and rotation seed [1234]
     PqAttendMode attn = PqAttendMode::codes;  ///< attn: codes|decode [codes]
-    PqScorePath scores = PqScorePath::f32;    ///< scores: f32|int8 (int8: nbits 4) [f32]
+    /// scores: f32|int8|auto (int8: nbits 4, m <= 256; auto: int8 where it applies, else f32) [auto]
+    PqScorePath scores = PqScorePath::automatic;
     /// cb: codebook storage, f32|f16|int8: f16 halves the codebooks' bytes, int8 (one f32 scale per
     /// dimension) takes (ksub + 4) / (4 ksub) of them; centroids are rounded once trained (every code
     /// and table uses the rounded ones) and widened to f32 per call [f32]

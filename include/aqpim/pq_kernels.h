@@ -8,6 +8,7 @@
 // scores/p [n_q][score_stride] with score_stride >= 32 * n_blocks; hist [M][ksub][n_q];
 // out [n_q][D] with D = M * dsub.
 
+#include <cstddef>
 #include <cstdint>
 
 #include "aqpim/simd.h"
@@ -44,6 +45,11 @@ struct PqKernels {
     /// (see codebook_columns) fetched by register permutes, no histogram.
     void (*values_perm)(const float* p, std::int64_t p_stride, int n_q, int M, int dsub, const std::uint8_t* blocks,
                         std::int64_t n_blocks, const float* columns, float* out);
+    /// pair_hist[h/4][p][code(t,2p) | code(t,2p+1) << 4][h%4] += p[h][t]  (nbits 4 only), p over the
+    /// 2 * ceil(M/4) pairs of the layout's groups (subspaces past M read as code 0); see
+    /// pair_hist_floats and pair_hist_marginals.
+    void (*values_pairs)(const float* p, std::int64_t p_stride, int n_q, int M, const std::uint8_t* blocks,
+                         std::int64_t n_blocks, float* pair_hist);
 };
 const PqKernels& pq_kernels(SimdLevel level);
 const PqKernels& pq_kernels();  ///< active level
@@ -57,6 +63,11 @@ void quantize_luts(const float* lut, int n_q, int M, std::uint8_t* qlut, Int8Lut
 
 /// Transpose 4-bit codebooks [M][16][dsub] into columns [M][dsub][16] for values_perm.
 void codebook_columns(const float* centroids, int M, int dsub, float* columns);
+
+/// Floats of values_pairs' pair histograms: [ceil(n_q/4)][2 ceil(M/4)][256][4].
+std::size_t pair_hist_floats(int n_q, int M);
+/// hist[m][c][h] += the pair histograms summed over the other subspace of m's pair (hist as values_hist's).
+void pair_hist_marginals(const float* pair_hist, int n_q, int M, float* hist);
 
 /// out[h][m*dsub + d] += Σ_c hist[m][c][h] * centroids[m][c][d]  (second half of the histogram path).
 void hist_times_codebook(const float* hist, int n_q, int M, int ksub, int dsub, const float* centroids, float* out);

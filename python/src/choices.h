@@ -44,8 +44,12 @@ inline const Choices<SubspaceOrder> kOrders = {
 inline const Choices<Rotation> kRotations = {
     {"none", Rotation::none}, {"hadamard", Rotation::hadamard}, {"random", Rotation::random_orthogonal}};
 inline const Choices<KMeansInit> kInits = {{"kmeans++", KMeansInit::kmeanspp}, {"random", KMeansInit::random}};
-inline const Choices<PqScorePath> kScorePaths = {{"f32", PqScorePath::f32}, {"int8", PqScorePath::int8}};
+inline const Choices<PqScorePath> kScorePaths = {
+    {"f32", PqScorePath::f32}, {"int8", PqScorePath::int8}, {"auto", PqScorePath::automatic}};
 inline const Choices<PqValuePath> kValuePaths = {
-    {"auto", PqValuePath::automatic}, {"histogram", PqValuePath::histogram}, {"permute", PqValuePath::permute}};
+    {"auto", PqValuePath::automatic},
+    {"histogram", PqValuePath::histogram},
+    {"permute", PqValuePath::permute},
+    {"pairs", PqValuePath::pairs}};
 
 }  // namespace aqpim::python

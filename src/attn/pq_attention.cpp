@@ -24,6 +24,10 @@ constexpr std::int64_t kNextTilePrefetchBlocks = 16;  // 8 KiB at M = 32: as far
 // 8-bit keys are scanned with tables interleaved by four heads (scan_f32_8bit_by4) from this many
 // heads on; below it, scan_f32's per-head gathers (see docs/pq-kernels.md).
 constexpr int kMinHeadsBy4 = 2;
+// From this many tokens in one call, `automatic` takes the pair-histogram value path (its 256-bin
+// tables cost a clear and a fold per call; below, the permute path). Measured by `aqpim bench pq
+// --sections values` (docs/pq-kernels.md).
+constexpr std::int64_t kPairsMinTokens = 512;
 
 /// Blocks [0, n_blocks) of one span that fall in one tile.
 struct Segment {
@@ -37,6 +41,7 @@ struct SpanScratch {
     AlignedBuffer<std::uint8_t> k_tile, v_tile;  ///< [kTileBlocks][block bytes]: a gathered tile
     std::vector<Int8LutParams> qparams;          ///< [n_q]
     AlignedBuffer<float> lut4;                   ///< 8-bit key tables interleaved by four heads
+    AlignedBuffer<float> pair_hist;              ///< the pairs value path's histograms (pair_hist_floats)
     std::vector<Segment> segments;               ///< the call's spans cut at tile boundaries
     std::vector<std::size_t> tile_first;         ///< [n_tiles + 1] first segment of each tile
     AttentionPartial local;
@@ -47,16 +52,31 @@ SpanScratch& span_scratch() {
     return scratch;
 }
 
+/// pair_hist (pair_hist_floats(n_q, M) floats) times alpha[h] in head h's lanes.
+void rescale_pair_hist(float* pair_hist, int n_q, int M, const float* alpha) {
+    const std::size_t per_group = pair_hist_floats(4, M);
+    for (int hg = 0; hg < (n_q + 3) / 4; ++hg) {
+        float a[4] = {1, 1, 1, 1};
+        for (int j = 0; j < 4 && 4 * hg + j < n_q; ++j) a[j] = alpha[4 * hg + j];
+        float* ph = pair_hist + hg * per_group;
+        for (std::size_t i = 0; i < per_group; i += 4)
+            for (int j = 0; j < 4; ++j) ph[i + j] *= a[j];
+    }
+}
+
 }  // namespace
 
-PqValuePath resolve_value_path(PqValuePath requested, int nbits) {
+PqValuePath resolve_value_path(PqValuePath requested, int nbits, std::int64_t n_tokens) {
     if (nbits != 4) {
-        AQPIM_CHECK(requested != PqValuePath::permute, "the permute value path needs 4-bit codes (nbits={})", nbits);
+        AQPIM_CHECK(requested != PqValuePath::permute && requested != PqValuePath::pairs,
+                    "the {} value path needs 4-bit codes (nbits={})",
+                    requested == PqValuePath::permute ? "permute" : "pairs", nbits);
         return PqValuePath::histogram;
     }
     if (requested != PqValuePath::automatic) return requested;
     // Measured by `aqpim bench pq` (values section): see docs/pq-kernels.md.
-    return active_simd_level() == SimdLevel::ref ? PqValuePath::histogram : PqValuePath::permute;
+    if (active_simd_level() == SimdLevel::ref) return PqValuePath::histogram;
+    return n_tokens >= kPairsMinTokens ? PqValuePath::pairs : PqValuePath::permute;
 }
 
 void attend_pq(const float* q, int n_q, const ProductQuantizer& pq_k, const ProductQuantizer& pq_v,
@@ -84,11 +104,12 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
                     spans.size(), spans[i].n_tokens, kCodeBlock);
         n_tokens += spans[i].n_tokens;
     }
-    const bool int8 = options.scores == PqScorePath::int8;
+    const bool int8 = options.scores == PqScorePath::int8 ||
+                      (options.scores == PqScorePath::automatic && pq_k.nbits() == 4 && pq_k.M() <= 256);
     AQPIM_CHECK(!int8 || pq_k.nbits() == 4, "int8 score tables need 4-bit key codes (nbits={})", pq_k.nbits());
     AQPIM_CHECK(!int8 || pq_k.M() <= 256, "int8 score tables support M <= 256 (u16 sums), got M={}", pq_k.M());
     AQPIM_CHECK(pq_v.M() <= 1024, "value quantizer M={} exceeds the supported 1024 subspaces", pq_v.M());
-    const PqValuePath value_path = resolve_value_path(options.values, pq_v.nbits());
+    const PqValuePath value_path = resolve_value_path(options.values, pq_v.nbits(), n_tokens);
     if (n_tokens == 0) return;
 
     const PqKernels& k = pq_kernels();
@@ -120,10 +141,15 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
 
     // Value side accumulators (quantizer space of pq_v).
     const std::size_t hist_len = std::size_t(Mv) * ksub_v * n_q;
-    if (value_path == PqValuePath::histogram) {
+    const std::size_t pair_len = value_path == PqValuePath::pairs ? pair_hist_floats(n_q, Mv) : 0;
+    if (value_path != PqValuePath::permute) {
         if (ws.hist.size() < hist_len) ws.hist.resize(hist_len);
         std::fill_n(ws.hist.data(), hist_len, 0.0f);
-    } else {
+    }
+    if (value_path == PqValuePath::pairs) {
+        if (ss.pair_hist.size() < pair_len) ss.pair_hist.resize(pair_len);
+        std::fill_n(ss.pair_hist.data(), pair_len, 0.0f);
+    } else if (value_path == PqValuePath::permute) {
         const std::size_t n_cols = std::size_t(Mv) * pq_v.dsub() * 16;
         if (ws.columns.size() < n_cols) ws.columns.resize(n_cols);
         codebook_columns(v_cb, Mv, pq_v.dsub(), ws.columns.data());
@@ -210,12 +236,17 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
                 for (std::size_t bin = 0; bin < hist_len; bin += n_q)
                     for (int h = 0; h < n_q; ++h) ws.hist[bin + h] *= ws.alpha[h];
             k.values_hist(ws.scores.data(), kTile, n_q, Mv, pq_v.nbits(), vb, nb, ws.hist.data());
+        } else if (value_path == PqValuePath::pairs) {
+            if (t > 0 && std::any_of(ws.alpha.begin(), ws.alpha.end(), [](float a) { return a != 1.0f; }))
+                rescale_pair_hist(ss.pair_hist.data(), n_q, Mv, ws.alpha.data());
+            k.values_pairs(ws.scores.data(), kTile, n_q, Mv, vb, nb, ss.pair_hist.data());
         } else {
             rescale_rows(ws.acc.data(), n_q, D, ws.alpha.data());
             k.values_perm(ws.scores.data(), kTile, n_q, Mv, pq_v.dsub(), vb, nb, ws.columns.data(), ws.acc.data());
         }
     }
-    if (value_path == PqValuePath::histogram)
+    if (value_path == PqValuePath::pairs) pair_hist_marginals(ss.pair_hist.data(), n_q, Mv, ws.hist.data());
+    if (value_path != PqValuePath::permute)
         hist_times_codebook(ws.hist.data(), n_q, Mv, ksub_v, pq_v.dsub(), v_cb, ws.acc.data());
     pq_v.inverse(ws.acc.data(), local.acc.data(), n_q);
     part.merge(local);

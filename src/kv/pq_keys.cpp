@@ -189,8 +189,9 @@ const std::vector<PqKey>& key_table() {
             [](PqKvParams& p, int i) { p.attn = PqAttendMode(i); },
             "attention on the codes (lookup tables) or decode-then-dense (the reference)"));
         t.push_back(choice_key(
-            "scores", {"f32", "int8"}, [](const PqKvParams& p) { return int(p.scores); },
-            [](PqKvParams& p, int i) { p.scores = PqScorePath(i); }, "score tables: exact f32 or int8 (nbits 4)"));
+            "scores", {"f32", "int8", "auto"}, [](const PqKvParams& p) { return int(p.scores); },
+            [](PqKvParams& p, int i) { p.scores = PqScorePath(i); },
+            "score tables: exact f32, int8 (nbits 4), or auto: int8 where it applies"));
         t.push_back(choice_key(
             "cb", {"f32", "f16", "int8"}, [](const PqKvParams& p) { return int(p.codebooks); },
             [](PqKvParams& p, int i) { p.codebooks = CodebookStorage(i); },

@@ -11,14 +11,48 @@
 namespace aqpim {
 
 namespace {
-#define AQPIM_PQ_TABLE(isa) \
-    {build_lut_##isa, scan_f32_##isa, scan_f32_8bit_by4_##isa, scan_i8_##isa, values_hist_##isa, values_perm_##isa}
-const PqKernels kTables[3] = {AQPIM_PQ_TABLE(ref), AQPIM_PQ_TABLE(avx2), AQPIM_PQ_TABLE(avx512)};
+#define AQPIM_PQ_TABLE(isa, pairs) \
+    {build_lut_##isa, scan_f32_##isa, scan_f32_8bit_by4_##isa, scan_i8_##isa, values_hist_##isa, values_perm_##isa, pairs}
+const PqKernels kTables[3] = {AQPIM_PQ_TABLE(ref, values_pairs_ref), AQPIM_PQ_TABLE(avx2, values_pairs_avx2),
+                              AQPIM_PQ_TABLE(avx512, values_pairs_avx2)};
 #undef AQPIM_PQ_TABLE
 }  // namespace
 
 const PqKernels& pq_kernels(SimdLevel level) { return kTables[static_cast<int>(level)]; }
 const PqKernels& pq_kernels() { return dispatch(kTables); }
+
+std::size_t pair_hist_floats(int n_q, int M) { return std::size_t((n_q + 3) / 4) * 2 * ((M + 3) / 4) * 256 * 4; }
+
+void pair_hist_marginals(const float* pair_hist, int n_q, int M, float* hist) {
+    // Byte code = c0 | c1 << 4: the 16 rows of one c1 are contiguous (their sum is m1's bin c1);
+    // m0's bin c0 sums row c0 of every c1. Four heads per SSE register.
+    const int n_pairs = 2 * ((M + 3) / 4);
+    for (int hg = 0; hg < (n_q + 3) / 4; ++hg) {
+        const int nh = std::min(4, n_q - 4 * hg);
+        for (int pr = 0; pr < n_pairs && 2 * pr < M; ++pr) {
+            const int m0 = 2 * pr, m1 = 2 * pr + 1;  // m1 == M: the padding subspace of an odd M
+            const float* ph = pair_hist + (std::int64_t(hg) * n_pairs + pr) * 256 * 4;
+            __m128 by_c0[16], by_c1[16];
+            for (int c = 0; c < 16; ++c) by_c0[c] = by_c1[c] = _mm_setzero_ps();
+            for (int c1 = 0; c1 < 16; ++c1)
+                for (int c0 = 0; c0 < 16; ++c0) {
+                    const __m128 v = _mm_loadu_ps(ph + (c1 * 16 + c0) * 4);
+                    by_c0[c0] = _mm_add_ps(by_c0[c0], v);
+                    by_c1[c1] = _mm_add_ps(by_c1[c1], v);
+                }
+            const auto add_bins = [&](int m, const __m128* sums) {
+                for (int c = 0; c < 16; ++c) {
+                    alignas(16) float lanes[4];
+                    _mm_store_ps(lanes, sums[c]);
+                    float* bin = hist + (std::int64_t(m) * 16 + c) * n_q + 4 * hg;
+                    for (int j = 0; j < nh; ++j) bin[j] += lanes[j];
+                }
+            };
+            add_bins(m0, by_c0);
+            if (m1 < M) add_bins(m1, by_c1);
+        }
+    }
+}
 
 void interleave_luts_by4(const float* lut, int n_q, int M, float* lut4) {
     // 4 x 4 transposes (SSE, in the x86-64-v2 baseline): four heads' entries of four codes at a time.

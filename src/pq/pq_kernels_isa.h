@@ -28,4 +28,11 @@ AQPIM_DECLARE_PQ_KERNELS(avx512)
 
 #undef AQPIM_DECLARE_PQ_KERNELS
 
+// The pair-histogram pass is bound by its read-modify-writes, not by vector width: the AVX-512
+// level uses the AVX2 one (as the 8-bit histogram pass).
+void values_pairs_ref(const float* p, std::int64_t p_stride, int n_q, int M, const std::uint8_t* blocks,
+                      std::int64_t n_blocks, float* pair_hist);
+void values_pairs_avx2(const float* p, std::int64_t p_stride, int n_q, int M, const std::uint8_t* blocks,
+                       std::int64_t n_blocks, float* pair_hist);
+
 }  // namespace aqpim

@@ -68,6 +68,21 @@ void values_hist_ref(const float* p, std::int64_t p_stride, int n_q, int M, int 
         }
 }
 
+void values_pairs_ref(const float* p, std::int64_t p_stride, int n_q, int M, const std::uint8_t* blocks,
+                      std::int64_t n_blocks, float* pair_hist) {
+    const int n_pairs = 2 * ((M + 3) / 4);
+    const std::int64_t n = n_blocks * kCodeBlock;
+    for (std::int64_t t = 0; t < n; ++t)
+        for (int pr = 0; pr < n_pairs; ++pr) {
+            // subspaces past M are the layout's zero padding
+            const int c0 = 2 * pr < M ? code_at(blocks, t, M, 4, 2 * pr) : 0;
+            const int c1 = 2 * pr + 1 < M ? code_at(blocks, t, M, 4, 2 * pr + 1) : 0;
+            for (int h = 0; h < n_q; ++h)
+                pair_hist[((std::int64_t(h / 4) * n_pairs + pr) * 256 + (c0 | c1 << 4)) * 4 + h % 4] +=
+                    p[h * p_stride + t];
+        }
+}
+
 void values_perm_ref(const float* p, std::int64_t p_stride, int n_q, int M, int dsub, const std::uint8_t* blocks,
                      std::int64_t n_blocks, const float* columns, float* out) {
     const int D = M * dsub;

@@ -63,6 +63,8 @@ TEST(PqAttention, EqualsDecodeThenDense) {
         // groups over several tiles)
         {32, 8, 8, 1, 300, Rotation::none, false, RopePairs::none},
         {64, 16, 8, 5, 2100, Rotation::none, false, RopePairs::none},
+        // 4-bit over three tiles (the pair histograms rescaled as the running max grows), a partial head group
+        {64, 16, 4, 6, 2500, Rotation::none, false, RopePairs::none},
         {32, 8, 8, 8, 400, Rotation::hadamard, true, RopePairs::none},
     };
     for (const Case& c : cases) {
@@ -76,8 +78,9 @@ TEST(PqAttention, EqualsDecodeThenDense) {
         dense.finalize(expect.data());
         for (SimdLevel level : supported_simd_levels()) {
             test::SimdLevelGuard guard(level);
-            for (PqValuePath path : {PqValuePath::histogram, PqValuePath::permute, PqValuePath::automatic}) {
-                if (path == PqValuePath::permute && c.nbits != 4) continue;
+            for (PqValuePath path :
+                 {PqValuePath::histogram, PqValuePath::permute, PqValuePath::pairs, PqValuePath::automatic}) {
+                if ((path == PqValuePath::permute || path == PqValuePath::pairs) && c.nbits != 4) continue;
                 PqAttentionOptions o;
                 o.values = path;
                 AttentionPartial part(c.n_q, c.D);

@@ -84,6 +84,8 @@ std::vector<float> cache_attention(const CacheRun& r, int il, const std::vector<
     return out;
 }
 
+// The kernels' exact score tables against the cache's: 4-bit cases pin scores=f32 (the cache's
+// default, auto, takes int8 tables there).
 TEST(CudaCache, KernelsReadThePqCacheAsItIs) {
     const float scale = 1.0f / std::sqrt(float(kD));
     const struct {
@@ -92,9 +94,9 @@ TEST(CudaCache, KernelsReadThePqCacheAsItIs) {
         int versions;  ///< codebook versions the first sequence's pages use
     } cases[] = {
         // three versions, pages of 64, one sequence still before its codebooks
-        {"pq:m=16,calib=64,refresh=128,versions=3,page=64,sinks=4,window=16", {700, 130, 40}, 3},
+        {"pq:m=16,calib=64,refresh=128,versions=3,page=64,sinks=4,window=16,scores=f32", {700, 130, 40}, 3},
         // Hadamard rotation, f16 codebooks, no refresh
-        {"pq:m=16,rotation=hadamard,cb=f16,calib=64,refresh=0,page=64,window=32", {500, 200}, 1},
+        {"pq:m=16,rotation=hadamard,cb=f16,calib=64,refresh=0,page=64,window=32,scores=f32", {500, 200}, 1},
         // 8-bit codes, two versions
         {"pq:m=16,nbits=8,calib=300,refresh=384,versions=2,page=128,window=16", {900, 310}, 2},
     };

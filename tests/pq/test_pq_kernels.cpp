@@ -25,6 +25,8 @@ std::string name(const Shape& s) {
 const Shape kShapes[] = {
     {1, 1, 4, 2, 1}, {1, 3, 4, 1, 31}, {4, 32, 4, 4, 100}, {3, 33, 4, 3, 65}, {5, 8, 4, 2, 64},
     {9, 16, 4, 8, 40}, {2, 5, 4, 5, 33}, {4, 16, 8, 8, 70}, {3, 7, 8, 2, 32}, {1, 64, 4, 2, 200},
+    // 4-bit over two runs of 32 blocks of the pair-histogram pass, M % 4 == 2, a partial head group
+    {5, 18, 4, 2, 1100},
     // 8-bit: partial chunks of 8 subspaces, head groups of 4/8/16 with a partial last one, and
     // more tokens than one run of 32 blocks of the chunked kernels
     {9, 10, 8, 4, 100}, {5, 33, 8, 2, 45}, {8, 32, 8, 4, 1100}, {17, 3, 8, 1, 33}, {2, 1, 8, 3, 1},
@@ -231,6 +233,28 @@ TEST(PqKernels, ValuesPermMatchesHistogramPath) {
             pq_kernels(level).values_perm(d.p.data(), d.stride, s.n_q, s.M, s.dsub, d.blocks.data(), d.n_blocks, columns.data(), out.data());
             for (std::size_t i = 0; i < out.size(); ++i)
                 ASSERT_NEAR(out[i], expect[i], 1e-3f * (1 + std::fabs(expect[i]))) << simd_level_name(level) << " " << name(s);
+        }
+    }
+}
+
+TEST(PqKernels, ValuesPairsMatchRefAndFoldToTheHistogram) {
+    for (const Shape& s : kShapes) {
+        if (s.nbits != 4) continue;
+        Data d = make_data(s, 71);
+        std::vector<float> ref_pairs(pair_hist_floats(s.n_q, s.M), 0.0f);
+        pq_kernels(SimdLevel::ref).values_pairs(d.p.data(), d.stride, s.n_q, s.M, d.blocks.data(), d.n_blocks, ref_pairs.data());
+        std::vector<float> expect(std::size_t(s.M) * 16 * s.n_q, 0.5f);
+        pq_kernels(SimdLevel::ref).values_hist(d.p.data(), d.stride, s.n_q, s.M, 4, d.blocks.data(), d.n_blocks, expect.data());
+        for (SimdLevel level : supported_simd_levels()) {
+            std::vector<float> pairs(ref_pairs.size(), 0.0f);
+            pq_kernels(level).values_pairs(d.p.data(), d.stride, s.n_q, s.M, d.blocks.data(), d.n_blocks, pairs.data());
+            for (std::size_t i = 0; i < pairs.size(); ++i)
+                ASSERT_NEAR(pairs[i], ref_pairs[i], 1e-4f * (1 + std::fabs(ref_pairs[i])))
+                    << simd_level_name(level) << " " << name(s) << " i=" << i;
+            std::vector<float> hist(expect.size(), 0.5f);
+            pair_hist_marginals(pairs.data(), s.n_q, s.M, hist.data());
+            for (std::size_t i = 0; i < hist.size(); ++i)
+                ASSERT_NEAR(hist[i], expect[i], 1e-4f * (1 + std::fabs(expect[i]))) << simd_level_name(level) << " " << name(s);
         }
     }
 }

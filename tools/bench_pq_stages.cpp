@@ -1,0 +1,127 @@
+// `aqpim bench pq --sections stages`: one GQA-group attention call on 4-bit codes cut into the
+// stages attend_pq_spans runs (src/attn/pq_attention.cpp), each timed alone on the data it sees,
+// beside the whole call in the same run. docs/pq-kernels.md sets each figure against its bound.
+//   per tile of 1024 tokens (ns per token): key scan (exact f32 or int8 tables), softmax, values
+//   (register permute or pair histograms);
+//   per call (us): query transform and tables, int8 tables, codebook columns, clearing and folding
+//   the pair histograms, histogram x codebook, inverse transform.
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "aqpim/aligned.h"
+#include "aqpim/attention.h"
+#include "aqpim/bench_util.h"
+#include "aqpim/pq.h"
+#include "aqpim/pq_codes.h"
+#include "aqpim/pq_kernels.h"
+#include "aqpim/simd.h"
+#include "bench.h"
+
+namespace aqpim::cli {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr int kD = 128, kGroup = 4, kM = 32;
+constexpr std::int64_t kTile = 1024;  // attend_pq_spans' tile
+
+}  // namespace
+
+json bench_stages(const BenchOptions& opt) {
+    json rows = json::array();
+    const double min_s = opt.quick ? 0.03 : 0.2;
+    const int reps = opt.quick ? 2 : 3;
+    const ProductQuantizer pq_k = bench_pq(kM, 4, 1), pq_v = bench_pq(kM, 4, 2);
+    const int dsub = kD / kM;
+    const std::int64_t nb = kTile / kCodeBlock;
+    const std::size_t bb = code_block_bytes(kM, 4);
+    std::vector<std::uint8_t> kcodes(nb * bb), vcodes(nb * bb);
+    for (std::size_t i = 0; i < kcodes.size(); ++i) {
+        kcodes[i] = std::uint8_t(i * 2654435761u >> 13);
+        vcodes[i] = std::uint8_t(i * 40503u >> 7);
+    }
+    std::vector<float> q(kGroup * kD), qy(kGroup * kD), lut(std::size_t(kGroup) * kM * 16);
+    for (int i = 0; i < kGroup * kD; ++i) q[i] = std::sin(0.37f * i);
+    std::vector<std::uint8_t> qlut(lut.size());
+    std::vector<Int8LutParams> qprm(kGroup);
+    AlignedBuffer<float> scores(std::size_t(kGroup) * kTile), p(std::size_t(kGroup) * kTile);
+    std::vector<float> cols(std::size_t(kM) * dsub * 16), hist(std::size_t(kM) * 16 * kGroup);
+    std::vector<float> acc(kGroup * kD), out(kGroup * kD), pairs(pair_hist_floats(kGroup, kM));
+    float mx[kGroup], sm[kGroup], alpha[kGroup];
+    const PqKernels& k = pq_kernels();
+    const AttnKernels& ak = attn_kernels(active_simd_level());
+
+    auto row = [&](const char* stage, const char* per, double seconds) {
+        const bool per_tile = std::string(per) == "tile";
+        json r = {{"section", "stages"}, {"stage", stage}, {"per", per},
+                  {"case", fmt::format("GQA {} heads, M={}, 4-bit, D={}", kGroup, kM, kD)},
+                  {"simd", simd_level_name(active_simd_level())}, {"threads", 1}};
+        if (per_tile)
+            r["ns_per_token"] = seconds / double(kTile) * 1e9;
+        else
+            r["us_per_call"] = seconds * 1e6;
+        rows.push_back(r);
+    };
+    auto time = [&](const std::function<void()>& fn) {
+        return time_per_call([&](std::int64_t) { fn(); }, min_s, reps);
+    };
+
+    // Per call, query side.
+    row("query transform + f32 tables", "call", time([&] {
+            pq_k.transform_query(q.data(), qy.data(), kGroup);
+            k.build_lut(qy.data(), kGroup, kM, 16, dsub, pq_k.centroids(), lut.data());
+        }));
+    row("int8 tables", "call", time([&] { quantize_luts(lut.data(), kGroup, kM, qlut.data(), qprm.data()); }));
+    // Per tile.
+    row("scan, f32 tables", "tile",
+        time([&] { k.scan_f32(lut.data(), kGroup, kM, 4, kcodes.data(), nb, scores.data(), kTile); }));
+    row("scan, int8 tables", "tile",
+        time([&] { k.scan_i8(qlut.data(), qprm.data(), kGroup, kM, kcodes.data(), nb, scores.data(), kTile); }));
+    row("softmax", "tile", time([&] {
+            std::copy(scores.data(), scores.data() + scores.size(), p.data());
+            std::fill_n(mx, kGroup, -INFINITY);
+            std::fill_n(sm, kGroup, 0.0f);
+            ak.softmax_tile(p.data(), kTile, kGroup, kTile, kTile, mx, sm, alpha);
+        }));
+    row("copy of the scores (in the softmax row)", "tile",
+        time([&] { std::copy(scores.data(), scores.data() + scores.size(), p.data()); }));
+    row("values, register permute", "tile",
+        time([&] { k.values_perm(p.data(), kTile, kGroup, kM, dsub, vcodes.data(), nb, cols.data(), acc.data()); }));
+    row("values, pair histograms", "tile",
+        time([&] { k.values_pairs(p.data(), kTile, kGroup, kM, vcodes.data(), nb, pairs.data()); }));
+    // Per call, value side.
+    row("codebook columns (permute path)", "call",
+        time([&] { codebook_columns(pq_v.centroids(), kM, dsub, cols.data()); }));
+    row("clear + fold of the pair histograms", "call", time([&] {
+            std::fill(pairs.begin(), pairs.end(), 0.0f);
+            std::fill(hist.begin(), hist.end(), 0.0f);
+            pair_hist_marginals(pairs.data(), kGroup, kM, hist.data());
+        }));
+    row("histogram x codebook", "call",
+        time([&] { hist_times_codebook(hist.data(), kGroup, kM, 16, dsub, pq_v.centroids(), acc.data()); }));
+    row("inverse transform", "call", time([&] { pq_v.inverse(acc.data(), out.data(), kGroup); }));
+
+    // The whole call over the same tile, each score and value path: what the stages add up to.
+    for (PqScorePath sp : {PqScorePath::f32, PqScorePath::int8})
+        for (PqValuePath vp : {PqValuePath::permute, PqValuePath::pairs}) {
+            PqAttentionOptions o;
+            o.scores = sp;
+            o.values = vp;
+            AttentionPartial part(kGroup, kD);
+            const double s = time([&] {
+                part.reset(kGroup, kD);
+                attend_pq(q.data(), kGroup, pq_k, pq_v, kcodes.data(), vcodes.data(), kTile, 0.088f, o, part);
+            });
+            const std::string name = fmt::format("whole call, {} scores, {} values", sp == PqScorePath::int8 ? "int8" : "f32",
+                                                 vp == PqValuePath::pairs ? "pairs" : "permute");
+            row(name.c_str(), "tile", s);
+        }
+    return rows;
+}
+
+}  // namespace aqpim::cli
