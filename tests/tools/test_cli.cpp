@@ -91,5 +91,29 @@ TEST(Cli, BenchQuickSectionEmitsJson) {
         EXPECT_LE(row["max_abs_err"].get<double>(), row["bound_M_scale_half"].get<double>());
 }
 
+// The stages section: every stage of one attention call timed, per tile in ns/token and per call in
+// us, and the whole call for each score and value path.
+TEST(Cli, BenchStagesCutsOneCallIntoItsStages) {
+    auto r = run_cli("bench pq --quick --sections stages --json");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto j = nlohmann::json::parse(r.output);
+    int per_tile = 0, per_call = 0, whole = 0;
+    for (const auto& row : j["rows"]) {
+        ASSERT_EQ(row["section"], "stages");
+        const std::string stage = row["stage"];
+        if (row["per"] == "tile") {
+            EXPECT_GT(row["ns_per_token"].get<double>(), 0.0) << stage;
+            ++per_tile;
+            whole += stage.rfind("whole call", 0) == 0;
+        } else {
+            EXPECT_GT(row["us_per_call"].get<double>(), 0.0) << stage;
+            ++per_call;
+        }
+    }
+    EXPECT_EQ(whole, 4);              // {f32, int8} scores x {permute, pairs} values
+    EXPECT_EQ(per_tile - whole, 6);   // scans (2), softmax, its copy, values (2)
+    EXPECT_EQ(per_call, 6);
+}
+
 }  // namespace
 }  // namespace aqpim
