@@ -146,7 +146,7 @@ struct Header {
 
 std::size_t n_floats(const Header& h, bool with_wcls) {
     const std::size_t E = std::size_t(h.dim), F = std::size_t(h.hidden), L = std::size_t(h.n_layers);
-    const std::size_t V = std::size_t(std::abs(h.vocab)), KV = E / std::size_t(h.n_heads) * std::size_t(h.n_kv_heads);
+    const std::size_t V = std::size_t(std::abs(std::int64_t(h.vocab))), KV = E / std::size_t(h.n_heads) * std::size_t(h.n_kv_heads);
     const std::size_t hs = E / std::size_t(h.n_heads);
     return V * E + L * (2 * E + 2 * E * E + 2 * KV * E + 3 * F * E) + E + 2 * std::size_t(h.seq_len) * hs / 2 +
            (with_wcls ? V * E : 0);
@@ -212,7 +212,7 @@ TEST(Llama2cModel, HostileHeadersAreErrors) {
     const auto expect_error = [&](Header h, const char* what) {
         const bool sane = h.dim > 0 && h.dim <= 64 && h.hidden > 0 && h.hidden <= 64 && h.n_layers > 0 &&
                           h.n_layers <= 4 && h.n_heads > 0 && h.n_kv_heads > 0 && h.dim % h.n_heads == 0 &&
-                          h.vocab != 0 && std::abs(h.vocab) <= 64 && h.seq_len > 0 && h.seq_len <= 64;
+                          h.vocab != 0 && std::abs(std::int64_t(h.vocab)) <= 64 && h.seq_len > 0 && h.seq_len <= 64;
         // a sane header gets its exact size (so the header check itself must refuse it); an absurd
         // one gets a small file
         write_bytes(path, checkpoint(h, sane ? n_floats(h, h.vocab < 0) : 64));
