@@ -77,4 +77,25 @@ struct ServeBenchOptions {
 /// TTFT and TPOT p50/p99, KV bytes per sequence, ratios to the first scheme.
 nlohmann::ordered_json bench_serve(const ServeBenchOptions& opt);
 
+struct StoreBenchOptions {
+    std::string model;
+    std::string kv = "f16;q8_0;pq;pq:bits=2";  ///< the first is the baseline
+    std::vector<std::string> kv_store;          ///< tiers: each measured alone for TTFT, all in order for the workload
+    std::uint64_t kv_budget_bytes = 1ULL << 30;
+    int prefix_tokens = 4096;           ///< the shared prefix of the TTFT section
+    int suffix_tokens = 64;             ///< each request's own tokens after it
+    int block_tokens = 256;
+    int prefill_chunk = 256;
+    int repeats = 3;                    ///< TTFT samples per tier (median)
+    int workload_prefix_tokens = 1024;  ///< the system prompts of the workload section
+    int shared_prefixes = 4;            ///< how many system prompts the workload draws from
+    int requests = 24;                  ///< requests of the workload
+    int clients = 4;                    ///< concurrent clients of the workload
+    int output_tokens = 16;             ///< tokens generated per workload request
+};
+/// `bench serve --kv-store`: per scheme, bytes per 1K tokens of blocks stored and transferred
+/// (with each tier's own accounting), TTFT for a shared prefix fresh and on a hit in each tier, and
+/// hit rates and throughput under many requests sharing a few system prompts (docs/kv-store.md).
+nlohmann::ordered_json bench_serve_store(const StoreBenchOptions& opt);
+
 }  // namespace aqpim::cli

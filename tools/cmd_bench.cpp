@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "aqpim/byte_size.h"
 #include "aqpim/error.h"
 #include "aqpim/file_io.h"
 #include "aqpim/simd.h"
@@ -161,8 +162,39 @@ void add_bench_command(CLI::App& app) {
     serve->add_option("--rounds", sopt->rounds, "requests per client")->check(CLI::Range(1, 1000));
     serve->add_option("--prefill-chunk", sopt->prefill_chunk, "prompt tokens prefilled per step")->check(CLI::Range(1, 1 << 20));
     serve->add_flag("--json", *sjson, "print JSON instead of tables");
-    serve->callback([sopt, sbudget, sjson] {
-        sopt->kv_budget_bytes = parse_bytes(*sbudget);
+    // With --kv-store: the prefix store's benchmark (bench_serve_store.cpp); the options above keep
+    // their meaning where they have one (--prompt-tokens: the shared prefix, -n: tokens per request).
+    auto store = std::make_shared<StoreBenchOptions>();
+    serve->add_option("--kv-store", store->kv_store, "KV store tiers to measure (repeatable): memory, disk:DIR, redis://HOST:PORT");
+    serve->add_option("--kv-store-block", store->block_tokens, "tokens per stored block")->capture_default_str()
+        ->check(CLI::Range(1, 1 << 20));
+    serve->add_option("--suffix-tokens", store->suffix_tokens, "--kv-store: each request's own tokens after the shared prefix")
+        ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+    serve->add_option("--repeats", store->repeats, "--kv-store: TTFT samples per tier")->capture_default_str()
+        ->check(CLI::Range(1, 100));
+    serve->add_option("--workload-prefix-tokens", store->workload_prefix_tokens, "--kv-store: system prompt length of the workload")
+        ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+    serve->add_option("--shared-prefixes", store->shared_prefixes, "--kv-store: system prompts the workload shares")
+        ->capture_default_str()->check(CLI::Range(1, 1 << 16));
+    serve->add_option("--requests", store->requests, "--kv-store: requests of the workload")->capture_default_str()
+        ->check(CLI::Range(1, 1 << 20));
+    serve->callback([serve, sopt, sbudget, sjson, store] {
+        sopt->kv_budget_bytes = parse_byte_size(*sbudget, "--kv-budget");
+        if (!store->kv_store.empty()) {
+            store->model = sopt->model;
+            if (serve->count("--kv") > 0) store->kv = sopt->kv;
+            if (serve->count("--kv-budget") > 0) store->kv_budget_bytes = sopt->kv_budget_bytes;
+            if (serve->count("--prompt-tokens") > 0) store->prefix_tokens = sopt->prompt_tokens;
+            if (serve->count("--output-tokens") > 0) store->output_tokens = sopt->output_tokens;
+            if (serve->count("--clients") > 0) store->clients = sopt->clients;
+            if (serve->count("--prefill-chunk") > 0) store->prefill_chunk = sopt->prefill_chunk;
+            const json rows = bench_serve_store(*store);
+            if (*sjson)
+                fmt::print("{}\n", json{{"simd", simd_level_name(active_simd_level())}, {"rows", rows}}.dump(2));
+            else
+                print_tables(rows);
+            return;
+        }
         const json rows = bench_serve(*sopt);
         if (*sjson)
             fmt::print("{}\n", json{{"simd", simd_level_name(active_simd_level())}, {"rows", rows}}.dump(2));

@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "aqpim/byte_size.h"
 #include "aqpim/error.h"
 #include "aqpim/kv_scheme.h"
 #include "aqpim/model.h"
@@ -80,24 +81,6 @@ void print_capacity(const KvShape& shape, const std::string& schemes, bool named
 
 }  // namespace
 
-std::uint64_t parse_bytes(const std::string& text) {
-    std::size_t used = 0;
-    double v = 0;
-    try {
-        v = std::stod(text, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    AQPIM_CHECK(used > 0, "--budget {}: not a size (e.g. 80GiB, 512MB, 24e9)", text);
-    const std::string unit = text.substr(used);
-    const std::map<std::string, double> units = {{"", 1.0},         {"B", 1.0},   {"KB", 1e3},  {"MB", 1e6},
-                                                 {"GB", 1e9},       {"TB", 1e12}, {"KiB", 1024.0},
-                                                 {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
-    const auto it = units.find(unit);
-    AQPIM_CHECK(it != units.end(), "--budget {}: unknown unit '{}' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)", text, unit);
-    AQPIM_CHECK(v > 0 && v * it->second < 1.8e19, "--budget {}: out of range", text);
-    return std::uint64_t(v * it->second);
-}
 
 
 void add_info_command(CLI::App& app) {
@@ -132,7 +115,7 @@ void add_info_command(CLI::App& app) {
             fmt::print("\n");
             const ModelSummary m = print_model(*model, *tokenizer);
             print_capacity(m.kv_shape, *schemes, kv->count() > 0, *context > 0 ? *context : m.n_ctx_train,
-                           budget->empty() ? 0 : parse_bytes(*budget));
+                           budget->empty() ? 0 : parse_byte_size(*budget, "--budget"));
         }
     });
 }

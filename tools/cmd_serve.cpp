@@ -9,6 +9,7 @@
 #include <memory>
 #include <thread>
 
+#include "aqpim/byte_size.h"
 #include "aqpim/error.h"
 #include "aqpim/kv_scheme.h"
 #include "commands.h"
@@ -44,15 +45,18 @@ void run_serve(const ServeOptions& o) {
     AQPIM_CHECK(m.tokenizer, "serve: {} has no vocabulary (give --tokenizer)", o.model.model);
     serve::EngineOptions eo = o.engine;
     eo.kv = o.model.kv;
-    eo.kv_budget_bytes = parse_bytes(o.kv_budget);
+    eo.kv_budget_bytes = parse_byte_size(o.kv_budget, "--kv-budget");
     eo.eos_token = m.tokenizer->eos();
+    eo.warn = [](const std::string& line) { fmt::print(stderr, "aqpim serve: warning: {}\n", line); };
     (void)parse_kv_scheme(eo.kv);  // a bad --kv names itself before anything starts
     serve::Engine engine(m.weights, eo);
     serve::HttpServer server(engine, m.tokenizer, m.weights.config, o.server);
     const int port = server.bind();
-    fmt::print(stderr, "aqpim serve: listening on http://{}:{} (kv {}, budget {} bytes, {} slots, context {})\n",
+    std::string stores;
+    for (const std::string& t : eo.kv_store) stores += (stores.empty() ? ", kv store " : " then ") + t;
+    fmt::print(stderr, "aqpim serve: listening on http://{}:{} (kv {}, budget {} bytes, {} slots, context {}{})\n",
                o.server.host, port, eo.kv, eo.kv_budget_bytes, eo.parallel,
-               eo.ctx > 0 ? eo.ctx : m.weights.config.n_ctx_train);
+               eo.ctx > 0 ? eo.ctx : m.weights.config.n_ctx_train, stores);
     std::fflush(stderr);
 
     std::atomic<bool> running{true};
@@ -81,6 +85,11 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--queue", o->engine.queue_capacity, "requests waiting for admission before 503")
         ->capture_default_str()->check(CLI::Range(0, 1 << 20));
     cmd->add_option("--prefill-chunk", o->engine.prefill_chunk, "prompt tokens prefilled between decode steps")
+        ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+    cmd->add_option("--kv-store", o->engine.kv_store,
+                    "KV prefix store tier, repeatable, searched in order: memory[:BYTES], disk:DIR[:BYTES], "
+                    "redis://HOST[:PORT][/DB] (docs/kv-store.md)");
+    cmd->add_option("--kv-store-block", o->engine.kv_store_block, "tokens per stored block (a multiple of --prefill-chunk)")
         ->capture_default_str()->check(CLI::Range(1, 1 << 20));
     cmd->add_option("--host", o->server.host, "address to listen on")->capture_default_str();
     cmd->add_option("--port", o->server.port, "port (0: any free one, printed)")->capture_default_str()

@@ -7,8 +7,6 @@
 namespace aqpim::cli {
 
 void add_info_command(CLI::App& app);
-/// "80GiB", "512MiB", "24e9", "1000000": bytes (`info --budget`, `bench serve --kv-budget`).
-std::uint64_t parse_bytes(const std::string& text);
 void add_bench_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
 void add_synth_command(CLI::App& app);

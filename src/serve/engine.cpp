@@ -15,11 +15,13 @@
 #include <unordered_set>
 
 #include "aqpim/error.h"
+#include "aqpim/file_io.h"
 #include "aqpim/kv_pq.h"
 #include "aqpim/kv_scheme.h"
 #include "aqpim/kv_state.h"
 #include "aqpim/timer.h"
 #include "aqpim/transformer.h"
+#include "serve/engine_store.h"
 
 namespace aqpim::serve {
 
@@ -83,6 +85,10 @@ struct Engine::Impl {
         std::uint64_t reserve = 0;
         bool in_cache = false;
         Timer since_submit, since_token;
+        std::unique_ptr<store::PrefixStore::Recorder> recorder;  ///< records the prompt's blocks (with --kv-store)
+        std::uint64_t parked_at = 0;   ///< when it was parked (the oldest goes to disk first)
+        std::string spilled_key;       ///< spilled: where its state lies in the disk tier
+        bool spill_failed = false;     ///< a spill was tried and failed: kept in memory
     };
 
     const ModelWeights& weights;
@@ -93,11 +99,13 @@ struct Engine::Impl {
     std::unique_ptr<KvCache> cache;
     std::uint64_t base_bytes = 0;  ///< what the empty cache holds (parts shared by every sequence)
     std::optional<ModelIdentity> identity;
+    std::unique_ptr<EngineStore> store;  ///< the KV store (null without --kv-store); before slots: they hold its recorders
 
     // Scheduler-thread state.
     std::vector<Slot> slots;
     std::uint64_t reserved = 0;  ///< base_bytes + every slot's reserve
     std::size_t prefill_cursor = 0;
+    std::uint64_t parked_count = 0;
     std::vector<float> logits;
 
     // Shared state, under mu.
@@ -125,6 +133,11 @@ struct Engine::Impl {
         base_bytes = cache->memory().bytes;
         reserved = base_bytes;
         reservation(1);  // a scheme that cannot size its sequences fails here, not at the first request
+        if (!opt.kv_store.empty())
+            store = std::make_unique<EngineStore>(opt, *cache, model_id(), [this] {
+                { std::lock_guard<std::mutex> lk(mu); }  // the scheduler is waiting, or will see the result
+                cv.notify_all();
+            });
         slots.resize(std::size_t(opt.parallel));
         published.ttft = make_histogram({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
         published.tpot = make_histogram({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
@@ -245,6 +258,11 @@ struct Engine::Impl {
         return false;
     }
 
+    /// A request holds the slot (looking up its prefix, prefilling or decoding).
+    static bool running(const Slot& s) {
+        return s.phase == SlotPhase::fetch || s.phase == SlotPhase::prefill || s.phase == SlotPhase::decode;
+    }
+
     int free_slot() const {
         for (std::size_t i = 0; i < slots.size(); ++i)
             if (slots[i].phase == SlotPhase::idle) return int(i);
@@ -255,7 +273,7 @@ struct Engine::Impl {
     bool admissible(const Pending& p) const {
         if (p.request.resume_slot >= 0) {
             const Slot& s = slots[std::size_t(p.request.resume_slot)];
-            if (s.phase != SlotPhase::parked) return true;  // start_resume reports it
+            if (s.phase != SlotPhase::parked && s.phase != SlotPhase::spilled) return true;  // start_resume reports it
             const std::uint64_t need = resume_reservation(s, p.request);
             return base_bytes + need > opt.kv_budget_bytes || reserved - s.reserve + need <= opt.kv_budget_bytes;
         }
@@ -270,14 +288,14 @@ struct Engine::Impl {
             {
                 std::unique_lock<std::mutex> lk(mu);
                 cv.wait(lk, [&] {
-                    return stopping || !tasks.empty() || !cancels.empty() || busy() ||
-                           (!queue.empty() && admissible(queue.front()));
+                    return stopping || !tasks.empty() || !cancels.empty() || busy() || (store && store->has_fetched()) ||
+                           (!queue.empty() && (admissible(queue.front()) || spill_candidate(queue.front())));
                 });
                 if (stopping) {
                     for (Pending& p : queue) cancelled.push_back(std::move(p));
                     queue.clear();
                     for (Slot& s : slots)
-                        if (s.phase == SlotPhase::prefill || s.phase == SlotPhase::decode) to_cancel.insert(s.request_id);
+                        if (running(s)) to_cancel.insert(s.request_id);
                     todo.swap(tasks);
                 } else {
                     todo.swap(tasks);
@@ -293,14 +311,15 @@ struct Engine::Impl {
             }
             for (Pending& p : cancelled) final_event(p.id, p.on_event, FinishReason::cancelled, 0, 0, {});
             for (Slot& s : slots)
-                if ((s.phase == SlotPhase::prefill || s.phase == SlotPhase::decode) && to_cancel.count(s.request_id))
-                    finish(s, FinishReason::cancelled);
+                if (running(s) && to_cancel.count(s.request_id)) finish(s, FinishReason::cancelled);
             if (stopping_now()) {
                 for (auto& t : todo) t();  // each sees the engine stopping through its own checks
                 publish();
                 return;
             }
             for (auto& t : todo) t();
+            if (store)
+                for (EngineStore::Fetched& f : store->take_fetched()) fetched(f);
             admit();
             step();
             publish();
@@ -312,15 +331,25 @@ struct Engine::Impl {
         return stopping;
     }
 
-    /// Start queued requests in order while the head fits (FIFO: no request overtakes an older one).
+    /// Start queued requests in order while the head fits (FIFO: no request overtakes an older one);
+    /// parked sequences go to disk while that makes room for the head.
     void admit() {
         for (;;) {
             Pending p;
+            Slot* victim = nullptr;
             {
                 std::lock_guard<std::mutex> lk(mu);
-                if (queue.empty() || !admissible(queue.front())) return;
-                p = std::move(queue.front());
-                queue.pop_front();
+                if (queue.empty()) return;
+                if (admissible(queue.front())) {
+                    p = std::move(queue.front());
+                    queue.pop_front();
+                } else if (!(victim = spill_candidate(queue.front()))) {
+                    return;
+                }
+            }
+            if (victim) {  // to disk outside the lock: submit() and stats() do not wait for the write
+                spill(*victim);
+                continue;
             }
             if (p.request.resume_slot >= 0 ? !start_resume(p) : !start_new(p)) return;
         }
@@ -333,10 +362,83 @@ struct Engine::Impl {
         s.tokens = p.request.prompt;
         s.sampler = std::make_unique<Sampler>(p.request.sampler);
         s.reserve = p.reserve;
+        start(s, p);
+        if (store && store->worth_lookup(s.tokens)) {
+            s.phase = SlotPhase::fetch;  // fetched() adds the sequence, restored or empty
+            store->start_lookup(id, s.request_id, s.tokens);
+            return true;
+        }
         cache->add_sequence(id);
         s.in_cache = true;
-        start(s, p);
+        if (store) s.recorder = store->recorder(s.tokens, std::nullopt);
         return true;
+    }
+
+    /// A lookup ended: restore what it found into the slot's sequence and prefill the rest.
+    void fetched(EngineStore::Fetched& f) {
+        Slot& s = slots[std::size_t(f.slot)];
+        if (s.phase != SlotPhase::fetch || s.request_id != f.request_id) return;  // cancelled meanwhile
+        std::optional<store::PrefixHit> hit = std::move(f.hit);
+        if (hit && store->restore(*cache, f.slot, *hit, s.tokens)) {
+            s.n_cached = hit->n_tokens;
+            std::lock_guard<std::mutex> lk(mu);
+            published.prompt_tokens += std::uint64_t(hit->n_tokens);
+        } else {
+            hit.reset();
+            cache->add_sequence(f.slot);
+        }
+        s.in_cache = true;
+        s.recorder = store->recorder(s.tokens, std::move(hit));
+        s.phase = SlotPhase::prefill;
+    }
+
+    /// The parked sequence that goes to disk first to make room for `head` (the oldest parked;
+    /// never the one head resumes), or null.
+    Slot* spill_candidate(const Pending& head) {
+        if (!store || !store->can_spill()) return nullptr;
+        if (head.request.resume_slot < 0 && free_slot() < 0) return nullptr;  // short of a slot, not of bytes
+        Slot* oldest = nullptr;
+        for (Slot& s : slots)
+            if (s.phase == SlotPhase::parked && !s.spill_failed && int(&s - slots.data()) != head.request.resume_slot &&
+                (!oldest || s.parked_at < oldest->parked_at))
+                oldest = &s;
+        return oldest;
+    }
+
+    /// Move a parked sequence to the disk tier and release its bytes (a failed write keeps it).
+    void spill(Slot& s) {
+        const int id = int(&s - slots.data());
+        SlotState st;
+        st.tokens = s.tokens;
+        st.n_cached = s.n_cached;
+        if (s.sampler) st.sampler = s.sampler->state();
+        std::optional<std::string> key;
+        try {
+            key = store->spill(*cache, id, st);
+        } catch (const Error& e) {
+            if (opt.warn) opt.warn(fmt::format("serve: slot {} stays in memory: {}", id, e.what()));
+        }
+        if (!key) {
+            s.spill_failed = true;
+            return;
+        }
+        cache->remove_sequence(id);
+        s.in_cache = false;
+        s.spilled_key = *key;
+        s.phase = SlotPhase::spilled;
+        reserved -= s.reserve;
+        s.reserve = 0;
+    }
+
+    /// Bring a spilled sequence back into the cache (parked again); aqpim::Error when it cannot be read.
+    void unspill(Slot& s) {
+        const int id = int(&s - slots.data());
+        const std::vector<std::uint8_t> bytes = store->spilled_state(s.spilled_key);
+        (void)restore_kv_state(bytes, *cache, id, model_id());
+        store->drop(s.spilled_key);
+        s.spilled_key.clear();
+        s.in_cache = true;
+        s.phase = SlotPhase::parked;
     }
 
     /// Worst case of resuming parked slot s with request r.
@@ -351,7 +453,7 @@ struct Engine::Impl {
         const GenerationRequest& r = p.request;
         std::string why;
         const std::int64_t n = std::int64_t(s.tokens.size() + r.prompt.size()) + r.max_tokens;
-        if (s.phase != SlotPhase::parked)
+        if (s.phase != SlotPhase::parked && s.phase != SlotPhase::spilled)
             why = fmt::format("slot {} holds no parked sequence ({})", r.resume_slot, slot_phase_name(s.phase));
         else if (n > opt.ctx)
             why = fmt::format("slot {} holds {} tokens: + prompt {} + max_tokens {} exceeds the context of {}",
@@ -361,6 +463,13 @@ struct Engine::Impl {
                               resume_reservation(s, r), opt.kv_budget_bytes - base_bytes);
         else if (std::int64_t(s.tokens.size() + r.prompt.size()) == s.n_cached)
             why = fmt::format("slot {}: nothing to feed (every token is cached): give prompt tokens", r.resume_slot);
+        if (why.empty() && s.phase == SlotPhase::spilled) {
+            try {
+                unspill(s);
+            } catch (const Error& e) {
+                why = fmt::format("slot {}: its sequence could not be brought back from disk: {}", r.resume_slot, e.what());
+            }
+        }
         if (!why.empty()) {
             final_event(p.id, p.on_event, FinishReason::error, 0, 0, why);
             return true;
@@ -379,6 +488,7 @@ struct Engine::Impl {
         s.on_event = std::move(p.on_event);
         s.n_prompt = int(p.request.prompt.size());
         s.request = std::move(p.request);
+        s.n_generated = 0;  // a parked sequence continued counts this request's tokens only
         s.first_generated = s.tokens.size();
         s.since_submit = p.since_submit;
         reserved += s.reserve;
@@ -402,11 +512,24 @@ struct Engine::Impl {
             if (!forward({&seq, 1}, false)) return;
             s.n_cached += n;
             record_phase(true, t.seconds(), std::uint64_t(n));
+            if (s.recorder) record_block(s);
             if (s.n_cached == std::int64_t(s.tokens.size())) {
+                s.recorder.reset();  // writes its last block
                 s.phase = SlotPhase::decode;
                 accept(s, logits.data());
             }
             return;
+        }
+    }
+
+    /// After a prefill chunk: the block that ends here goes to the store's recorder.
+    void record_block(Slot& s) {
+        const int id = int(&s - slots.data());
+        try {
+            store->record(*s.recorder, *cache, id, s.tokens, s.n_cached);
+        } catch (const Error& e) {  // a scheme that cannot save its state: record nothing more
+            if (opt.warn) opt.warn(fmt::format("kv store: blocks of slot {} not recorded: {}", id, e.what()));
+            s.recorder.reset();
         }
     }
 
@@ -487,7 +610,10 @@ struct Engine::Impl {
         EventCallback cb = std::move(s.on_event);
         const int n_prompt = s.n_prompt, n_generated = s.n_generated;
         if (park) {
+            s.recorder.reset();
             s.phase = SlotPhase::parked;
+            s.parked_at = ++parked_count;
+            s.spill_failed = false;
             s.on_event = nullptr;
         } else {
             release(s);
@@ -498,7 +624,9 @@ struct Engine::Impl {
 
     void release(Slot& s) {
         const int id = int(&s - slots.data());
+        s.recorder.reset();
         if (s.in_cache) cache->remove_sequence(id);
+        if (!s.spilled_key.empty()) store->drop(s.spilled_key);
         reserved -= s.reserve;
         s = Slot{};
     }
@@ -538,7 +666,7 @@ struct Engine::Impl {
             }
         }
         int active = 0;
-        for (const Slot& s : slots) active += s.phase == SlotPhase::prefill || s.phase == SlotPhase::decode;
+        for (const Slot& s : slots) active += running(s);
         std::lock_guard<std::mutex> lk(mu);
         published.active = active;
         published.queued = int(queue.size());
@@ -564,6 +692,11 @@ struct Engine::Impl {
 
     void save(int id, const std::string& path) {
         Slot& s = slot_at(id);
+        if (s.phase == SlotPhase::spilled) {  // its state on disk is what a save writes
+            const std::vector<std::uint8_t> bytes = store->spilled_state(s.spilled_key);
+            write_output_file(path, {reinterpret_cast<const char*>(bytes.data()), bytes.size()}, "slot save");
+            return;
+        }
         AQPIM_CHECK(s.in_cache && s.n_cached > 0, "serve: slot {} holds no sequence to save ({})", id, slot_phase_name(s.phase));
         SlotState st;
         st.tokens = s.tokens;
@@ -594,7 +727,8 @@ struct Engine::Impl {
 
     void release_parked(int id) {
         Slot& s = slot_at(id);
-        AQPIM_CHECK(s.phase == SlotPhase::parked, "serve: slot {} is {}, not parked", id, slot_phase_name(s.phase));
+        AQPIM_CHECK(s.phase == SlotPhase::parked || s.phase == SlotPhase::spilled, "serve: slot {} is {}, not parked", id,
+                    slot_phase_name(s.phase));
         release(s);
     }
 
@@ -605,6 +739,8 @@ struct Engine::Impl {
         }
         cv.notify_all();
         if (scheduler.joinable()) scheduler.join();
+        for (Slot& s : slots) s.recorder.reset();  // their last blocks are queued before the store goes
+        store.reset();  // its threads end before the mutex their callbacks take
     }
 };
 
@@ -618,10 +754,14 @@ SubmitResult Engine::submit(GenerationRequest request, EventCallback on_event) {
 bool Engine::cancel(std::uint64_t request_id) { return impl_->cancel(request_id); }
 
 EngineStats Engine::stats() const {
-    std::lock_guard<std::mutex> lk(impl_->mu);
-    EngineStats s = impl_->published;
-    s.queued = int(impl_->queue.size());
-    s.requests_rejected = impl_->rejected;
+    EngineStats s;
+    {
+        std::lock_guard<std::mutex> lk(impl_->mu);
+        s = impl_->published;
+        s.queued = int(impl_->queue.size());
+        s.requests_rejected = impl_->rejected;
+    }
+    if (impl_->store) s.store = impl_->store->stats();  // live: the store writes on its own thread
     return s;
 }
 
@@ -647,6 +787,12 @@ void Engine::release_slot(int slot_id) {
 }
 
 const EngineOptions& Engine::options() const { return impl_->opt; }
+void Engine::flush_store() {
+    if (impl_->store) impl_->store->flush();
+}
+std::vector<std::uint64_t> Engine::store_reported_bytes(std::span<const std::int32_t> prompt) {
+    return impl_->store ? impl_->store->reported_bytes(prompt) : std::vector<std::uint64_t>{};
+}
 std::uint64_t Engine::reservation_bytes(std::int64_t n_tokens) const { return impl_->reservation(n_tokens); }
 
 }  // namespace aqpim::serve

@@ -22,11 +22,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "aqpim/kv_store.h"
 #include "aqpim/model.h"
 #include "aqpim/sampler.h"
+#include "store/prefix_store.h"
 
 namespace aqpim::serve {
 
@@ -39,6 +42,12 @@ struct EngineOptions {
     int queue_capacity = 256;               ///< requests waiting for admission (one the next step admits does not count); beyond: queue_full
     int prefill_chunk = 256;                ///< prompt tokens prefilled per step
     std::int32_t eos_token = -1;            ///< sampling it ends a request with `stop` (-1: none)
+    /// The KV store's tiers, searched in this order (aqpim/kv_store.h specs; empty: none): prompts
+    /// restore their stored prefix blocks, prefills record theirs, and with a `disk:` tier parked
+    /// sequences go to disk when the budget needs their room (docs/kv-store.md).
+    std::vector<std::string> kv_store;
+    int kv_store_block = 256;               ///< tokens per stored block (a multiple of prefill_chunk)
+    WarnFn warn;                            ///< warnings of the store (a dead Redis, a refused entry); may be empty
 
     /// Throws aqpim::Error naming the first bad field.
     void validate() const;
@@ -104,6 +113,14 @@ struct Histogram {
     void observe(double x);
 };
 
+/// The KV store's counters (docs/kv-store.md); `prefix` is empty without --kv-store.
+struct StoreStats {
+    std::optional<store::PrefixStoreStats> prefix;
+    std::uint64_t restore_refused = 0;  ///< chains found whose state the cache refused or whose tokens differed
+    std::uint64_t spills = 0, unspills = 0;                  ///< parked sequences moved to disk and back
+    std::uint64_t spilled_sequences = 0, spilled_bytes = 0;  ///< parked sequences on disk now
+};
+
 struct EngineStats {
     std::uint64_t requests_accepted = 0, requests_rejected = 0, requests_finished = 0;
     std::uint64_t prompt_tokens = 0, generated_tokens = 0;
@@ -116,9 +133,11 @@ struct EngineStats {
     double prefill_seconds = 0.0, decode_seconds = 0.0;  ///< time spent in each phase
     std::uint64_t prefill_tokens = 0, decode_tokens = 0; ///< tokens through each phase
     Histogram ttft, tpot;                 ///< time to first token, time per output token (seconds)
+    StoreStats store;
 };
 
-enum class SlotPhase { idle, prefill, decode, parked };
+/// fetch: its prompt's stored blocks are being looked up; spilled: parked, its KV on disk.
+enum class SlotPhase { idle, fetch, prefill, decode, parked, spilled };
 struct SlotInfo {
     int id = 0;
     SlotPhase phase = SlotPhase::idle;
@@ -159,6 +178,11 @@ public:
     const EngineOptions& options() const;
     /// Worst-case bytes a sequence of n tokens reserves (the admission arithmetic).
     std::uint64_t reservation_bytes(std::int64_t n_tokens) const;
+    /// Wait until the KV store's queued block writes are done (tests, benchmarks).
+    void flush_store();
+    /// Bytes each store tier itself accounts for the entries of `prompt`'s whole blocks (Redis:
+    /// MEMORY USAGE), in tier order; empty without a store.
+    std::vector<std::uint64_t> store_reported_bytes(std::span<const std::int32_t> prompt);
 
 private:
     struct Impl;

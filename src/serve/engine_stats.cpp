@@ -15,6 +15,9 @@ void EngineOptions::validate() const {
     AQPIM_CHECK(threads >= 0, "serve: threads {} is negative", threads);
     AQPIM_CHECK(queue_capacity >= 0, "serve: queue capacity {} is negative", queue_capacity);
     AQPIM_CHECK(prefill_chunk >= 1, "serve: prefill chunk {} must be >= 1", prefill_chunk);
+    AQPIM_CHECK(kv_store.empty() || (kv_store_block >= 1 && kv_store_block % prefill_chunk == 0),
+                "serve: --kv-store-block {} must be a positive multiple of --prefill-chunk {} (a block ends where a "
+                "prefill chunk does)", kv_store_block, prefill_chunk);
 }
 
 const char* finish_reason_name(FinishReason r) {
@@ -32,6 +35,8 @@ const char* slot_phase_name(SlotPhase p) {
         case SlotPhase::prefill: return "prefill";
         case SlotPhase::decode: return "decode";
         case SlotPhase::parked: return "parked";
+        case SlotPhase::fetch: return "fetch";
+        case SlotPhase::spilled: return "spilled";
         default: return "idle";
     }
 }

@@ -22,6 +22,74 @@ void histogram(std::string& out, const char* name, const char* help, const Histo
 
 double rate(std::uint64_t tokens, double seconds) { return seconds > 0 ? double(tokens) / seconds : 0.0; }
 
+/// A label value as the text format wants it: backslash, double quote and newline escaped.
+std::string label_value(const std::string& v) {
+    std::string out;
+    for (char c : v) {
+        if (c == '\\' || c == '"') out += '\\';
+        if (c == '\n') {
+            out += "\\n";
+            continue;
+        }
+        out += c;
+    }
+    return out;
+}
+
+/// A metric with one sample per tier, labelled by tier kind and spec.
+void per_tier(std::string& out, const char* name, const char* type, const char* help,
+              const std::vector<KvStoreStats>& tiers, double (*value)(const KvStoreStats&)) {
+    out += fmt::format("# HELP {0} {1}\n# TYPE {0} {2}\n", name, help, type);
+    for (const KvStoreStats& t : tiers)
+        out += fmt::format("{}{{tier=\"{}\",where=\"{}\"}} {}\n", name, t.tier, label_value(t.where), value(t));
+}
+
+void store_metrics(std::string& out, const StoreStats& s) {
+    if (s.prefix) {
+        const store::PrefixStoreStats& p = *s.prefix;
+        metric(out, "aqpim_kv_store_lookups_total", "counter", "Prompts looked up in the KV prefix store.", double(p.lookups));
+        metric(out, "aqpim_kv_store_lookup_hits_total", "counter", "Lookups that restored at least one block.",
+               double(p.lookup_hits));
+        metric(out, "aqpim_kv_store_hit_ratio", "gauge", "Lookups that restored at least one block, over all lookups.",
+               p.lookups > 0 ? double(p.lookup_hits) / double(p.lookups) : 0.0);
+        metric(out, "aqpim_kv_store_blocks_restored_total", "counter", "Blocks restored instead of prefilled.",
+               double(p.blocks_restored));
+        metric(out, "aqpim_kv_store_tokens_restored_total", "counter", "Prompt tokens restored instead of prefilled.",
+               double(p.tokens_restored));
+        metric(out, "aqpim_kv_store_bytes_fetched_total", "counter", "Entry bytes read to restore blocks.",
+               double(p.bytes_fetched));
+        metric(out, "aqpim_kv_store_blocks_stored_total", "counter", "Blocks written to the store.", double(p.blocks_stored));
+        metric(out, "aqpim_kv_store_bytes_stored_total", "counter", "Entry bytes of the blocks written (once per block).",
+               double(p.bytes_stored));
+        out += "# HELP aqpim_kv_store_rejected_total Entries ignored as corrupt or foreign.\n"
+               "# TYPE aqpim_kv_store_rejected_total counter\n";
+        out += fmt::format("aqpim_kv_store_rejected_total{{reason=\"corrupt\"}} {}\n", p.rejected_corrupt);
+        out += fmt::format("aqpim_kv_store_rejected_total{{reason=\"foreign\"}} {}\n", p.rejected_foreign + s.restore_refused);
+        metric(out, "aqpim_kv_store_recordings_dropped_total", "counter", "Block states not written: the write queue was full.",
+               double(p.recordings_dropped));
+        per_tier(out, "aqpim_kv_store_tier_bytes", "gauge", "Bytes a tier holds (redis: what this server stored there).",
+                 p.tiers, [](const KvStoreStats& t) { return double(t.bytes); });
+        per_tier(out, "aqpim_kv_store_tier_entries", "gauge", "Entries a tier holds.", p.tiers,
+                 [](const KvStoreStats& t) { return double(t.entries); });
+        per_tier(out, "aqpim_kv_store_tier_hits_total", "counter", "Entries found in a tier.", p.tiers,
+                 [](const KvStoreStats& t) { return double(t.hits); });
+        per_tier(out, "aqpim_kv_store_tier_misses_total", "counter", "Entries not found in a tier.", p.tiers,
+                 [](const KvStoreStats& t) { return double(t.misses); });
+        per_tier(out, "aqpim_kv_store_tier_hit_ratio", "gauge", "Entries found over entries looked up, per tier.", p.tiers,
+                 [](const KvStoreStats& t) { return t.hits + t.misses > 0 ? double(t.hits) / double(t.hits + t.misses) : 0.0; });
+        per_tier(out, "aqpim_kv_store_tier_evictions_total", "counter", "Entries a tier dropped for room.", p.tiers,
+                 [](const KvStoreStats& t) { return double(t.evictions); });
+        per_tier(out, "aqpim_kv_store_tier_errors_total", "counter", "Failed operations of a tier (unreachable, I/O).", p.tiers,
+                 [](const KvStoreStats& t) { return double(t.errors); });
+        per_tier(out, "aqpim_kv_store_tier_up", "gauge", "1 when the tier's last operation reached it.", p.tiers,
+                 [](const KvStoreStats& t) { return t.available ? 1.0 : 0.0; });
+    }
+    metric(out, "aqpim_kv_spilled_sequences", "gauge", "Parked sequences whose KV is on disk.", double(s.spilled_sequences));
+    metric(out, "aqpim_kv_spilled_bytes", "gauge", "Bytes of parked sequences on disk.", double(s.spilled_bytes));
+    metric(out, "aqpim_kv_spills_total", "counter", "Parked sequences moved to disk to make room.", double(s.spills));
+    metric(out, "aqpim_kv_unspills_total", "counter", "Parked sequences read back from disk.", double(s.unspills));
+}
+
 }  // namespace
 
 std::string prometheus_text(const EngineStats& s, const HttpCounters& http) {
@@ -55,6 +123,7 @@ std::string prometheus_text(const EngineStats& s, const HttpCounters& http) {
         out += fmt::format("aqpim_http_responses_total{{status=\"{}\"}} {}\n", status, n);
     metric(out, "aqpim_http_disconnects_total", "counter", "Requests cancelled because the client went away.",
            double(http.disconnects));
+    store_metrics(out, s.store);
     return out;
 }
 

@@ -1,0 +1,160 @@
+// The serving engine's prefix store and disk tier for parked sequences (docs/kv-store.md).
+
+#include "serve/engine_store.h"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <random>
+
+#include "aqpim/error.h"
+#include "aqpim/file_io.h"
+#include "aqpim/simd.h"
+#include "store/tiers.h"
+
+namespace aqpim::serve {
+
+namespace {
+
+/// Room left beside a spilled state: a spill never fills the disk.
+constexpr std::uint64_t kSpillFreeMargin = std::uint64_t(256) << 20;
+
+}  // namespace
+
+EngineStore::EngineStore(const EngineOptions& opt, const KvCache& cache, const ModelIdentity& model,
+                         std::function<void()> wake)
+    : opt_(opt), model_(model), wake_(std::move(wake)) {
+    if (opt.kv_store.empty()) return;
+    std::vector<std::unique_ptr<KvStore>> tiers;
+    std::optional<store::DiskSpec> disk;
+    for (const std::string& spec : opt.kv_store) {
+        tiers.push_back(make_kv_store(spec, opt.warn));
+        if (!disk) disk = store::parse_disk_spec(spec);
+    }
+    store::PrefixStore::Options o;
+    o.ns = {model.fingerprint, cache.scheme(), opt.ctx, opt.kv_store_block, opt.prefill_chunk,
+            simd_level_name(active_simd_level())};
+    o.max_state_bytes = opt.kv_budget_bytes + 4 * std::uint64_t(opt.ctx) + (std::uint64_t(1) << 20);
+    o.warn = opt.warn;
+    prefix_ = std::make_unique<store::PrefixStore>(std::move(tiers), std::move(o));
+    if (disk) {
+        // Parked sequences are this process's own: a directory of its own, removed at the end.
+        std::random_device rd;
+        parked_dir_ = (std::filesystem::path(disk->dir) / fmt::format("parked-{}-{:08x}", ::getpid(), rd())).string();
+        parked_ = store::make_disk_store("disk:" + parked_dir_, parked_dir_, ~std::uint64_t(0), opt.warn);
+    }
+}
+
+EngineStore::~EngineStore() {
+    parked_.reset();
+    if (!parked_dir_.empty()) {
+        std::error_code ec;
+        std::filesystem::remove_all(parked_dir_, ec);
+    }
+}
+
+bool EngineStore::worth_lookup(std::span<const std::int32_t> prompt) const {
+    return prefix_ && std::int64_t(prompt.size()) > prefix_->block_tokens();
+}
+
+void EngineStore::start_lookup(int slot, std::uint64_t request_id, std::vector<std::int32_t> prompt) {
+    prefix_->lookup_async(std::move(prompt), [this, slot, request_id](std::optional<store::PrefixHit> hit) {
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            fetched_.push_back({slot, request_id, std::move(hit)});
+        }
+        wake_();
+    });
+}
+
+std::vector<EngineStore::Fetched> EngineStore::take_fetched() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return std::exchange(fetched_, {});
+}
+
+bool EngineStore::has_fetched() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return !fetched_.empty();
+}
+
+bool EngineStore::restore(KvCache& cache, int id, const store::PrefixHit& hit, std::span<const std::int32_t> prompt) {
+    try {
+        const SlotState s = restore_kv_state(hit.state, cache, id, model_);
+        const bool same = s.n_cached == hit.n_tokens && std::int64_t(s.tokens.size()) == hit.n_tokens &&
+                          std::equal(s.tokens.begin(), s.tokens.end(), prompt.begin());
+        if (same) return true;
+        cache.remove_sequence(id);
+        if (opt_.warn) opt_.warn("kv store: a restored prefix holds other tokens than the prompt's (ignored)");
+    } catch (const Error& e) {
+        if (opt_.warn) opt_.warn(fmt::format("kv store: a restored prefix was refused: {}", e.what()));
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.restore_refused;
+    return false;
+}
+
+std::unique_ptr<store::PrefixStore::Recorder> EngineStore::recorder(std::span<const std::int32_t> prompt,
+                                                                    std::optional<store::PrefixHit> restored) {
+    if (!prefix_) return nullptr;
+    return prefix_->recorder(prompt, std::move(restored));
+}
+
+void EngineStore::record(store::PrefixStore::Recorder& r, const KvCache& cache, int id,
+                         std::span<const std::int32_t> tokens, std::int64_t n_cached) {
+    if (!r.wants(n_cached)) return;
+    SlotState s;
+    s.tokens.assign(tokens.begin(), tokens.begin() + n_cached);
+    s.n_cached = n_cached;
+    r.record(save_kv_state(cache, id, s, model_, opt_.ctx));
+}
+
+bool EngineStore::can_spill() const { return parked_ != nullptr; }
+
+std::optional<std::string> EngineStore::spill(const KvCache& cache, int id, const SlotState& slot) {
+    const std::vector<std::uint8_t> bytes = save_kv_state(cache, id, slot, model_, opt_.ctx);
+    try {
+        check_free_space(parked_dir_ + "/x", bytes.size() + kSpillFreeMargin, "kv store");
+    } catch (const Error& e) {
+        if (opt_.warn) opt_.warn(fmt::format("kv store: a parked sequence stays in memory: {}", e.what()));
+        return std::nullopt;
+    }
+    const std::string key = fmt::format("seq{}", next_spill_++);
+    if (!parked_->put(key, bytes)) return std::nullopt;
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.spills;
+    return key;
+}
+
+std::vector<std::uint8_t> EngineStore::spilled_state(const std::string& key) {
+    std::optional<Bytes> b = parked_->get_one(key);
+    AQPIM_CHECK(b.has_value(), "serve: the parked sequence {} cannot be read back from {}", key, parked_dir_);
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.unspills;
+    return std::move(*b);
+}
+
+void EngineStore::drop(const std::string& key) { parked_->remove(key); }
+
+StoreStats EngineStore::stats() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    StoreStats s = stats_;
+    if (prefix_) s.prefix = prefix_->stats();
+    if (parked_) {
+        const KvStoreStats p = parked_->stats();
+        s.spilled_sequences = p.entries;
+        s.spilled_bytes = p.bytes;
+    }
+    return s;
+}
+
+void EngineStore::flush() {
+    if (prefix_) prefix_->flush();
+}
+
+std::vector<std::uint64_t> EngineStore::reported_bytes(std::span<const std::int32_t> prompt) {
+    return prefix_ ? prefix_->reported_bytes(prompt) : std::vector<std::uint64_t>{};
+}
+
+}  // namespace aqpim::serve

@@ -1,0 +1,86 @@
+#pragma once
+// What the serving engine keeps outside its KV budget (docs/kv-store.md, "In the server"): the
+// prefix store (a prompt that begins with stored blocks restores them instead of prefilling them;
+// the blocks a prefill computes are recorded) and the disk tier for parked sequences (an idle
+// conversation's KV goes to disk when the budget needs its room, and comes back with its next
+// request). Methods run on the scheduler thread unless stated.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "aqpim/kv_cache.h"
+#include "aqpim/kv_state.h"
+#include "serve/engine.h"
+#include "store/prefix_store.h"
+
+namespace aqpim::serve {
+
+class EngineStore {
+public:
+    /// `wake` is called (from the fetch thread) when a lookup has finished.
+    EngineStore(const EngineOptions& opt, const KvCache& cache, const ModelIdentity& model, std::function<void()> wake);
+    ~EngineStore();
+
+    // ---- prefixes ---------------------------------------------------------------------------------
+    /// Whether a prompt is long enough for a stored block to save prefill (at least one whole block
+    /// and one more token).
+    bool worth_lookup(std::span<const std::int32_t> prompt) const;
+    /// Look up the request's prompt on the fetch thread; take_fetched() has the result after wake().
+    void start_lookup(int slot, std::uint64_t request_id, std::vector<std::int32_t> prompt);
+    struct Fetched {
+        int slot = 0;
+        std::uint64_t request_id = 0;
+        std::optional<store::PrefixHit> hit;
+    };
+    /// Lookups finished since the last call (any thread).
+    std::vector<Fetched> take_fetched();
+    bool has_fetched() const;
+
+    /// Restore a hit into free sequence `id` of the cache: true when it is restored and holds the
+    /// prompt's first hit.n_tokens tokens; false (counted as foreign, the cache as it was) otherwise.
+    bool restore(KvCache& cache, int id, const store::PrefixHit& hit, std::span<const std::int32_t> prompt);
+    /// A recorder of the blocks of `prompt` past those `restored` holds.
+    std::unique_ptr<store::PrefixStore::Recorder> recorder(std::span<const std::int32_t> prompt,
+                                                           std::optional<store::PrefixHit> restored);
+    /// After a prefill chunk: when sequence `id` holds exactly the end of the recorder's next block,
+    /// its state goes to the recorder.
+    void record(store::PrefixStore::Recorder& r, const KvCache& cache, int id, std::span<const std::int32_t> tokens,
+                std::int64_t n_cached);
+
+    // ---- parked sequences on disk -------------------------------------------------------------------
+    /// Whether parked sequences can go to disk (a disk tier is configured).
+    bool can_spill() const;
+    /// Save sequence `id` (with its slot) to the disk tier; its key, or nullopt when the write failed
+    /// (the disk is full: the sequence stays in memory). The caller then removes it from the cache.
+    std::optional<std::string> spill(const KvCache& cache, int id, const SlotState& slot);
+    /// The spilled state's bytes (they stay on disk until drop()); aqpim::Error when unreadable.
+    std::vector<std::uint8_t> spilled_state(const std::string& key);
+    void drop(const std::string& key);
+
+    StoreStats stats() const;
+
+    /// Finish queued writes (tests, benchmarks).
+    void flush();
+    /// PrefixStore::reported_bytes (empty without a prefix store). Any thread.
+    std::vector<std::uint64_t> reported_bytes(std::span<const std::int32_t> prompt);
+
+private:
+    const EngineOptions& opt_;
+    const ModelIdentity& model_;
+    std::function<void()> wake_;
+    std::unique_ptr<store::PrefixStore> prefix_;
+    std::unique_ptr<KvStore> parked_;  ///< the disk tier's directory for parked sequences (none: no spilling)
+    std::string parked_dir_;
+    mutable std::mutex mu_;            // fetched_, stats_
+    std::vector<Fetched> fetched_;
+    StoreStats stats_;
+    std::uint64_t next_spill_ = 0;
+};
+
+}  // namespace aqpim::serve
