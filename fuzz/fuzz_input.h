@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstdlib>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -59,6 +60,16 @@ inline std::string write_scratch(const std::string& name, std::string_view bytes
     const std::filesystem::path p = scratch_dir() / name;
     std::ofstream(p, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
     return p.string();
+}
+
+/// LLVMFuzzerInitialize of a target that makes its own seeds: with AQPIM_FUZZ_WRITE_SEEDS=DIR set
+/// (scripts/fuzz.sh), write them into DIR and exit.
+inline void write_seeds_if_asked(void (*write_seeds)(const std::filesystem::path&)) {
+    if (const char* dir = std::getenv("AQPIM_FUZZ_WRITE_SEEDS"); dir && *dir) {
+        std::filesystem::create_directories(dir);
+        write_seeds(dir);
+        std::exit(0);
+    }
 }
 
 /// Run f; an aqpim::Error (a clear error naming the bad input) is a normal outcome.

@@ -36,10 +36,7 @@ void write_seeds(const std::filesystem::path& dir) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-    if (const char* dir = std::getenv("AQPIM_FUZZ_WRITE_SEEDS"); dir && *dir) {
-        write_seeds(dir);
-        std::exit(0);
-    }
+    aqpim::fuzz::write_seeds_if_asked(write_seeds);
     return 0;
 }
 

@@ -4,7 +4,7 @@
 # SECONDS are wall seconds; with AQPIM_FUZZ_BUDGET=cpu they are the fuzzer's CPU seconds (a campaign
 # of "20 CPU-minutes per target" on a shared machine: the fuzzer runs until it has had them).
 # TARGET is a fuzz/fuzz_TARGET.cpp name (gguf, safetensors, llama2c, vocab, presets, kv_trace,
-# kv_scheme, pq_file, kv_state, openai_request); default all, 30 s each. Corpora grow in
+# kv_scheme, pq_file, kv_state, openai_request, kv_block); default all, 30 s each. Corpora grow in
 # fuzz-corpus/TARGET (ignored by git), seeded at run time from ../shared (or $AQPIM_SHARED),
 # presets/, hand-written requests and the `aqpim` command's own output (synth, convert,
 # run --trace/--save-state: $AQPIM, else build/bin/aqpim, else $build/bin/aqpim).
@@ -108,6 +108,8 @@ seed() {
         done ;;
     pq_file)
         AQPIM_FUZZ_WRITE_SEEDS=$dir nice -n 19 "$build/fuzz/fuzz_pq_file" >/dev/null 2>&1 || true ;;
+    kv_block)
+        AQPIM_FUZZ_WRITE_SEEDS=$dir nice -n 19 "$build/fuzz/fuzz_kv_block" >/dev/null 2>&1 || true ;;
     kv_state)
         if have_aqpim && have models/stories260K; then
             for kv in f16 f32 int8 q4_0 kivi2 pq:calib=8 pq:calib=8,cb=int8 pq:calib=8,cb=f16 turbo qjl; do

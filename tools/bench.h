@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "store/prefix_store.h"
+
 namespace aqpim {
 class ProductQuantizer;
 }
@@ -84,7 +86,8 @@ struct StoreBenchOptions {
     std::uint64_t kv_budget_bytes = 1ULL << 30;
     int prefix_tokens = 4096;           ///< the shared prefix of the TTFT section
     int suffix_tokens = 64;             ///< each request's own tokens after it
-    int block_tokens = 256;
+    int block_tokens = store::kDefaultBlockTokens;
+    int tail_every = store::kDefaultTailEvery;  ///< a block's tail stored every this many blocks
     int prefill_chunk = 256;
     int repeats = 3;                    ///< TTFT samples per tier (median)
     int workload_prefix_tokens = 1024;  ///< the system prompts of the workload section

@@ -95,6 +95,7 @@ struct SchemeRun {
         eo.prefill_chunk = opt.prefill_chunk;
         eo.kv_store = std::move(store);
         eo.kv_store_block = opt.block_tokens;
+        eo.kv_store_tail_every = opt.tail_every;
         return eo;
     }
     std::int64_t ttft_context() const { return opt.prefix_tokens + opt.suffix_tokens + 2; }

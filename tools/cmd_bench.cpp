@@ -168,6 +168,8 @@ void add_bench_command(CLI::App& app) {
     serve->add_option("--kv-store", store->kv_store, "KV store tiers to measure (repeatable): memory, disk:DIR, redis://HOST:PORT");
     serve->add_option("--kv-store-block", store->block_tokens, "tokens per stored block")->capture_default_str()
         ->check(CLI::Range(1, 1 << 20));
+    serve->add_option("--kv-store-tail-every", store->tail_every, "a block's tail stored every N blocks")
+        ->capture_default_str()->check(CLI::Range(1, 1 << 20));
     serve->add_option("--suffix-tokens", store->suffix_tokens, "--kv-store: each request's own tokens after the shared prefix")
         ->capture_default_str()->check(CLI::Range(1, 1 << 20));
     serve->add_option("--repeats", store->repeats, "--kv-store: TTFT samples per tier")->capture_default_str()

@@ -370,7 +370,7 @@ struct Engine::Impl {
         }
         cache->add_sequence(id);
         s.in_cache = true;
-        if (store) s.recorder = store->recorder(s.tokens, std::nullopt);
+        if (store) s.recorder = store->recorder(s.tokens);
         return true;
     }
 
@@ -378,17 +378,17 @@ struct Engine::Impl {
     void fetched(EngineStore::Fetched& f) {
         Slot& s = slots[std::size_t(f.slot)];
         if (s.phase != SlotPhase::fetch || s.request_id != f.request_id) return;  // cancelled meanwhile
-        std::optional<store::PrefixHit> hit = std::move(f.hit);
-        if (hit && store->restore(*cache, f.slot, *hit, s.tokens)) {
-            s.n_cached = hit->n_tokens;
+        store::PrefixHit found = std::move(f.found);
+        if (found.blocks > 0 && store->restore(*cache, f.slot, found, s.tokens)) {
+            s.n_cached = found.n_tokens;
             std::lock_guard<std::mutex> lk(mu);
-            published.prompt_tokens += std::uint64_t(hit->n_tokens);
+            published.prompt_tokens += std::uint64_t(found.n_tokens);
         } else {
-            hit.reset();
+            if (found.blocks > 0) found = {};  // refused: trust nothing it said
             cache->add_sequence(f.slot);
         }
         s.in_cache = true;
-        s.recorder = store->recorder(s.tokens, std::move(hit));
+        s.recorder = store->recorder(s.tokens, std::move(found));
         s.phase = SlotPhase::prefill;
     }
 

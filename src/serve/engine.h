@@ -46,7 +46,8 @@ struct EngineOptions {
     /// restore their stored prefix blocks, prefills record theirs, and with a `disk:` tier parked
     /// sequences go to disk when the budget needs their room (docs/kv-store.md).
     std::vector<std::string> kv_store;
-    int kv_store_block = 256;               ///< tokens per stored block (a multiple of prefill_chunk)
+    int kv_store_block = store::kDefaultBlockTokens;     ///< tokens per stored block (a multiple of prefill_chunk)
+    int kv_store_tail_every = store::kDefaultTailEvery;  ///< a block's tail is stored for every this many blocks (docs/kv-store.md)
     WarnFn warn;                            ///< warnings of the store (a dead Redis, a refused entry); may be empty
 
     /// Throws aqpim::Error naming the first bad field.

@@ -18,6 +18,7 @@ void EngineOptions::validate() const {
     AQPIM_CHECK(kv_store.empty() || (kv_store_block >= 1 && kv_store_block % prefill_chunk == 0),
                 "serve: --kv-store-block {} must be a positive multiple of --prefill-chunk {} (a block ends where a "
                 "prefill chunk does)", kv_store_block, prefill_chunk);
+    AQPIM_CHECK(kv_store_tail_every >= 1, "serve: --kv-store-tail-every {} must be >= 1", kv_store_tail_every);
 }
 
 const char* finish_reason_name(FinishReason r) {

@@ -37,6 +37,7 @@ EngineStore::EngineStore(const EngineOptions& opt, const KvCache& cache, const M
     o.ns = {model.fingerprint, cache.scheme(), opt.ctx, opt.kv_store_block, opt.prefill_chunk,
             simd_level_name(active_simd_level())};
     o.max_state_bytes = opt.kv_budget_bytes + 4 * std::uint64_t(opt.ctx) + (std::uint64_t(1) << 20);
+    o.tail_every = opt.kv_store_tail_every;
     o.warn = opt.warn;
     prefix_ = std::make_unique<store::PrefixStore>(std::move(tiers), std::move(o));
     if (disk) {
@@ -60,10 +61,10 @@ bool EngineStore::worth_lookup(std::span<const std::int32_t> prompt) const {
 }
 
 void EngineStore::start_lookup(int slot, std::uint64_t request_id, std::vector<std::int32_t> prompt) {
-    prefix_->lookup_async(std::move(prompt), [this, slot, request_id](std::optional<store::PrefixHit> hit) {
+    prefix_->lookup_async(std::move(prompt), [this, slot, request_id](store::PrefixHit found) {
         {
             std::lock_guard<std::mutex> lk(mu_);
-            fetched_.push_back({slot, request_id, std::move(hit)});
+            fetched_.push_back({slot, request_id, std::move(found)});
         }
         wake_();
     });
@@ -96,9 +97,9 @@ bool EngineStore::restore(KvCache& cache, int id, const store::PrefixHit& hit, s
 }
 
 std::unique_ptr<store::PrefixStore::Recorder> EngineStore::recorder(std::span<const std::int32_t> prompt,
-                                                                    std::optional<store::PrefixHit> restored) {
+                                                                    store::PrefixHit found) {
     if (!prefix_) return nullptr;
-    return prefix_->recorder(prompt, std::move(restored));
+    return prefix_->recorder(prompt, std::move(found));
 }
 
 void EngineStore::record(store::PrefixStore::Recorder& r, const KvCache& cache, int id,

@@ -36,7 +36,7 @@ public:
     struct Fetched {
         int slot = 0;
         std::uint64_t request_id = 0;
-        std::optional<store::PrefixHit> hit;
+        store::PrefixHit found;
     };
     /// Lookups finished since the last call (any thread).
     std::vector<Fetched> take_fetched();
@@ -45,9 +45,9 @@ public:
     /// Restore a hit into free sequence `id` of the cache: true when it is restored and holds the
     /// prompt's first hit.n_tokens tokens; false (counted as foreign, the cache as it was) otherwise.
     bool restore(KvCache& cache, int id, const store::PrefixHit& hit, std::span<const std::int32_t> prompt);
-    /// A recorder of the blocks of `prompt` past those `restored` holds.
+    /// A recorder of the blocks of `prompt` past those `found` restored (null without a prefix store).
     std::unique_ptr<store::PrefixStore::Recorder> recorder(std::span<const std::int32_t> prompt,
-                                                           std::optional<store::PrefixHit> restored);
+                                                           store::PrefixHit found = {});
     /// After a prefill chunk: when sequence `id` holds exactly the end of the recorder's next block,
     /// its state goes to the recorder.
     void record(store::PrefixStore::Recorder& r, const KvCache& cache, int id, std::span<const std::int32_t> tokens,

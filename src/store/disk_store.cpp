@@ -125,10 +125,7 @@ public:
 
     KvStoreStats stats() const override {
         std::lock_guard<std::mutex> lk(mu_);
-        KvStoreStats s = stats_;
-        s.entries = lru_.size();
-        s.bytes = lru_.total_bytes();
-        return s;
+        return lru_.counted(stats_);
     }
 
 private:

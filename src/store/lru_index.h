@@ -8,6 +8,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "aqpim/kv_store.h"
+
 namespace aqpim::store {
 
 class LruIndex {
@@ -45,6 +47,12 @@ public:
     }
     std::uint64_t total_bytes() const { return total_; }
     std::size_t size() const { return map_.size(); }
+    /// A tier's stats with what this index holds as its entries and bytes.
+    KvStoreStats counted(KvStoreStats s) const {
+        s.entries = size();
+        s.bytes = total_;
+        return s;
+    }
 
 private:
     struct Entry {

@@ -84,6 +84,9 @@ struct PrefixStore::Recorder::Chain {
     std::vector<BlockKey> keys;  ///< of the prompt's whole blocks
     int next = 0;                ///< the next block to record (caller's thread)
     bool broken = false;         ///< a state was dropped: record no more (caller's thread)
+    int stored_mains = 0;        ///< blocks whose main entries the lookup found: not written again ...
+    int want_tail = -1;          ///< ... except this one, the chain's end, written with its tail
+    int tail_every = kDefaultTailEvery;
     // The write thread's:
     std::vector<std::uint8_t> prev;  ///< the state at the start of the next block
     struct Pending {
@@ -156,10 +159,11 @@ struct PrefixStore::Impl {
         return std::nullopt;
     }
 
-    std::optional<PrefixHit> lookup(std::span<const std::int32_t> prompt) {
+    PrefixHit lookup(std::span<const std::int32_t> prompt) {
         count(&PrefixStoreStats::lookups);
+        PrefixHit hit;
         const std::size_t n = prompt.empty() ? 0 : (prompt.size() - 1) / std::size_t(block());
-        if (n == 0) return std::nullopt;
+        if (n == 0) return hit;
         const std::vector<BlockKey> k = keys(prompt, n);
         std::vector<std::optional<Bytes>> found(n);
         std::vector<std::size_t> from(n, 0);
@@ -193,6 +197,7 @@ struct PrefixStore::Impl {
             chain.push_back(std::move(b));
         }
         // The last block's tail (a restore stops there); without it, the chain ends one block earlier.
+        hit.mains_found = int(chain.size());
         std::optional<Bytes> tail;
         while (!chain.empty()) {
             const BlockHeader& h = chain.back().header;
@@ -208,7 +213,7 @@ struct PrefixStore::Impl {
             fetched -= found[chain.size() - 1]->size();
             chain.pop_back();
         }
-        if (chain.empty()) return std::nullopt;
+        if (chain.empty()) return hit;
         std::vector<DeltaView> views;
         for (std::size_t j = 0; j < chain.size(); ++j) {
             const DecodedBlock& b = chain[j];
@@ -216,19 +221,18 @@ struct PrefixStore::Impl {
             if (j + 1 == chain.size() && tail) v.tail = *tail;
             views.push_back(v);
         }
-        PrefixHit hit;
         const BlockHeader& last = chain.back().header;
         try {
             hit.state = compose_chain(views, opt.max_state_bytes);
         } catch (const Error& e) {
             count(&PrefixStoreStats::rejected_corrupt);
             if (opt.warn) opt.warn(fmt::format("kv store: a chain of {} blocks ignored: {}", chain.size(), e.what()));
-            return std::nullopt;
+            return PrefixHit{};
         }
         if (hit.state.size() != last.state_bytes || xxh64(hit.state.data(), hit.state.size()) != last.state_checksum) {
             count(&PrefixStoreStats::rejected_corrupt);
             if (opt.warn) opt.warn(fmt::format("kv store: a chain of {} blocks ignored: its state's checksum differs", chain.size()));
-            return std::nullopt;
+            return PrefixHit{};
         }
         hit.blocks = int(chain.size());
         hit.n_tokens = std::int64_t(chain.size()) * block();
@@ -240,17 +244,27 @@ struct PrefixStore::Impl {
         return hit;
     }
 
-    /// Write a diffed block to every tier: the tail first, so that a reader who finds the main
-    /// entry finds its tail (or, if it was evicted since, falls back one block).
-    void write(const Recorder::Chain::Pending& p) {
+    /// Write a diffed block to every tier, with its tail entry or without it (then a chain cannot
+    /// end at this block until a tail is written); the tail first, so that a reader who finds the
+    /// main entry finds its tail (or, if it was evicted since, falls back a block).
+    void write(const Recorder::Chain::Pending& p, bool with_tail) {
         const EncodedBlock e = encode_block(p.header, p.delta);
+        with_tail = with_tail && !e.tail.empty();
         for (auto& t : tiers) {
-            if (!e.tail.empty()) t->put(tail_entry_name(p.header.key), e.tail);
+            if (with_tail) t->put(tail_entry_name(p.header.key), e.tail);
             t->put(main_entry_name(p.header.key), e.main);
         }
         std::lock_guard<std::mutex> lk(mu);
         ++st.blocks_stored;
-        st.bytes_stored += e.main.size() + e.tail.size();
+        st.bytes_stored += e.main.size() + (with_tail ? e.tail.size() : 0);
+    }
+
+    /// A block whose tail was split off: write what the store lacks of it.
+    void write_split(const Recorder::Chain& c, const Recorder::Chain::Pending& p) {
+        const int j = int(p.header.index);
+        const bool wanted = j == c.want_tail;
+        if (j < c.stored_mains && !wanted) return;  // the store has it
+        write(p, wanted || (j + 1) % c.tail_every == 0);
     }
 
     /// Block `index`'s state reached the write thread.
@@ -266,7 +280,7 @@ struct PrefixStore::Impl {
         h.state_checksum = xxh64(state.data(), state.size());
         if (c.pending) {
             split_lasting(c.pending->delta, next.delta);
-            write(*c.pending);
+            write_split(c, *c.pending);
         }
         c.pending = std::move(next);
         c.prev = state;
@@ -276,6 +290,7 @@ struct PrefixStore::Impl {
 PrefixStore::PrefixStore(std::vector<std::unique_ptr<KvStore>> tiers, Options options) {
     AQPIM_CHECK(!tiers.empty(), "kv store: no tier");
     AQPIM_CHECK(options.ns.block_tokens > 0, "kv store: block of {} tokens", options.ns.block_tokens);
+    AQPIM_CHECK(options.tail_every > 0, "kv store: a tail every {} blocks", options.tail_every);
     impl_ = std::make_unique<Impl>(std::move(tiers), std::move(options));
 }
 PrefixStore::~PrefixStore() = default;  // the queues finish their jobs before the tiers go
@@ -283,12 +298,12 @@ PrefixStore::~PrefixStore() = default;  // the queues finish their jobs before t
 int PrefixStore::block_tokens() const { return impl_->block(); }
 const StoreNamespace& PrefixStore::ns() const { return impl_->opt.ns; }
 
-std::optional<PrefixHit> PrefixStore::lookup(std::span<const std::int32_t> prompt) { return impl_->lookup(prompt); }
+PrefixHit PrefixStore::lookup(std::span<const std::int32_t> prompt) { return impl_->lookup(prompt); }
 
-void PrefixStore::lookup_async(std::vector<std::int32_t> prompt, std::function<void(std::optional<PrefixHit>)> done) {
+void PrefixStore::lookup_async(std::vector<std::int32_t> prompt, std::function<void(PrefixHit)> done) {
     Impl* impl = impl_.get();
     impl->fetches.push([impl, prompt = std::move(prompt), done = std::move(done)] {
-        std::optional<PrefixHit> hit;
+        PrefixHit hit;
         try {
             hit = impl->lookup(prompt);
         } catch (const std::exception& e) {  // out of memory composing, a bug: the request prefills
@@ -298,14 +313,14 @@ void PrefixStore::lookup_async(std::vector<std::int32_t> prompt, std::function<v
     });
 }
 
-std::unique_ptr<PrefixStore::Recorder> PrefixStore::recorder(std::span<const std::int32_t> prompt,
-                                                             std::optional<PrefixHit> restored) {
+std::unique_ptr<PrefixStore::Recorder> PrefixStore::recorder(std::span<const std::int32_t> prompt, PrefixHit found) {
     auto c = std::make_shared<Recorder::Chain>();
     c->keys = impl_->keys(prompt, prompt.size() / std::size_t(impl_->block()));
-    if (restored) {
-        c->next = restored->blocks;
-        c->prev = std::move(restored->state);
-    }
+    c->tail_every = impl_->opt.tail_every;
+    c->next = found.blocks;
+    c->prev = std::move(found.state);
+    c->stored_mains = found.mains_found;
+    if (found.mains_found > found.blocks) c->want_tail = found.mains_found - 1;
     return std::unique_ptr<Recorder>(new Recorder(*this, std::move(c)));
 }
 
@@ -346,7 +361,7 @@ void PrefixStore::Recorder::finish() {
     Impl& impl = *store_.impl_;
     impl.writes.push([&impl, c = chain_] {
         try {
-            if (c->pending) impl.write(*c->pending);
+            if (c->pending) impl.write(*c->pending, true);  // the prompt's last block: a chain may end here
         } catch (const std::exception& e) {
             if (impl.opt.warn) impl.opt.warn(fmt::format("kv store: a block not written: {}", e.what()));
         }

@@ -24,6 +24,10 @@
 
 namespace aqpim::store {
 
+/// Tokens per block, and blocks per stored tail, unless the user says otherwise.
+inline constexpr int kDefaultBlockTokens = 256;
+inline constexpr int kDefaultTailEvery = 8;
+
 struct PrefixStoreStats {
     std::uint64_t lookups = 0;           ///< prompts looked up
     std::uint64_t lookup_hits = 0;       ///< ... that found at least one block
@@ -38,11 +42,14 @@ struct PrefixStoreStats {
     std::vector<KvStoreStats> tiers;     ///< each tier's own counters, in lookup order
 };
 
-/// A chain found for a prompt: the KV state (save_kv_state bytes) after its first n_tokens.
+/// What a lookup found for a prompt: the chain of blocks it restores (possibly none) and how far
+/// the stored main entries went (a chain ends where a block's tail is missing: the request that then
+/// prefills past that block writes its tail, so the next prompt that stops there restores it).
 struct PrefixHit {
-    std::int64_t n_tokens = 0;
-    int blocks = 0;
-    std::vector<std::uint8_t> state;
+    int blocks = 0;                   ///< whole blocks restored (0: none)
+    std::int64_t n_tokens = 0;        ///< blocks x block_tokens
+    std::vector<std::uint8_t> state;  ///< the KV state (save_kv_state bytes) after them; empty without blocks
+    int mains_found = 0;              ///< consecutive valid main entries from block 0 (>= blocks)
 };
 
 class PrefixStore {
@@ -51,6 +58,10 @@ public:
         StoreNamespace ns;
         std::uint64_t max_state_bytes = 0;              ///< largest state a chain may compose to
         std::uint64_t write_queue_bytes = 256ULL << 20;  ///< states waiting to be written, at most
+        /// Tails are written for every tail_every-th block (and for the last block of a prompt, and
+        /// lazily where a chain was found to end): a tail is the state's short-lived bytes (a PQ
+        /// sequence's f16 window) and costs as much as many blocks' codes.
+        int tail_every = kDefaultTailEvery;
         WarnFn warn;
     };
     /// tiers: searched in order; a block found in a later tier is copied into the earlier ones.
@@ -63,10 +74,10 @@ public:
     const StoreNamespace& ns() const;
 
     /// The longest chain of stored blocks `prompt` begins with that leaves at least one token to
-    /// feed (nullopt: none). Blocking: tier round trips.
-    std::optional<PrefixHit> lookup(std::span<const std::int32_t> prompt);
+    /// feed and whose last block's tail is stored. Blocking: tier round trips.
+    PrefixHit lookup(std::span<const std::int32_t> prompt);
     /// lookup() on the fetch thread; `done` runs there with the result.
-    void lookup_async(std::vector<std::int32_t> prompt, std::function<void(std::optional<PrefixHit>)> done);
+    void lookup_async(std::vector<std::int32_t> prompt, std::function<void(PrefixHit)> done);
 
     /// Records the blocks of one sequence's prefill (the prompt's whole blocks past those restored).
     class Recorder {
@@ -87,9 +98,10 @@ public:
         std::shared_ptr<Chain> chain_;
         bool finished_ = false;
     };
-    /// A recorder for `prompt`, which holds `restored` (a lookup's hit: its blocks are not written
-    /// again, and the next block is written against its state) or nothing.
-    std::unique_ptr<Recorder> recorder(std::span<const std::int32_t> prompt, std::optional<PrefixHit> restored);
+    /// A recorder for `prompt` after `found` (a lookup's result, its state restored into the
+    /// sequence; default: nothing found): blocks found are not written again (except a missing
+    /// tail), and the next block is written against the restored state.
+    std::unique_ptr<Recorder> recorder(std::span<const std::int32_t> prompt, PrefixHit found = {});
 
     PrefixStoreStats stats() const;
     /// Wait until every queued write and lookup is done (tests and benchmarks).
