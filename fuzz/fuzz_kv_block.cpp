@@ -27,9 +27,9 @@ void write_seeds(const std::filesystem::path& dir) {
     KvShape shape;
     shape.n_layer = 2;
     shape.n_kv_head = 1;
-    shape.head_dim = 16;
+    shape.head_dim = 32;
     int i_seed = 0;
-    for (const char* scheme : {"f16", "q8_0", "pq:m=4,calib=12,window=4,sinks=2,refresh=16"}) {
+    for (const char* scheme : {"f16", "q8_0", "pq:m=4,calib=12,window=4,sinks=2"}) {
         auto cache = make_kv_cache(parse_kv_scheme(scheme), shape, KvCacheOptions{});
         cache->add_sequence(0);
         std::mt19937 rng(7);
@@ -38,7 +38,7 @@ void write_seeds(const std::filesystem::path& dir) {
         std::vector<store::StateDelta> deltas;
         std::vector<std::vector<std::uint8_t>> states;
         for (int block = 0; block < 5; ++block) {
-            std::vector<float> k(8 * 16), v(8 * 16);
+            std::vector<float> k(8 * 32), v(8 * 32);
             for (auto* x : {&k, &v})
                 for (float& f : *x) f = normal(rng);
             for (int il = 0; il < shape.n_layer; ++il) cache->append(il, 0, 8, k.data(), v.data());

@@ -220,8 +220,8 @@ void split_lasting(StateDelta& d, const StateDelta& next) {
             const Move& m = moves[k];
             const std::uint64_t take = std::min(end, m.last) - pos;
             const std::uint64_t to = m.to + (pos - m.first);
-            if (!ops.empty() && !ops.back().copy && ops.back().src + ops.back().len == to)
-                ops.back().len += take;
+            if (!ops.empty() && !ops.back().copy && ops.back().src + ops.back().len == to && to != n_lasting)
+                ops.back().len += take;  // (an op never spans the lasting and tail parts)
             else
                 ops.push_back({to, take, false});
             pos += take;
@@ -243,7 +243,9 @@ std::vector<std::uint8_t> compose_chain(std::span<const DeltaView> chain, std::u
     std::vector<std::uint64_t> starts;  // of cur's pieces in its output
     std::uint64_t cur_bytes = 0;
     const auto push = [&](std::uint32_t block, std::uint64_t src, std::uint64_t len) {
-        if (!next.empty() && next.back().block == block && next.back().src + next.back().len == src) {
+        const std::uint64_t lasting = chain[block].lasting.size();  // a piece never spans lasting and tail
+        if (!next.empty() && next.back().block == block && next.back().src + next.back().len == src &&
+            src != lasting) {
             next.back().len += len;
             return;
         }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <random>
 
 #include "aqpim/error.h"
@@ -51,10 +52,15 @@ struct GrowingState {
     }
 };
 
+/// A delta's view with its lasting and tail parts in buffers of their own (as read from two
+/// entries), kept alive for the test.
 DeltaView view_of(const StateDelta& d, bool with_tail) {
-    const std::span<const std::uint8_t> all(d.literals);
-    DeltaView v{d.ops, all.first(d.lasting_bytes), {}, d.literals.size() - d.lasting_bytes, d.parent_bytes};
-    if (with_tail) v.tail = all.subspan(d.lasting_bytes);
+    static std::vector<std::unique_ptr<Bytes>> keep;
+    keep.push_back(std::make_unique<Bytes>(d.literals.begin(), d.literals.begin() + std::ptrdiff_t(d.lasting_bytes)));
+    const Bytes& lasting = *keep.back();
+    keep.push_back(std::make_unique<Bytes>(d.literals.begin() + std::ptrdiff_t(d.lasting_bytes), d.literals.end()));
+    DeltaView v{d.ops, lasting, {}, d.literals.size() - d.lasting_bytes, d.parent_bytes};
+    if (with_tail) v.tail = *keep.back();
     return v;
 }
 
@@ -129,6 +135,15 @@ TEST(StateDelta, ChainsComposeWithOnlyTheLastTail) {
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("tail"), std::string::npos) << e.what();
     }
+}
+
+TEST(StateDelta, AnOpAcrossTheLastingAndTailPartsReadsBoth) {
+    StateDelta d;
+    for (std::uint8_t i = 0; i < 10; ++i) d.literals.push_back(i);
+    d.lasting_bytes = 4;
+    d.ops = {{2, 6, false}, {0, 2, false}, {8, 2, false}};  // lasting 2-3 then tail 4-7, ...
+    const DeltaView v = view_of(d, true);
+    EXPECT_EQ(compose_chain({&v, 1}, 100), (Bytes{2, 3, 4, 5, 6, 7, 0, 1, 8, 9}));
 }
 
 TEST(StateDelta, LowEntropyBytesStillRoundTrip) {
