@@ -1,9 +1,9 @@
 // Block entries of the KV prefix store (docs/kv-store.md), as a server reads them from a tier it
-// shares with others: decode_block of each main entry, then compose_chain of the chain they make
-// (ordered by their index) with the last part as the last block's tail. Input: main entries, then
+// shares with others: decode_block of each main entry, then the chain they make (ordered by their
+// index) with the last part as the last block's tail. Input: main entries, then
 // the tail, joined by the part separator. Each main entry's trailing checksum is recomputed first,
 // so mutations reach the parser and the composition behind it (the checksum itself is tested in
-// BlockEntry.*). Seeds: chains of real KV states (f16 and pq caches fed random rows) that this
+// BlockEntry.*), then check_chain, then compose_chain of the consistent part. Seeds: chains of real KV states (f16 and pq caches fed random rows) that this
 // target writes when AQPIM_FUZZ_WRITE_SEEDS=DIR is set (scripts/fuzz.sh).
 #include <algorithm>
 #include <cstdlib>
@@ -106,6 +106,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 v.tail = {reinterpret_cast<const std::uint8_t*>(tail.data()), tail.size()};
             views.push_back(v);
         }
+        const store::ChainCheck check = store::check_chain(views, std::uint64_t(64) << 20);
+        if (check.consistent == 0) return;
+        views.resize(check.consistent);
         (void)store::compose_chain(views, std::uint64_t(64) << 20);
     });
     return 0;

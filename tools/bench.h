@@ -91,6 +91,7 @@ struct StoreBenchOptions {
     int prefill_chunk = 256;
     int repeats = 3;                    ///< TTFT samples per tier (median)
     int workload_prefix_tokens = 1024;  ///< the system prompts of the workload section
+    int workload_suffix_tokens = 512;   ///< each workload request's own tokens after its system prompt
     int shared_prefixes = 4;            ///< how many system prompts the workload draws from
     int requests = 24;                  ///< requests of the workload
     int clients = 4;                    ///< concurrent clients of the workload

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 
@@ -100,9 +101,12 @@ struct SchemeRun {
     }
     std::int64_t ttft_context() const { return opt.prefix_tokens + opt.suffix_tokens + 2; }
 
+    /// A text no earlier run stored (tiers on disk and in Redis outlive a run).
+    std::uint64_t run_salt = std::uint64_t(std::chrono::system_clock::now().time_since_epoch().count()) & 0xffffffffu;
+
     /// Bytes stored and read back per 1K tokens of blocks, with each tier's own accounting.
     json bytes_row(std::uint64_t* stored_per_1k) const {
-        const std::vector<std::int32_t> p = prompt(opt.prefix_tokens, 7, opt.suffix_tokens, 1, n_vocab);
+        const std::vector<std::int32_t> p = prompt(opt.prefix_tokens, run_salt, opt.suffix_tokens, 1, n_vocab);
         serve::Engine writer(weights, engine_options(opt.kv_store, ttft_context()));
         time_to_first_token(writer, p, 1);
         writer.flush_store();
@@ -130,26 +134,27 @@ struct SchemeRun {
     json ttft_row() const {
         json row = {{"section", "ttft"}, {"kv", kv}, {"prompt_tokens", opt.prefix_tokens + opt.suffix_tokens}};
         std::uint64_t salt = 100;
+        const std::uint64_t text = run_salt + 1;
         std::vector<double> fresh;
         {
             serve::Engine e(weights, engine_options({}, ttft_context()));
             for (int i = 0; i < opt.repeats; ++i)
-                fresh.push_back(time_to_first_token(e, prompt(opt.prefix_tokens, 7, opt.suffix_tokens, salt++, n_vocab), 1));
+                fresh.push_back(time_to_first_token(e, prompt(opt.prefix_tokens, text, opt.suffix_tokens, salt++, n_vocab), 1));
         }
         row["fresh_s"] = median(fresh);
         for (const std::string& tier : opt.kv_store) {
             std::vector<double> hit;
             const bool shared = !tier.starts_with("memory");  // disk and Redis outlive the server: read by a fresh one
             serve::Engine primer(weights, engine_options({tier}, ttft_context()));
-            time_to_first_token(primer, prompt(opt.prefix_tokens, 7, opt.suffix_tokens, salt++, n_vocab), 1);
+            time_to_first_token(primer, prompt(opt.prefix_tokens, text, opt.suffix_tokens, salt++, n_vocab), 1);
             primer.flush_store();
             for (int i = 0; i < opt.repeats; ++i) {
                 if (shared) {
                     serve::Engine e(weights, engine_options({tier}, ttft_context()));
-                    hit.push_back(time_to_first_token(e, prompt(opt.prefix_tokens, 7, opt.suffix_tokens, salt++, n_vocab), 1));
+                    hit.push_back(time_to_first_token(e, prompt(opt.prefix_tokens, text, opt.suffix_tokens, salt++, n_vocab), 1));
                     AQPIM_CHECK(e.stats().store.prefix->lookup_hits == 1, "bench serve: {} under {}: no hit", tier, kv);
                 } else {
-                    hit.push_back(time_to_first_token(primer, prompt(opt.prefix_tokens, 7, opt.suffix_tokens, salt++, n_vocab), 1));
+                    hit.push_back(time_to_first_token(primer, prompt(opt.prefix_tokens, text, opt.suffix_tokens, salt++, n_vocab), 1));
                 }
             }
             const std::string name = tier.substr(0, tier.find(':'));
@@ -162,7 +167,7 @@ struct SchemeRun {
     /// `requests` requests over `clients` closed-loop clients, each a system prompt drawn from
     /// `shared_prefixes` plus its own text; with and without the store.
     json workload_row() const {
-        const std::int64_t ctx = opt.workload_prefix_tokens + opt.suffix_tokens + opt.output_tokens + 2;
+        const std::int64_t ctx = opt.workload_prefix_tokens + opt.workload_suffix_tokens + opt.output_tokens + 2;
         json row = {{"section", "workload"}, {"kv", kv}, {"requests", opt.requests}, {"system_prompts", opt.shared_prefixes}};
         for (const bool with_store : {false, true}) {
             serve::Engine e(weights, engine_options(with_store ? opt.kv_store : std::vector<std::string>{}, ctx));
@@ -180,8 +185,8 @@ struct SchemeRun {
                     i = next++;
                 }
                 serve::GenerationRequest r;
-                r.prompt = prompt(opt.workload_prefix_tokens, 7 + std::uint64_t(i % opt.shared_prefixes),
-                                  opt.suffix_tokens, 5000 + std::uint64_t(i), n_vocab);
+                r.prompt = prompt(opt.workload_prefix_tokens, run_salt + 2 + std::uint64_t(i % opt.shared_prefixes),
+                                  opt.workload_suffix_tokens, 5000 + std::uint64_t(i), n_vocab);
                 r.max_tokens = opt.output_tokens;
                 r.sampler.temperature = 0.0f;
                 auto t = std::make_shared<Timer>();
@@ -214,7 +219,8 @@ struct SchemeRun {
                 const store::PrefixStoreStats s = *e.stats().store.prefix;
                 row["hit_rate"] = s.lookups > 0 ? double(s.lookup_hits) / double(s.lookups) : 0.0;
                 row["prompt_tokens_restored_pct"] =
-                    100.0 * double(s.tokens_restored) / (double(opt.requests) * (opt.workload_prefix_tokens + opt.suffix_tokens));
+                    100.0 * double(s.tokens_restored) /
+                    (double(opt.requests) * (opt.workload_prefix_tokens + opt.workload_suffix_tokens));
                 row["tok_s_vs_nostore"] = row["store_out_tok_s"].get<double>() / row["nostore_out_tok_s"].get<double>();
             }
         }

@@ -176,6 +176,9 @@ void add_bench_command(CLI::App& app) {
         ->check(CLI::Range(1, 100));
     serve->add_option("--workload-prefix-tokens", store->workload_prefix_tokens, "--kv-store: system prompt length of the workload")
         ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+    serve->add_option("--workload-suffix-tokens", store->workload_suffix_tokens,
+                      "--kv-store: each workload request's own tokens after its system prompt")
+        ->capture_default_str()->check(CLI::Range(1, 1 << 20));
     serve->add_option("--shared-prefixes", store->shared_prefixes, "--kv-store: system prompts the workload shares")
         ->capture_default_str()->check(CLI::Range(1, 1 << 16));
     serve->add_option("--requests", store->requests, "--kv-store: requests of the workload")->capture_default_str()

@@ -7,6 +7,7 @@
 // per SIMD level; matmul dequantizes tiles and uses OpenBLAS sgemm.
 
 #include <cstdint>
+#include <string>
 
 #include "aqpim/ggml_types.h"
 
@@ -30,6 +31,11 @@ void matvec(const WeightMatrix& W, const float* x, float* y, int n_threads = 0);
 
 /// Y[i][r] = W.row(r) · X[i] for i < n (X is [n][W.cols], Y is [n][W.rows]).
 void matmul(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads = 0);
+
+/// What decides how matmul rounds beside aqpim's own SIMD level: the BLAS library's kernel and
+/// build ("OpenBLAS <core> <config>"). Results computed under another text may differ in the last
+/// bits (the KV prefix store keys blocks by it).
+std::string gemm_backend();
 
 /// Row r of W as f32 (W.cols values), e.g. a token embedding.
 void dequantize_row(const WeightMatrix& W, std::int64_t r, float* out);

@@ -22,6 +22,10 @@
 
 namespace aqpim {
 
+std::string gemm_backend() {
+    return std::string("OpenBLAS ") + openblas_get_corename() + " " + openblas_get_config();
+}
+
 namespace quant {
 
 namespace {

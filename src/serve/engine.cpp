@@ -347,7 +347,7 @@ struct Engine::Impl {
                     return;
                 }
             }
-            if (victim) {  // to disk outside the lock: submit() and stats() do not wait for the write
+            if (victim) {  // to disk outside the lock: submit() does not wait for the write
                 spill(*victim);
                 continue;
             }
@@ -365,12 +365,12 @@ struct Engine::Impl {
         start(s, p);
         if (store && store->worth_lookup(s.tokens)) {
             s.phase = SlotPhase::fetch;  // fetched() adds the sequence, restored or empty
-            store->start_lookup(id, s.request_id, s.tokens);
+            store->start_lookup(id, s.request_id, s.tokens, s.request.cache_salt);
             return true;
         }
         cache->add_sequence(id);
         s.in_cache = true;
-        if (store) s.recorder = store->recorder(s.tokens);
+        if (store) s.recorder = store->recorder(s.tokens, s.request.cache_salt);
         return true;
     }
 
@@ -388,20 +388,30 @@ struct Engine::Impl {
             cache->add_sequence(f.slot);
         }
         s.in_cache = true;
-        s.recorder = store->recorder(s.tokens, std::move(found));
+        s.recorder = store->recorder(s.tokens, s.request.cache_salt, std::move(found));
         s.phase = SlotPhase::prefill;
     }
 
     /// The parked sequence that goes to disk first to make room for `head` (the oldest parked;
-    /// never the one head resumes), or null.
+    /// never the one head resumes), or null: none, or spilling all of them would not make room
+    /// (running requests hold the budget), or head is short of a slot, not of bytes.
     Slot* spill_candidate(const Pending& head) {
         if (!store || !store->can_spill()) return nullptr;
-        if (head.request.resume_slot < 0 && free_slot() < 0) return nullptr;  // short of a slot, not of bytes
+        const int own = head.request.resume_slot;
+        if (own < 0 && free_slot() < 0) return nullptr;
+        std::uint64_t need = head.reserve, spillable = 0;
+        if (own >= 0) {
+            const Slot& s = slots[std::size_t(own)];
+            const std::uint64_t full = resume_reservation(s, head.request);
+            need = full > s.reserve ? full - s.reserve : 0;
+        }
         Slot* oldest = nullptr;
         for (Slot& s : slots)
-            if (s.phase == SlotPhase::parked && !s.spill_failed && int(&s - slots.data()) != head.request.resume_slot &&
-                (!oldest || s.parked_at < oldest->parked_at))
-                oldest = &s;
+            if (s.phase == SlotPhase::parked && !s.spill_failed && int(&s - slots.data()) != own) {
+                spillable += s.reserve;
+                if (!oldest || s.parked_at < oldest->parked_at) oldest = &s;
+            }
+        if (reserved - spillable + need > opt.kv_budget_bytes) return nullptr;
         return oldest;
     }
 

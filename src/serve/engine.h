@@ -92,6 +92,9 @@ struct GenerationRequest {
     /// Keep the finished sequence's KV in its slot (still counted in the budget) for save_slot or a
     /// later resume_slot, until release_slot.
     bool park = false;
+    /// The KV store shares stored blocks only between requests with the same salt (empty: the
+    /// unsalted space every request without one shares).
+    std::string cache_salt;
 };
 
 enum class Rejection { none, queue_full, never_fits, invalid };

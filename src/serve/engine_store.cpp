@@ -2,7 +2,11 @@
 
 #include "serve/engine_store.h"
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 
 #include <fmt/format.h>
 
@@ -11,7 +15,9 @@
 
 #include "aqpim/error.h"
 #include "aqpim/file_io.h"
+#include "aqpim/build_id.h"
 #include "aqpim/simd.h"
+#include "aqpim/weights.h"
 #include "store/tiers.h"
 
 namespace aqpim::serve {
@@ -20,6 +26,17 @@ namespace {
 
 /// Room left beside a spilled state: a spill never fills the disk.
 constexpr std::uint64_t kSpillFreeMargin = std::uint64_t(256) << 20;
+
+/// Remove the parked-sequence directories of servers that are gone (a crash leaves them).
+void sweep_parked_dirs(const std::string& dir) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+        const std::string name = e.path().filename().string();
+        int pid = 0;
+        if (!e.is_directory() || std::sscanf(name.c_str(), "parked-%d-", &pid) != 1 || pid <= 0) continue;
+        if (::kill(pid, 0) != 0 && errno == ESRCH) std::filesystem::remove_all(e.path(), ec);
+    }
+}
 
 }  // namespace
 
@@ -35,13 +52,14 @@ EngineStore::EngineStore(const EngineOptions& opt, const KvCache& cache, const M
     }
     store::PrefixStore::Options o;
     o.ns = {model.fingerprint, cache.scheme(), opt.ctx, opt.kv_store_block, opt.prefill_chunk,
-            simd_level_name(active_simd_level())};
+            fmt::format("aqpim {} {}, {}", AQPIM_BUILD_ID, simd_level_name(active_simd_level()), gemm_backend())};
     o.max_state_bytes = opt.kv_budget_bytes + 4 * std::uint64_t(opt.ctx) + (std::uint64_t(1) << 20);
     o.tail_every = opt.kv_store_tail_every;
     o.warn = opt.warn;
     prefix_ = std::make_unique<store::PrefixStore>(std::move(tiers), std::move(o));
     if (disk) {
         // Parked sequences are this process's own: a directory of its own, removed at the end.
+        sweep_parked_dirs(disk->dir);
         std::random_device rd;
         parked_dir_ = (std::filesystem::path(disk->dir) / fmt::format("parked-{}-{:08x}", ::getpid(), rd())).string();
         parked_ = store::make_disk_store("disk:" + parked_dir_, parked_dir_, ~std::uint64_t(0), opt.warn);
@@ -49,6 +67,7 @@ EngineStore::EngineStore(const EngineOptions& opt, const KvCache& cache, const M
 }
 
 EngineStore::~EngineStore() {
+    prefix_.reset();  // queued lookups dropped, the one running finished: no callback comes after this
     parked_.reset();
     if (!parked_dir_.empty()) {
         std::error_code ec;
@@ -60,11 +79,13 @@ bool EngineStore::worth_lookup(std::span<const std::int32_t> prompt) const {
     return prefix_ && std::int64_t(prompt.size()) > prefix_->block_tokens();
 }
 
-void EngineStore::start_lookup(int slot, std::uint64_t request_id, std::vector<std::int32_t> prompt) {
-    prefix_->lookup_async(std::move(prompt), [this, slot, request_id](store::PrefixHit found) {
+void EngineStore::start_lookup(int slot, std::uint64_t request_id, std::vector<std::int32_t> prompt,
+                               const std::string& salt) {
+    prefix_->lookup_async(std::move(prompt), salt, [this, slot, request_id](store::PrefixHit found) {
         {
             std::lock_guard<std::mutex> lk(mu_);
             fetched_.push_back({slot, request_id, std::move(found)});
+            any_fetched_.store(true);
         }
         wake_();
     });
@@ -72,13 +93,11 @@ void EngineStore::start_lookup(int slot, std::uint64_t request_id, std::vector<s
 
 std::vector<EngineStore::Fetched> EngineStore::take_fetched() {
     std::lock_guard<std::mutex> lk(mu_);
+    any_fetched_.store(false);
     return std::exchange(fetched_, {});
 }
 
-bool EngineStore::has_fetched() const {
-    std::lock_guard<std::mutex> lk(mu_);
-    return !fetched_.empty();
-}
+bool EngineStore::has_fetched() const { return any_fetched_.load(); }
 
 bool EngineStore::restore(KvCache& cache, int id, const store::PrefixHit& hit, std::span<const std::int32_t> prompt) {
     try {
@@ -97,9 +116,9 @@ bool EngineStore::restore(KvCache& cache, int id, const store::PrefixHit& hit, s
 }
 
 std::unique_ptr<store::PrefixStore::Recorder> EngineStore::recorder(std::span<const std::int32_t> prompt,
-                                                                    store::PrefixHit found) {
+                                                                    const std::string& salt, store::PrefixHit found) {
     if (!prefix_) return nullptr;
-    return prefix_->recorder(prompt, std::move(found));
+    return prefix_->recorder(prompt, salt, std::move(found));
 }
 
 void EngineStore::record(store::PrefixStore::Recorder& r, const KvCache& cache, int id,
@@ -139,9 +158,12 @@ std::vector<std::uint8_t> EngineStore::spilled_state(const std::string& key) {
 void EngineStore::drop(const std::string& key) { parked_->remove(key); }
 
 StoreStats EngineStore::stats() const {
-    std::lock_guard<std::mutex> lk(mu_);
-    StoreStats s = stats_;
-    if (prefix_) s.prefix = prefix_->stats();
+    StoreStats s;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        s = stats_;
+    }
+    if (prefix_) s.prefix = prefix_->stats();  // the tiers' own locks, never held across I/O
     if (parked_) {
         const KvStoreStats p = parked_->stats();
         s.spilled_sequences = p.entries;

@@ -5,6 +5,7 @@
 // conversation's KV goes to disk when the budget needs its room, and comes back with its next
 // request). Methods run on the scheduler thread unless stated.
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -31,8 +32,9 @@ public:
     /// Whether a prompt is long enough for a stored block to save prefill (at least one whole block
     /// and one more token).
     bool worth_lookup(std::span<const std::int32_t> prompt) const;
-    /// Look up the request's prompt on the fetch thread; take_fetched() has the result after wake().
-    void start_lookup(int slot, std::uint64_t request_id, std::vector<std::int32_t> prompt);
+    /// Look up the request's prompt (in the space of its salt) on the fetch thread; take_fetched()
+    /// has the result after wake().
+    void start_lookup(int slot, std::uint64_t request_id, std::vector<std::int32_t> prompt, const std::string& salt);
     struct Fetched {
         int slot = 0;
         std::uint64_t request_id = 0;
@@ -46,7 +48,7 @@ public:
     /// prompt's first hit.n_tokens tokens; false (counted as foreign, the cache as it was) otherwise.
     bool restore(KvCache& cache, int id, const store::PrefixHit& hit, std::span<const std::int32_t> prompt);
     /// A recorder of the blocks of `prompt` past those `found` restored (null without a prefix store).
-    std::unique_ptr<store::PrefixStore::Recorder> recorder(std::span<const std::int32_t> prompt,
+    std::unique_ptr<store::PrefixStore::Recorder> recorder(std::span<const std::int32_t> prompt, const std::string& salt,
                                                            store::PrefixHit found = {});
     /// After a prefill chunk: when sequence `id` holds exactly the end of the recorder's next block,
     /// its state goes to the recorder.
@@ -74,13 +76,15 @@ private:
     const EngineOptions& opt_;
     const ModelIdentity& model_;
     std::function<void()> wake_;
-    std::unique_ptr<store::PrefixStore> prefix_;
-    std::unique_ptr<KvStore> parked_;  ///< the disk tier's directory for parked sequences (none: no spilling)
-    std::string parked_dir_;
     mutable std::mutex mu_;            // fetched_, stats_
     std::vector<Fetched> fetched_;
+    std::atomic<bool> any_fetched_{false};  ///< fetched_ is not empty (read without mu_ by the scheduler's wait)
     StoreStats stats_;
     std::uint64_t next_spill_ = 0;
+    std::unique_ptr<KvStore> parked_;  ///< the disk tier's directory for parked sequences (none: no spilling)
+    std::string parked_dir_;
+    /// Last: destroyed first, its fetch thread gone before what its callbacks touch.
+    std::unique_ptr<store::PrefixStore> prefix_;
 };
 
 }  // namespace aqpim::serve

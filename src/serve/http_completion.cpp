@@ -72,6 +72,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     g.top_logprobs = p.logprobs ? p.top_logprobs : 0;
     g.resume_slot = p.id_slot;
     g.park = p.keep_slot;
+    g.cache_salt = p.cache_salt;
 
     std::int32_t prev_token = g.prompt.empty() ? -1 : g.prompt.back();
     if (g.prompt.empty() && p.id_slot >= 0)

@@ -56,6 +56,9 @@ struct CompletionParams {
     int top_logprobs = 0;               ///< alternatives per token
     int id_slot = -1;                   ///< aqpim (as llama-server): continue the sequence parked in this slot
     bool keep_slot = false;             ///< aqpim: park the finished sequence in its slot
+    /// vLLM's: the KV store shares stored prefixes only between requests with the same salt (a
+    /// tenant's secret keeps its prompts' blocks, and their timing, to itself)
+    std::string cache_salt;
 };
 
 /// Read a request body. Unknown fields are refused as OpenAI refuses them ("Unrecognized request

@@ -65,6 +65,9 @@ void store_metrics(std::string& out, const StoreStats& s) {
                "# TYPE aqpim_kv_store_rejected_total counter\n";
         out += fmt::format("aqpim_kv_store_rejected_total{{reason=\"corrupt\"}} {}\n", p.rejected_corrupt);
         out += fmt::format("aqpim_kv_store_rejected_total{{reason=\"foreign\"}} {}\n", p.rejected_foreign + s.restore_refused);
+        metric(out, "aqpim_kv_store_inconsistent_blocks_total", "counter",
+               "Chains ended before a block written against another split of its parent (racing writers).",
+               double(p.inconsistent));
         metric(out, "aqpim_kv_store_recordings_dropped_total", "counter", "Block states not written: the write queue was full.",
                double(p.recordings_dropped));
         per_tier(out, "aqpim_kv_store_tier_bytes", "gauge", "Bytes a tier holds (redis: what this server stored there).",

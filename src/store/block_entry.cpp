@@ -16,7 +16,7 @@ namespace {
 
 constexpr char kMagic[8] = {'A', 'Q', 'K', 'V', 'B', 'L', 'O', 'K'};
 constexpr std::uint32_t kVersion = 1;
-constexpr std::uint32_t kHeaderBytes = 120;  // magic .. n_ops
+constexpr std::uint32_t kHeaderBytes = 128;  // magic .. n_ops
 constexpr std::uint64_t kOpBytes = 17;       // u8 copy, u64 src, u64 len
 
 /// A 128-bit key over the bytes fed to it.
@@ -58,6 +58,16 @@ BlockKey namespace_key(const StoreNamespace& ns) {
     return h.key();
 }
 
+BlockKey salted_key(const BlockKey& ns_key, const std::string& salt) {
+    if (salt.empty()) return ns_key;
+    KeyHasher h;
+    h.str("aqpim kv store salt");
+    h.u64(ns_key.hi);
+    h.u64(ns_key.lo);
+    h.str(salt);
+    return h.key();
+}
+
 BlockKey next_block_key(const BlockKey& prev, std::span<const std::int32_t> tokens) {
     KeyHasher h;
     h.u64(prev.hi);
@@ -95,7 +105,7 @@ EncodedBlock encode_block(BlockHeader h, const StateDelta& d) {
     w.u32(h.index);
     w.u32(h.block_tokens);
     for (std::uint64_t v : {h.state_bytes, h.state_checksum, h.parent_bytes, std::uint64_t(d.lasting_bytes), h.tail_bytes,
-                            h.tail_checksum, std::uint64_t(d.ops.size())})
+                            h.tail_checksum, h.flags, std::uint64_t(d.ops.size())})
         w.u64(v);
     AQPIM_ASSERT(w.size() == kHeaderBytes);
     for (const DeltaOp& op : d.ops) {
@@ -134,6 +144,8 @@ DecodedBlock decode_block(std::span<const std::uint8_t> bytes) {
     const std::uint64_t lasting = r.u64("lasting_bytes");
     h.tail_bytes = r.u64("tail_bytes");
     h.tail_checksum = r.u64("tail_checksum");
+    h.flags = r.u64("flags");
+    if (h.flags > BlockHeader::kTailStored) r.fail(fmt::format("flags {:#x} (bits above 0 are reserved)", h.flags));
     const std::uint64_t n_ops = r.u64("n_ops");
     r.require(n_ops, kOpBytes, "ops");
     b.ops.resize(std::size_t(n_ops));

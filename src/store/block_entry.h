@@ -29,10 +29,14 @@ struct StoreNamespace {
     std::int64_t context = 0;             ///< KvCacheOptions::context (bits= and RoPE augmentation code by it)
     int block_tokens = 0;                 ///< tokens per block
     int prefill_chunk = 0;                ///< tokens per forward call of a prefill (rounding depends on it)
-    std::string kernels;                  ///< the SIMD level the kernels run at (rounding depends on it)
+    /// The code that computes the state: the aqpim build, its SIMD level and the BLAS kernel
+    /// (rounding depends on each)
+    std::string kernels;
 };
 /// The parent key of block 0.
 BlockKey namespace_key(const StoreNamespace& ns);
+/// The parent key of block 0 for requests with a cache salt (empty: `ns_key` itself).
+BlockKey salted_key(const BlockKey& ns_key, const std::string& salt);
 /// The key of the block that follows the block with key `prev` and holds `tokens`: a hash of every
 /// token up to the block's end.
 BlockKey next_block_key(const BlockKey& prev, std::span<const std::int32_t> tokens);
@@ -47,6 +51,10 @@ struct BlockHeader {
     std::uint64_t parent_bytes = 0;       ///< size of the state at the block's start
     std::uint64_t tail_bytes = 0;         ///< size of the tail entry (0: none)
     std::uint64_t tail_checksum = 0;      ///< XXH64 of the tail entry
+    /// Bit 0: the writer stored the tail entry with this main one (a tail written later, where a
+    /// chain was found to end, does not set it).
+    std::uint64_t flags = 0;
+    static constexpr std::uint64_t kTailStored = 1;
 };
 
 struct EncodedBlock {

@@ -1,12 +1,14 @@
 // The disk tier: one file per value in a local directory, written through OutputFile (a temporary
 // file renamed into place: a reader sees a whole value or none), least recently used out over a
-// size cap.
+// size cap. Files are read and written outside the index's lock; a file another process wrote
+// into the same directory is found (and adopted into the index) when asked for.
 
 #include <sys/stat.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <mutex>
 
@@ -50,8 +52,9 @@ public:
             if (!e.is_regular_file()) continue;
             if (name.ends_with(kSuffix))
                 found.emplace_back(e.last_write_time(ec), e.path());
-            else if (name.find(std::string(kSuffix) + ".") != std::string::npos)
-                fs::remove(e.path(), ec);  // a temporary file of a write that never completed
+            else if (name.find(std::string(kSuffix) + ".") != std::string::npos &&
+                     e.last_write_time(ec) < fs::file_time_type::clock::now() - std::chrono::minutes(10))
+                fs::remove(e.path(), ec);  // a temporary file of a write that never completed (not one in progress)
         }
         std::sort(found.begin(), found.end());
         for (const auto& [when, path] : found) {
@@ -62,21 +65,26 @@ public:
     }
 
     std::vector<std::optional<Bytes>> get(std::span<const std::string> keys) override {
-        std::lock_guard<std::mutex> lk(mu_);
         std::vector<std::optional<Bytes>> out;
         for (const std::string& k : keys) {
             out.emplace_back();
-            if (!safe_key(k) || !lru_.touch(k)) {
+            std::error_code ec;
+            if (!safe_key(k) || !fs::is_regular_file(path_of(k), ec)) {  // gone: evicted, or never here
+                std::lock_guard<std::mutex> lk(mu_);
+                lru_.erase(k);
                 ++stats_.misses;
                 continue;
             }
             try {
                 const std::string bytes = read_whole_file(path_of(k), "kv store file", stats_.capacity_bytes);
                 out.back() = Bytes(bytes.begin(), bytes.end());
+                std::lock_guard<std::mutex> lk(mu_);
+                if (!lru_.touch(k)) lru_.put(k, bytes.size());  // another process wrote it
                 ++stats_.hits;
                 stats_.bytes_read += bytes.size();
-            } catch (const Error& e) {
-                lru_.erase(k);  // gone (removed by hand, or another process) or unreadable
+            } catch (const Error& e) {  // unreadable, or removed since
+                std::lock_guard<std::mutex> lk(mu_);
+                lru_.erase(k);
                 ++stats_.misses;
                 ++stats_.errors;
                 warn_(fmt::format("kv store {}: {}", stats_.where, e.what()));
@@ -86,22 +94,26 @@ public:
     }
 
     bool put(const std::string& key, std::span<const std::uint8_t> value) override {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (!safe_key(key) || value.size() > stats_.capacity_bytes) {
-            ++stats_.errors;
-            return false;
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            if (!safe_key(key) || value.size() > stats_.capacity_bytes) {
+                ++stats_.errors;
+                return false;
+            }
+            lru_.erase(key);
+            evict_locked(value.size());
         }
-        lru_.erase(key);
-        evict_locked(value.size());
         try {
             OutputFile f(path_of(key), "kv store file");
             f.stream().write(reinterpret_cast<const char*>(value.data()), std::streamsize(value.size()));
             f.commit();
         } catch (const Error& e) {
+            std::lock_guard<std::mutex> lk(mu_);
             ++stats_.errors;
             warn_(fmt::format("kv store {}: {}", stats_.where, e.what()));
             return false;
         }
+        std::lock_guard<std::mutex> lk(mu_);
         lru_.put(key, value.size());
         ++stats_.puts;
         stats_.bytes_written += value.size();
@@ -117,7 +129,6 @@ public:
     }
 
     std::optional<std::uint64_t> reported_bytes(const std::string& key) override {
-        std::lock_guard<std::mutex> lk(mu_);
         struct stat st {};
         if (!safe_key(key) || ::stat(path_of(key).c_str(), &st) != 0) return std::nullopt;
         return std::uint64_t(st.st_blocks) * 512;

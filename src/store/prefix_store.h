@@ -36,10 +36,18 @@ struct PrefixStoreStats {
     std::uint64_t bytes_fetched = 0;     ///< entry bytes read to restore them
     std::uint64_t blocks_stored = 0;     ///< blocks written (to every tier)
     std::uint64_t bytes_stored = 0;      ///< their entry bytes (main + tail), once per block
-    std::uint64_t rejected_corrupt = 0;  ///< entries with a bad checksum, magic, version or size
+    std::uint64_t rejected_corrupt = 0;  ///< entries with a bad checksum, magic, version, size or op
     std::uint64_t rejected_foreign = 0;  ///< entries of another model, chain, scheme or state
+    std::uint64_t inconsistent = 0;      ///< blocks written against another split of their parent (racing writers)
     std::uint64_t recordings_dropped = 0;  ///< block states not written: the write queue was full
     std::vector<KvStoreStats> tiers;     ///< each tier's own counters, in lookup order
+};
+
+/// A stored block's split, as a recorder needs it: the next block is written without copying its
+/// tail ranges, and a missing tail can be cut from the state a prefill computed.
+struct StoredSplit {
+    std::vector<DeltaOp> ops;
+    std::uint64_t lasting_bytes = 0, tail_bytes = 0, tail_checksum = 0;
 };
 
 /// What a lookup found for a prompt: the chain of blocks it restores (possibly none) and how far
@@ -49,7 +57,9 @@ struct PrefixHit {
     int blocks = 0;                   ///< whole blocks restored (0: none)
     std::int64_t n_tokens = 0;        ///< blocks x block_tokens
     std::vector<std::uint8_t> state;  ///< the KV state (save_kv_state bytes) after them; empty without blocks
-    int mains_found = 0;              ///< consecutive valid main entries from block 0 (>= blocks)
+    int mains_found = 0;              ///< leading main entries that are valid and consistent (>= blocks)
+    /// The splits of blocks [max(blocks - 1, 0), mains_found), in order: those a recorder writes after.
+    std::vector<StoredSplit> splits;
 };
 
 class PrefixStore {
@@ -66,7 +76,7 @@ public:
     };
     /// tiers: searched in order; a block found in a later tier is copied into the earlier ones.
     PrefixStore(std::vector<std::unique_ptr<KvStore>> tiers, Options options);
-    ~PrefixStore();  ///< finishes the queued writes and lookups, joins the threads
+    ~PrefixStore();  ///< finishes the queued writes, drops the lookups not started, joins the threads
     PrefixStore(const PrefixStore&) = delete;
     PrefixStore& operator=(const PrefixStore&) = delete;
 
@@ -74,10 +84,11 @@ public:
     const StoreNamespace& ns() const;
 
     /// The longest chain of stored blocks `prompt` begins with that leaves at least one token to
-    /// feed and whose last block's tail is stored. Blocking: tier round trips.
-    PrefixHit lookup(std::span<const std::int32_t> prompt);
+    /// feed and whose last block's tail is stored, in the space of `salt` (blocks stored under
+    /// another salt are other keys; empty: the unsalted space). Blocking: tier round trips.
+    PrefixHit lookup(std::span<const std::int32_t> prompt, const std::string& salt = {});
     /// lookup() on the fetch thread; `done` runs there with the result.
-    void lookup_async(std::vector<std::int32_t> prompt, std::function<void(PrefixHit)> done);
+    void lookup_async(std::vector<std::int32_t> prompt, std::string salt, std::function<void(PrefixHit)> done);
 
     /// Records the blocks of one sequence's prefill (the prompt's whole blocks past those restored).
     class Recorder {
@@ -101,7 +112,8 @@ public:
     /// A recorder for `prompt` after `found` (a lookup's result, its state restored into the
     /// sequence; default: nothing found): blocks found are not written again (except a missing
     /// tail), and the next block is written against the restored state.
-    std::unique_ptr<Recorder> recorder(std::span<const std::int32_t> prompt, PrefixHit found = {});
+    std::unique_ptr<Recorder> recorder(std::span<const std::int32_t> prompt, const std::string& salt = {},
+                                       PrefixHit found = {});
 
     PrefixStoreStats stats() const;
     /// Wait until every queued write and lookup is done (tests and benchmarks).
@@ -109,7 +121,7 @@ public:
 
     /// Bytes each tier reports for the entries of `prompt`'s whole blocks (main and tail), summed:
     /// `bench serve --kv-store` (Redis's MEMORY USAGE). Absent entries count 0.
-    std::vector<std::uint64_t> reported_bytes(std::span<const std::int32_t> prompt);
+    std::vector<std::uint64_t> reported_bytes(std::span<const std::int32_t> prompt, const std::string& salt = {});
 
 private:
     struct Impl;

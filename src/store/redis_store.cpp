@@ -1,6 +1,8 @@
 // The Redis tier (hiredis): MGET for a chain of blocks in one round trip, SET, DEL, MEMORY USAGE.
-// One connection under a mutex; a failure drops it, counts an error, warns (rate-limited) and
-// makes every operation answer "absent" at once until the next attempt a second later.
+// One connection under a mutex; an I/O failure drops it, counts an error, warns (rate-limited) and
+// makes every operation answer "absent" at once until the next attempt a second later. An error
+// reply (-OOM from a full Redis, -READONLY from a replica) is counted and warned about, and the
+// connection stays. The counters have a mutex of their own: stats() never waits for a round trip.
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
@@ -55,7 +57,7 @@ using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
 class RedisStore final : public KvStore {
 public:
     RedisStore(std::string where, std::string host, int port, int db, WarnFn warn)
-        : host_(std::move(host)), port_(port), db_(db), warn_(std::move(warn)) {
+        : host_(std::move(host)), port_(port), db_(db), where_(where), warn_(std::move(warn)) {
         stats_.tier = "redis";
         stats_.where = std::move(where);
     }
@@ -68,33 +70,40 @@ public:
         if (keys.empty()) return out;
         std::vector<std::string_view> args{"MGET"};
         for (const std::string& k : keys) args.push_back(k);
-        std::lock_guard<std::mutex> lk(mu_);
-        const Reply r = command(args);
-        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != keys.size()) {
-            if (r) fail(fmt::format("MGET answered type {}", r->type));
-            stats_.misses += keys.size();
-            return out;
-        }
-        for (std::size_t i = 0; i < keys.size(); ++i) {
-            const redisReply* e = r->element[i];
-            if (e->type != REDIS_REPLY_STRING) {
-                ++stats_.misses;
-                continue;
+        std::uint64_t hits = 0, bytes = 0;
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            const Reply r = command(args);
+            if (r && r->type == REDIS_REPLY_ARRAY && r->elements == keys.size()) {
+                for (std::size_t i = 0; i < keys.size(); ++i) {
+                    const redisReply* e = r->element[i];
+                    if (e->type != REDIS_REPLY_STRING) continue;
+                    out[i] = Bytes(e->str, e->str + e->len);
+                    ++hits;
+                    bytes += std::uint64_t(e->len);
+                }
+            } else if (r) {
+                refused("MGET", r.get());
             }
-            out[i] = Bytes(e->str, e->str + e->len);
-            ++stats_.hits;
-            stats_.bytes_read += std::uint64_t(e->len);
         }
+        std::lock_guard<std::mutex> lk(stats_mu_);
+        stats_.hits += hits;
+        stats_.misses += keys.size() - hits;
+        stats_.bytes_read += bytes;
         return out;
     }
 
     bool put(const std::string& key, std::span<const std::uint8_t> value) override {
-        std::lock_guard<std::mutex> lk(mu_);
-        const Reply r = command({"SET", key, {reinterpret_cast<const char*>(value.data()), value.size()}});
-        if (!r || r->type == REDIS_REPLY_ERROR) {
-            if (r) fail(fmt::format("SET refused: {}", std::string_view(r->str, r->len)));
-            return false;
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            const Reply r = command({"SET", key, {reinterpret_cast<const char*>(value.data()), value.size()}});
+            if (!r) return false;
+            if (r->type == REDIS_REPLY_ERROR) {
+                refused("SET", r.get());
+                return false;
+            }
         }
+        std::lock_guard<std::mutex> lk(stats_mu_);
         ++stats_.puts;
         stats_.bytes_written += value.size();
         return true;
@@ -113,7 +122,7 @@ public:
     }
 
     KvStoreStats stats() const override {
-        std::lock_guard<std::mutex> lk(mu_);
+        std::lock_guard<std::mutex> lk(stats_mu_);
         KvStoreStats s = stats_;
         s.entries = stats_.puts;
         s.bytes = stats_.bytes_written;
@@ -137,7 +146,7 @@ private:
     bool connected() {
         if (ctx_) return true;
         if (Clock::now() < retry_at_) {
-            ++stats_.errors;
+            count_error(false);
             return false;
         }
         SigpipeGuard guard;
@@ -155,26 +164,41 @@ private:
                 return false;
             }
         }
+        std::lock_guard<std::mutex> lk(stats_mu_);
         stats_.available = true;
         return true;
     }
 
-    /// Drop the connection: the next operation tries again a second from now.
-    void fail(const std::string& why) {
+    void count_error(bool available) {
+        std::lock_guard<std::mutex> lk(stats_mu_);
         ++stats_.errors;
-        stats_.available = false;
+        stats_.available = available;
+    }
+
+    /// An error reply: the server is there and said no (full, read-only, loading).
+    void refused(const char* what, const redisReply* r) {
+        count_error(true);
+        const std::string_view text = r->type == REDIS_REPLY_ERROR ? std::string_view(r->str, r->len) : "an unexpected reply";
+        warn_(fmt::format("kv store {}: {} refused: {}", where_, what, text));
+    }
+
+    /// Drop the connection (an I/O failure): the next operation tries again a second from now.
+    void fail(const std::string& why) {
+        count_error(false);
         if (ctx_) redisFree(ctx_);
         ctx_ = nullptr;
         retry_at_ = Clock::now() + std::chrono::seconds(1);
-        warn_(fmt::format("kv store {}: {}; serving without it (retrying every second)", stats_.where, why));
+        warn_(fmt::format("kv store {}: {}; serving without it (retrying every second)", where_, why));
     }
 
     std::string host_;
     int port_, db_;
+    std::string where_;
     WarnLimiter warn_;
-    mutable std::mutex mu_;
+    std::mutex mu_;  ///< the connection, held across a round trip
     redisContext* ctx_ = nullptr;
     Clock::time_point retry_at_{};
+    mutable std::mutex stats_mu_;
     KvStoreStats stats_;
 };
 

@@ -20,8 +20,6 @@ constexpr std::size_t kWindow = 64;
 /// An anchor is a position whose window hash has its top 6 bits zero: about one per 64 bytes,
 /// chosen by content, so the same bytes anchor at the same places in both states.
 constexpr unsigned kAnchorShift = 58;
-/// Pieces a composed state may consist of (a legitimate chain has a few per layer, head and block).
-constexpr std::size_t kMaxPieces = std::size_t(1) << 22;
 
 const std::array<std::uint64_t, 256>& gear() {
     static const std::array<std::uint64_t, 256> table = [] {
@@ -40,19 +38,55 @@ const std::array<std::uint64_t, 256>& gear() {
 
 bool is_anchor(std::uint64_t h) { return (h >> kAnchorShift) == 0; }
 
-/// Window hash -> end offset (inclusive) of its first anchored occurrence in the parent.
+/// The parent's bytes a copy may read: the complement of `forbidden` (sorted, disjoint) within
+/// [0, size).
+class AllowedRuns {
+public:
+    AllowedRuns(std::span<const ByteRange> forbidden, std::uint64_t size) : forbidden_(forbidden), size_(size) {}
+    /// The allowed run [begin, end) that holds p, or {p, p} when p is forbidden.
+    std::pair<std::uint64_t, std::uint64_t> around(std::uint64_t p) const {
+        const auto next = std::upper_bound(forbidden_.begin(), forbidden_.end(), p,
+                                           [](std::uint64_t v, const ByteRange& r) { return v < r.begin; });
+        std::uint64_t begin = 0;
+        if (next != forbidden_.begin()) {
+            const ByteRange& prev = *(next - 1);
+            if (prev.end > p) return {p, p};
+            begin = prev.end;
+        }
+        return {begin, next == forbidden_.end() ? size_ : std::min(size_, next->begin)};
+    }
+    /// Every allowed run, in order.
+    template <class F>
+    void for_each(F&& f) const {
+        std::uint64_t at = 0;
+        for (const ByteRange& r : forbidden_) {
+            if (r.begin > at) f(at, std::min(r.begin, size_));
+            at = std::max(at, r.end);
+        }
+        if (at < size_) f(at, size_);
+    }
+
+private:
+    std::span<const ByteRange> forbidden_;
+    std::uint64_t size_;
+};
+
+/// Window hash -> end offset (inclusive) of its first anchored occurrence in the parent's allowed
+/// runs (a window never crosses a forbidden byte).
 class AnchorIndex {
 public:
-    explicit AnchorIndex(std::span<const std::uint8_t> parent) {
+    AnchorIndex(std::span<const std::uint8_t> parent, const AllowedRuns& runs) {
         std::size_t cap = 16;
         while (cap < 2 * (parent.size() / 32 + 1)) cap *= 2;  // load factor <= 1/2 at one anchor per 64 bytes
         slots_.assign(cap, Slot{});
         const auto& g = gear();
-        std::uint64_t h = 0;
-        for (std::size_t i = 0; i < parent.size(); ++i) {
-            h = (h << 1) + g[parent[i]];
-            if (i + 1 >= kWindow && is_anchor(h)) insert(h, i);
-        }
+        runs.for_each([&](std::uint64_t begin, std::uint64_t end) {
+            std::uint64_t h = 0;
+            for (std::uint64_t i = begin; i < end; ++i) {
+                h = (h << 1) + g[parent[i]];
+                if (i + 1 - begin >= kWindow && is_anchor(h)) insert(h, i);
+            }
+        });
     }
     /// End offset of the window with hash h, or -1.
     std::int64_t find(std::uint64_t h) const {
@@ -128,11 +162,13 @@ std::uint64_t StateDelta::output_bytes() const {
     return n;
 }
 
-StateDelta diff_states(std::span<const std::uint8_t> parent, std::span<const std::uint8_t> now) {
+StateDelta diff_states(std::span<const std::uint8_t> parent, std::span<const std::uint8_t> now,
+                       std::span<const ByteRange> forbidden) {
     StateDelta d;
     d.parent_bytes = parent.size();
     OpWriter w{d};
-    const AnchorIndex index(parent);
+    const AllowedRuns runs(forbidden, parent.size());
+    const AnchorIndex index(parent, runs);
     const auto& g = gear();
     const std::size_t n = now.size();
     std::size_t lit = 0, filled = 0, i = 0;
@@ -143,9 +179,10 @@ StateDelta diff_states(std::span<const std::uint8_t> parent, std::span<const std
             const std::int64_t end = index.find(h);
             std::size_t ns = i + 1 - kWindow, ps = std::size_t(end) + 1 - kWindow;
             if (end >= 0 && std::memcmp(now.data() + ns, parent.data() + ps, kWindow) == 0) {
-                while (ns > lit && ps > 0 && now[ns - 1] == parent[ps - 1]) --ns, --ps;
+                const auto [run_begin, run_end] = runs.around(ps);  // the window lies in one allowed run
+                while (ns > lit && ps > run_begin && now[ns - 1] == parent[ps - 1]) --ns, --ps;
                 std::size_t ne = i + 1, pe = std::size_t(end) + 1;
-                const std::size_t more = common_prefix(now.data() + ne, parent.data() + pe, std::min(n - ne, parent.size() - pe));
+                const std::size_t more = common_prefix(now.data() + ne, parent.data() + pe, std::min(n - ne, std::size_t(run_end) - pe));
                 ne += more;
                 w.literal(now.data() + lit, ns - lit);
                 w.copy(ps, ne - ns);
@@ -232,42 +269,66 @@ void split_lasting(StateDelta& d, const StateDelta& next) {
     d.lasting_bytes = n_lasting;
 }
 
-std::vector<std::uint8_t> compose_chain(std::span<const DeltaView> chain, std::uint64_t max_bytes) {
-    AQPIM_CHECK(!chain.empty(), "kv store: an empty chain of blocks");
-    /// `len` bytes of delta `block`'s literals at `src` (within one of its two parts).
+std::vector<ByteRange> tail_ranges(std::span<const DeltaOp> ops, std::uint64_t lasting_bytes) {
+    std::vector<ByteRange> out;
+    std::uint64_t at = 0;
+    for (const DeltaOp& op : ops) {
+        if (!op.copy && op.src >= lasting_bytes) {
+            if (!out.empty() && out.back().end == at)
+                out.back().end += op.len;
+            else
+                out.push_back({at, at + op.len});
+        }
+        at += op.len;
+    }
+    return out;
+}
+
+std::vector<std::uint8_t> tail_of(std::span<const DeltaOp> ops, std::uint64_t lasting_bytes, std::uint64_t tail_bytes,
+                                  std::span<const std::uint8_t> state) {
+    std::vector<std::uint8_t> tail(tail_bytes);
+    std::uint64_t at = 0;
+    for (const DeltaOp& op : ops) {
+        if (!op.copy && op.src >= lasting_bytes) {
+            AQPIM_CHECK(fits(op.src - lasting_bytes, op.len, tail_bytes) && fits(at, op.len, state.size()),
+                        "kv store: a tail op [{}, +{}) outside the tail or the state", op.src, op.len);
+            std::memcpy(tail.data() + (op.src - lasting_bytes), state.data() + at, op.len);
+        }
+        at += op.len;
+    }
+    return tail;
+}
+
+namespace {
+
+/// Composes a chain as lists of pieces: each state is the concatenation of `len` bytes of block
+/// `block`'s literals at `src` (within one of its two parts), never its bytes.
+class Composer {
+public:
     struct Piece {
         std::uint32_t block;
         std::uint64_t src, len;
     };
-    std::vector<Piece> cur, next;
-    std::vector<std::uint64_t> starts;  // of cur's pieces in its output
-    std::uint64_t cur_bytes = 0;
-    const auto push = [&](std::uint32_t block, std::uint64_t src, std::uint64_t len) {
-        const std::uint64_t lasting = chain[block].lasting.size();  // a piece never spans lasting and tail
-        if (!next.empty() && next.back().block == block && next.back().src + next.back().len == src &&
-            src != lasting) {
-            next.back().len += len;
-            return;
-        }
-        AQPIM_CHECK(next.size() < kMaxPieces, "kv store: block {}: the chain is too fragmented to compose (over {} pieces)",
-                    block, kMaxPieces);
-        next.push_back({block, src, len});
-    };
-    for (std::uint32_t j = 0; j < chain.size(); ++j) {
-        const DeltaView& d = chain[j];
-        AQPIM_CHECK(d.parent_bytes == cur_bytes, "kv store: block {} is written against a state of {} bytes, not the {} "
-                    "bytes the blocks before it give", j, d.parent_bytes, cur_bytes);
+    Composer(std::span<const DeltaView> chain, std::uint64_t max_bytes) : chain_(chain), max_bytes_(max_bytes) {}
+
+    /// Add the next block. Malformed: throws aqpim::Error; inconsistent (it copies bytes of the
+    /// previous block's tail): false, nothing added.
+    bool add() {
+        const std::uint32_t j = std::uint32_t(n_added_);
+        const DeltaView& d = chain_[j];
+        AQPIM_CHECK(d.parent_bytes == cur_bytes_, "kv store: block {} is written against a state of {} bytes, not the {} "
+                    "bytes the blocks before it give", j, d.parent_bytes, cur_bytes_);
         AQPIM_CHECK(d.tail.empty() || d.tail.size() == d.tail_bytes, "kv store: block {}: a tail of {} bytes where it "
                     "states {}", j, d.tail.size(), d.tail_bytes);
         const std::uint64_t n_lasting = d.lasting.size();
         AQPIM_CHECK(fits(n_lasting, d.tail_bytes, ~std::uint64_t(0)), "kv store: block {}: tail of {} bytes", j, d.tail_bytes);
         const std::uint64_t n_literal = n_lasting + d.tail_bytes;
         std::uint64_t out = 0;
-        next.clear();
+        next_.clear();
         for (std::size_t k = 0; k < d.ops.size(); ++k) {
             const DeltaOp& op = d.ops[k];
-            AQPIM_CHECK(op.len > 0 && fits(out, op.len, max_bytes),
-                        "kv store: block {} op {}: length {} (the state may hold {} bytes)", j, k, op.len, max_bytes);
+            AQPIM_CHECK(op.len > 0 && fits(out, op.len, max_bytes_),
+                        "kv store: block {} op {}: length {} (the state may hold {} bytes)", j, k, op.len, max_bytes_);
             out += op.len;
             if (!op.copy) {
                 AQPIM_CHECK(fits(op.src, op.len, n_literal), "kv store: block {} op {}: literal bytes [{}, +{}) outside "
@@ -280,37 +341,94 @@ std::vector<std::uint8_t> compose_chain(std::span<const DeltaView> chain, std::u
                 }
                 continue;
             }
-            AQPIM_CHECK(fits(op.src, op.len, cur_bytes), "kv store: block {} op {}: copies [{}, +{}) of a parent state "
-                        "of {} bytes", j, k, op.src, op.len, cur_bytes);
-            std::size_t p = std::size_t(std::upper_bound(starts.begin(), starts.end(), op.src) - starts.begin()) - 1;
+            AQPIM_CHECK(fits(op.src, op.len, cur_bytes_), "kv store: block {} op {}: copies [{}, +{}) of a parent state "
+                        "of {} bytes", j, k, op.src, op.len, cur_bytes_);
+            std::size_t p = std::size_t(std::upper_bound(starts_.begin(), starts_.end(), op.src) - starts_.begin()) - 1;
             for (std::uint64_t pos = op.src, end = op.src + op.len; pos < end; ++p) {
-                const Piece& pc = cur[p];
-                const std::uint64_t off = pos - starts[p], take = std::min(end - pos, pc.len - off);
+                const Piece& pc = cur_[p];
+                if (pc.block + 1 == j && pc.src >= chain_[pc.block].lasting.size()) return false;  // the parent's tail
+                const std::uint64_t off = pos - starts_[p], take = std::min(end - pos, pc.len - off);
                 push(pc.block, pc.src + off, take);
                 pos += take;
             }
         }
-        cur.swap(next);
-        cur_bytes = out;
-        starts.clear();
+        cur_.swap(next_);
+        cur_bytes_ = out;
+        starts_.clear();
         std::uint64_t at = 0;
-        for (const Piece& pc : cur) starts.push_back(at), at += pc.len;
+        for (const Piece& pc : cur_) starts_.push_back(at), at += pc.len;
+        ++n_added_;
+        return true;
     }
-    std::vector<std::uint8_t> state(cur_bytes);
-    std::uint64_t at = 0;
-    for (const Piece& pc : cur) {
-        const DeltaView& d = chain[pc.block];
-        const std::uint64_t n_lasting = d.lasting.size();
-        if (pc.src < n_lasting) {
-            std::memcpy(state.data() + at, d.lasting.data() + pc.src, pc.len);
-        } else {
-            AQPIM_CHECK(d.tail.size() == d.tail_bytes && d.tail_bytes > 0,
-                        "kv store: block {}: the state reads its tail, which was not given", pc.block);
-            std::memcpy(state.data() + at, d.tail.data() + (pc.src - n_lasting), pc.len);
+
+    /// The bytes of the last state added (which may read the last block's tail).
+    std::vector<std::uint8_t> bytes() const {
+        std::vector<std::uint8_t> state(cur_bytes_);
+        std::uint64_t at = 0;
+        for (const Piece& pc : cur_) {
+            const DeltaView& d = chain_[pc.block];
+            const std::uint64_t n_lasting = d.lasting.size();
+            if (pc.src < n_lasting) {
+                std::memcpy(state.data() + at, d.lasting.data() + pc.src, pc.len);
+            } else {
+                AQPIM_CHECK(d.tail.size() == d.tail_bytes && d.tail_bytes > 0,
+                            "kv store: block {}: the state reads its tail, which was not given", pc.block);
+                std::memcpy(state.data() + at, d.tail.data() + (pc.src - n_lasting), pc.len);
+            }
+            at += pc.len;
         }
-        at += pc.len;
+        return state;
     }
-    return state;
+
+private:
+    /// Pieces a state may consist of, and pieces made over a whole chain (a legitimate chain has a
+    /// few per layer, head and block).
+    static constexpr std::size_t kMaxPieces = std::size_t(1) << 22, kMaxWork = std::size_t(1) << 25;
+
+    void push(std::uint32_t block, std::uint64_t src, std::uint64_t len) {
+        const std::uint64_t lasting = chain_[block].lasting.size();  // a piece never spans lasting and tail
+        if (!next_.empty() && next_.back().block == block && next_.back().src + next_.back().len == src && src != lasting) {
+            next_.back().len += len;
+            return;
+        }
+        AQPIM_CHECK(next_.size() < kMaxPieces && ++work_ <= kMaxWork,
+                    "kv store: block {}: the chain is too fragmented to compose (over {} pieces in a state or {} in all)",
+                    n_added_, kMaxPieces, kMaxWork);
+        next_.push_back({block, src, len});
+    }
+
+    std::span<const DeltaView> chain_;
+    std::uint64_t max_bytes_;
+    std::vector<Piece> cur_, next_;
+    std::vector<std::uint64_t> starts_;  // of cur_'s pieces in its state
+    std::uint64_t cur_bytes_ = 0;
+    std::size_t n_added_ = 0, work_ = 0;
+};
+
+}  // namespace
+
+ChainCheck check_chain(std::span<const DeltaView> chain, std::uint64_t max_bytes) {
+    ChainCheck c;
+    Composer composer(chain, max_bytes);
+    for (c.bad_block = 0; c.bad_block < chain.size(); ++c.bad_block) {
+        try {
+            if (!composer.add()) break;
+        } catch (const Error& e) {
+            c.why = e.what();
+            break;
+        }
+        c.consistent = c.bad_block + 1;
+    }
+    return c;
+}
+
+std::vector<std::uint8_t> compose_chain(std::span<const DeltaView> chain, std::uint64_t max_bytes) {
+    AQPIM_CHECK(!chain.empty(), "kv store: an empty chain of blocks");
+    Composer composer(chain, max_bytes);
+    for (std::size_t j = 0; j < chain.size(); ++j)
+        AQPIM_CHECK(composer.add(), "kv store: block {} copies bytes of the tail of the block before it (written against "
+                    "another split of it)", j);
+    return composer.bytes();
 }
 
 }  // namespace aqpim::store

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace aqpim::store {
@@ -24,6 +25,11 @@ struct DeltaOp {
     std::uint64_t src = 0;
     std::uint64_t len = 0;
     bool copy = false;
+};
+
+/// Bytes [begin, end) of a state.
+struct ByteRange {
+    std::uint64_t begin = 0, end = 0;
 };
 
 /// A state written against its parent.
@@ -39,14 +45,24 @@ struct StateDelta {
 
 /// `now` written against `parent` (empty: every byte a literal). Runs `parent` holds too are found
 /// at content-defined anchors (a 64-byte rolling hash) and extended both ways byte by byte, so a
-/// copy is at least 64 bytes and every byte outside the copies is a literal. All literals count as
-/// lasting until split_lasting() is called.
-StateDelta diff_states(std::span<const std::uint8_t> parent, std::span<const std::uint8_t> now);
+/// copy is at least 64 bytes and every byte outside the copies is a literal. No copy reads a byte of
+/// `forbidden` (sorted, disjoint ranges of the parent: its tail as a stored block split it). All
+/// literals count as lasting until split_lasting() is called.
+StateDelta diff_states(std::span<const std::uint8_t> parent, std::span<const std::uint8_t> now,
+                       std::span<const ByteRange> forbidden = {});
 
 /// Reorder `d`'s literals into the bytes `next` copies (lasting, first) and the rest (tail), and
 /// rewrite d's literal ops to match; `next` is the delta of the following state (whose parent is
 /// d's output). The output of d is unchanged.
 void split_lasting(StateDelta& d, const StateDelta& next);
+
+/// The ranges of a delta's output its tail part fills (sorted, disjoint): what the next block's
+/// delta must not copy, so that a chain read without this block's tail never needs it.
+std::vector<ByteRange> tail_ranges(std::span<const DeltaOp> ops, std::uint64_t lasting_bytes);
+/// The tail part of a delta whose output is `state`: the bytes its tail ranges take from it (a tail
+/// written later from the state a prefill computed, for a block stored without one).
+std::vector<std::uint8_t> tail_of(std::span<const DeltaOp> ops, std::uint64_t lasting_bytes, std::uint64_t tail_bytes,
+                                  std::span<const std::uint8_t> state);
 
 /// One delta of a chain as read back from the store: its ops, and its literal bytes in two parts
 /// (the tail may be absent when no op reads it).
@@ -58,10 +74,22 @@ struct DeltaView {
     std::uint64_t parent_bytes = 0;
 };
 
-/// The last state of a chain: chain[0] has no parent (parent_bytes 0), chain[j]'s parent is
-/// chain[j-1]'s output. Untrusted: an op out of its source's range, a parent size that is not the
-/// previous output's, an output over `max_bytes`, a last state that reads a tail not given, or a
-/// chain too fragmented to compose (over 2^22 pieces) is an aqpim::Error naming the block and op.
+/// How far a chain composes, found without copying its bytes: chain[0] has no parent
+/// (parent_bytes 0), chain[j]'s parent is chain[j-1]'s output.
+struct ChainCheck {
+    /// Leading blocks that compose, none of which copies bytes of the tail of the block before it (a
+    /// block written against another split of its parent: two writers raced).
+    std::size_t consistent = 0;
+    /// The block after them when it is malformed (an op out of its source's range, a parent size
+    /// that is not the previous output's, an output over max_bytes, too much work: over 2^22
+    /// pieces in a state or 2^25 over the chain), else chain.size() or the inconsistent block.
+    std::size_t bad_block = 0;
+    std::string why;  ///< what is wrong with bad_block (empty: nothing malformed)
+};
+ChainCheck check_chain(std::span<const DeltaView> chain, std::uint64_t max_bytes);
+
+/// The last state of a consistent chain (check_chain), which needs the last block's tail when it
+/// has one. Anything else is an aqpim::Error naming the block.
 std::vector<std::uint8_t> compose_chain(std::span<const DeltaView> chain, std::uint64_t max_bytes);
 
 }  // namespace aqpim::store

@@ -102,7 +102,7 @@ void check_restores_exactly(const std::string& kv) {
     EXPECT_EQ(st.lookups, 5u);
     EXPECT_EQ(st.lookup_hits, 3u);
     EXPECT_EQ(st.tokens_restored, 7u * 128 + 3 * 128 + 4 * 128);
-    EXPECT_EQ(st.blocks_stored, 7u + 2 + 1);  // block 2 again with its tail, other_end's and third_end's blocks 3
+    EXPECT_EQ(st.blocks_stored, 7u + 1 + 1);  // other_end's and third_end's blocks 3 (block 2 got only its tail)
     EXPECT_EQ(st.rejected_corrupt + st.rejected_foreign, 0u);
     EXPECT_EQ(e.stats().store.restore_refused, 0u);
     EXPECT_EQ(e.stats().pages_in_use, 0);
@@ -158,6 +158,65 @@ TEST(ServeKvStore, AReplicaOnTheSameDiskTierRestoresAndCorruptEntriesAreCounted)
     st = *third.stats().store.prefix;
     EXPECT_EQ(st.lookup_hits, 0u);
     EXPECT_EQ(st.rejected_corrupt, 1u);  // block 0: the chain ends there
+}
+
+TEST(ServeKvStore, AlternatingContinuationsKeepHittingWithoutCorruption) {
+    // Two prompts share 3 blocks and then go their own ways: each writer splits block 2 by its own
+    // block 3, so a block 3 must never copy bytes of block 2 that the stored split calls its tail
+    // (pq: the window).
+    AQPIM_REQUIRE_SHARED(kModel);
+    const auto& m = austen();
+    const serve::GenerationRequest a = request(prompt_sharing(520, 520, 1));
+    const serve::GenerationRequest c = request(prompt_sharing(520, 384, 3));
+    serve::Engine plain(m.weights, options("pq", {}));
+    const std::vector<float> want_a = trace(plain, a), want_c = trace(plain, c);
+    serve::Engine e(m.weights, options("pq", {"memory"}));
+    for (int round = 0; round < 3; ++round) {
+        EXPECT_EQ(trace(e, a), want_a) << round;
+        e.flush_store();
+        EXPECT_EQ(trace(e, c), want_c) << round;
+        e.flush_store();
+    }
+    const store::PrefixStoreStats st = *e.stats().store.prefix;
+    EXPECT_EQ(st.lookups, 6u);
+    EXPECT_EQ(st.lookup_hits, 4u);  // a and c miss once each; then each restores its 4 blocks
+    EXPECT_EQ(st.tokens_restored, 4u * 512);
+    EXPECT_EQ(st.blocks_stored, 4u + 1);  // a's 4, c's own block 3 (and block 2's tail, not a block)
+    EXPECT_EQ(st.rejected_corrupt + st.rejected_foreign + st.inconsistent, 0u);
+}
+
+TEST(ServeKvStore, ACacheSaltSharesBlocksOnlyWithTheSameSalt) {
+    AQPIM_REQUIRE_SHARED(kModel);
+    const auto& m = austen();
+    serve::GenerationRequest r = request(prompt_sharing(300, 300, 1));
+    serve::Engine plain(m.weights, options("f16", {}));
+    const std::vector<float> want = trace(plain, r);
+    serve::Engine e(m.weights, options("f16", {"memory"}));
+    r.cache_salt = "tenant-a";
+    EXPECT_EQ(trace(e, r), want);
+    e.flush_store();
+    r.cache_salt = "tenant-b";  // the same prompt, another tenant: nothing shared
+    EXPECT_EQ(trace(e, r), want);
+    r.cache_salt.clear();       // nor with requests without a salt
+    EXPECT_EQ(trace(e, r), want);
+    EXPECT_EQ(e.stats().store.prefix->lookup_hits, 0u);
+    e.flush_store();
+    r.cache_salt = "tenant-a";
+    EXPECT_EQ(trace(e, r), want);
+    EXPECT_EQ(e.stats().store.prefix->lookup_hits, 1u);
+    EXPECT_EQ(e.stats().store.prefix->tokens_restored, 256u);  // 2 of 2 whole blocks of 128 (299 tokens to leave one)
+}
+
+TEST(ServeKvStore, StoppingWithLookupsQueuedIsClean) {
+    AQPIM_REQUIRE_SHARED(kModel);
+    const auto& m = austen();
+    for (int i = 0; i < 3; ++i) {
+        serve::EngineOptions o = options("pq", {"memory"});
+        o.parallel = 8;
+        serve::Engine e(m.weights, o);
+        for (int r = 0; r < 8; ++r) test::submit_collect(e, request(prompt_sharing(600, 300, r)));
+        // destroyed at once: queued lookups are dropped, the one running ends before the engine
+    }
 }
 
 TEST(ServeKvStore, ParkedSequencesGoToDiskForRoomAndComeBack) {

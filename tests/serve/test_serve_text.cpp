@@ -161,7 +161,8 @@ serve::RequestLimits limits() {
 TEST(OpenAiRequest, ReadsEveryParameter) {
     const json body = {{"model", "m"}, {"prompt", "hi"}, {"max_tokens", 7}, {"temperature", 0.5}, {"top_p", 0.8},
                        {"seed", -3}, {"stop", {"x", "y"}}, {"stream", true}, {"stream_options", {{"include_usage", true}}},
-                       {"logprobs", 2}, {"n", 1}, {"presence_penalty", 0}, {"user", "u"}, {"echo", false}};
+                       {"logprobs", 2}, {"n", 1}, {"presence_penalty", 0}, {"user", "u"}, {"echo", false},
+                       {"cache_salt", "tenant-7"}};
     const serve::CompletionParams p = serve::parse_completion_request(body, false, limits());
     EXPECT_EQ(p.prompt_text, "hi");
     EXPECT_EQ(*p.max_tokens, 7);
@@ -171,6 +172,7 @@ TEST(OpenAiRequest, ReadsEveryParameter) {
     EXPECT_EQ(p.stop, (std::vector<std::string>{"x", "y"}));
     EXPECT_TRUE(p.stream && p.include_usage && p.logprobs);
     EXPECT_EQ(p.top_logprobs, 2);
+    EXPECT_EQ(p.cache_salt, "tenant-7");
 
     const serve::CompletionParams t = serve::parse_completion_request({{"prompt", {1, 2, 99}}}, false, limits());
     EXPECT_TRUE(t.prompt_is_tokens);
@@ -215,6 +217,8 @@ TEST(OpenAiRequest, NamesWhatIsWrong) {
     expect({{"messages", {{{"role", "user"}, {"content", "x"}, {"tool_calls", 1}}}}}, true, "messages[0].tool_calls", "unrecognized");
     expect({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}}, true, "top_logprobs", "logprobs: true");
     expect({{"prompt", "x"}, {"logprobs", 21}}, false, "logprobs", "outside");
+    expect({{"prompt", "x"}, {"cache_salt", ""}}, false, "cache_salt", "1 to 256 bytes");
+    expect({{"prompt", "x"}, {"cache_salt", 7}}, false, "cache_salt", "string");
     try {
         serve::parse_request_json("{\"a\": ");
         ADD_FAILURE();

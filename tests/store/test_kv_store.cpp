@@ -97,10 +97,16 @@ TEST(KvStoreTiers, DiskWritesWholeFilesKeepsThemAcrossRestartsUnderACap) {
     const auto s = make_kv_store("disk:" + dir + ":200KiB");
     fs::remove(fs::path(dir) / "f4.aqkv");
     EXPECT_FALSE(s->get_one("f4").has_value());
-    // a leftover temporary file of an interrupted write is removed at start
-    { std::ofstream(fs::path(dir) / "f9.aqkv.ABC123") << "partial"; }
+    // a leftover temporary file of an interrupted write is removed at start, one being written
+    // (by another server on the same directory) is not
+    const fs::path stale = fs::path(dir) / "f9.aqkv.ABC123", fresh = fs::path(dir) / "f8.aqkv.DEF456";
+    { std::ofstream(stale) << "partial"; }
+    { std::ofstream(fresh) << "partial"; }
+    fs::last_write_time(stale, fs::file_time_type::clock::now() - std::chrono::hours(1));
     const auto again = make_kv_store("disk:" + dir + ":200KiB");
-    EXPECT_FALSE(fs::exists(fs::path(dir) / "f9.aqkv.ABC123"));
+    EXPECT_FALSE(fs::exists(stale));
+    EXPECT_TRUE(fs::exists(fresh));
+    fs::remove(fresh);
 }
 
 TEST(KvStoreTiers, RedisSharedAndDeadThenBack) {
@@ -135,6 +141,31 @@ TEST(KvStoreTiers, RedisSharedAndDeadThenBack) {
     EXPECT_TRUE(s->put("k9", value(10, 1)));
     EXPECT_EQ(s->get_one("k9"), value(10, 1));
     EXPECT_TRUE(s->stats().available);
+}
+
+TEST(KvStoreTiers, AFullRedisRefusesWritesAndStillServesReads) {
+    AQPIM_REQUIRE_REDIS();
+    test::RedisServer redis({"--maxmemory", "2mb", "--maxmemory-policy", "noeviction"});
+    const auto s = make_kv_store(redis.url());
+    ASSERT_TRUE(s->put("small", value(1000, 1)));
+    int refused = 0;
+    for (int i = 0; i < 8 && refused == 0; ++i) refused += !s->put("big" + std::to_string(i), value(1 << 20, std::uint8_t(i)));
+    EXPECT_GT(refused, 0);  // -OOM once full
+    EXPECT_EQ(s->get_one("small"), value(1000, 1));  // the connection stays: reads go on
+    const KvStoreStats st = s->stats();
+    EXPECT_TRUE(st.available);
+    EXPECT_GE(st.errors, 1u);
+}
+
+TEST(KvStoreTiers, TwoServersOnOneDirectorySeeEachOthersFiles) {
+    const std::string dir = test::temp_path("kvstore-shared-dir");
+    const auto a = make_kv_store("disk:" + dir), b = make_kv_store("disk:" + dir);
+    EXPECT_TRUE(a->put("from-a", value(5000, 3)));
+    EXPECT_EQ(b->get_one("from-a"), value(5000, 3));  // written after b started
+    EXPECT_EQ(b->stats().entries, 1u);                 // and now counted by b
+    a->remove("from-a");
+    EXPECT_FALSE(b->get_one("from-a").has_value());
+    EXPECT_EQ(b->stats().entries, 0u);
 }
 
 TEST(KvStoreTiers, BadSpecsAreNamed) {

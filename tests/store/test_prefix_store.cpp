@@ -52,7 +52,7 @@ struct Fixture {
     /// Record the blocks of `p` with states of text `seed`, after what `found` restored.
     void record(const std::vector<std::int32_t>& p, std::uint64_t seed, PrefixHit found = {}) {
         const int from = found.blocks;
-        auto r = store->recorder(p, std::move(found));
+        auto r = store->recorder(p, {}, std::move(found));
         for (int b = from + 1; b * kBlock <= int(p.size()); ++b) {
             ASSERT_TRUE(r->wants(std::int64_t(b) * kBlock));
             r->record(state_at(b, seed));

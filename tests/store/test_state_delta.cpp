@@ -146,6 +146,66 @@ TEST(StateDelta, AnOpAcrossTheLastingAndTailPartsReadsBoth) {
     EXPECT_EQ(compose_chain({&v, 1}, 100), (Bytes{2, 3, 4, 5, 6, 7, 0, 1, 8, 9}));
 }
 
+TEST(StateDelta, CopiesNeverReadForbiddenBytes) {
+    std::mt19937_64 rng(5);
+    const Bytes parent = random_bytes(50000, rng);
+    Bytes now = parent;
+    now.insert(now.begin() + 20000, 100, 7);
+    const std::vector<ByteRange> forbidden = {{1000, 1100}, {10000, 12000}, {30000, 30001}, {49990, 50000}};
+    const StateDelta d = diff_states(parent, now, forbidden);
+    for (const DeltaOp& op : d.ops)
+        if (op.copy)
+            for (const ByteRange& f : forbidden)
+                EXPECT_TRUE(op.src + op.len <= f.begin || op.src >= f.end) << op.src << "+" << op.len;
+    // the forbidden bytes came as literals: about their size more than without the ranges
+    EXPECT_GE(d.literals.size(), 100u + 100 + 2000 + 1 + 10);
+    EXPECT_LE(d.literals.size(), 100u + 100 + 2000 + 1 + 10 + 4 * 128);
+    const StateDelta d0 = diff_states({}, parent);
+    const DeltaView chain[] = {view_of(d0, true), view_of(d, true)};
+    EXPECT_EQ(compose_chain(chain, 1 << 20), now);
+}
+
+TEST(StateDelta, CheckChainFindsTheConsistentPrefix) {
+    GrowingState g;
+    std::vector<Bytes> states;
+    std::vector<StateDelta> deltas;
+    Bytes prev;
+    for (int j = 0; j < 4; ++j) {
+        states.push_back(g.next());
+        deltas.push_back(diff_states(prev, states.back()));
+        if (j > 0) split_lasting(deltas[std::size_t(j) - 1], deltas.back());
+        prev = states.back();
+    }
+    std::vector<DeltaView> chain;
+    for (const StateDelta& d : deltas) chain.push_back(view_of(d, false));
+    ChainCheck c = check_chain(chain, 1 << 24);
+    EXPECT_EQ(c.consistent, 4u);
+    EXPECT_TRUE(c.why.empty());
+    // a block 2 written against another split of block 1: it copies a byte of block 1's tail
+    const std::vector<ByteRange> tail1 = tail_ranges(deltas[1].ops, deltas[1].lasting_bytes);
+    ASSERT_FALSE(tail1.empty());
+    StateDelta reads_tail;
+    reads_tail.parent_bytes = states[1].size();
+    reads_tail.ops = {{tail1[0].begin, 1, true}};
+    chain[2] = view_of(reads_tail, false);
+    chain.resize(3);
+    c = check_chain(chain, 1 << 24);
+    EXPECT_EQ(c.consistent, 2u);
+    EXPECT_TRUE(c.why.empty());
+    EXPECT_THROW(compose_chain(chain, 1 << 24), Error);
+    // a malformed block names itself
+    StateDelta bad;
+    bad.parent_bytes = 12345;
+    chain[2] = view_of(bad, false);
+    c = check_chain(chain, 1 << 24);
+    EXPECT_EQ(c.consistent, 2u);
+    EXPECT_EQ(c.bad_block, 2u);
+    EXPECT_NE(c.why.find("block 2"), std::string::npos) << c.why;
+    // a tail cut from the state is the tail the split made
+    EXPECT_EQ(tail_of(deltas[1].ops, deltas[1].lasting_bytes, deltas[1].literals.size() - deltas[1].lasting_bytes, states[1]),
+              Bytes(deltas[1].literals.begin() + std::ptrdiff_t(deltas[1].lasting_bytes), deltas[1].literals.end()));
+}
+
 TEST(StateDelta, LowEntropyBytesStillRoundTrip) {
     Bytes parent(100000, 0), now(120000, 0);
     for (std::size_t i = 0; i < now.size(); i += 1000) now[i] = std::uint8_t(i / 1000);

@@ -22,17 +22,20 @@ inline const char* kRedisServer = "/usr/bin/redis-server";
 
 class RedisServer {
 public:
-    RedisServer() : port_(free_loopback_port()) { start(); }
+    /// `extra`: more redis-server options (e.g. {"--maxmemory", "1mb"}).
+    explicit RedisServer(std::vector<std::string> extra = {}) : port_(free_loopback_port()), extra_(std::move(extra)) {
+        start();
+    }
     int port() const { return port_; }
     std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
     /// SIGKILL: the server is gone at once, with everything it held.
     void kill() { proc_.reset(); }
     /// A new, empty server on the same port.
     void start() {
-        proc_ = std::make_unique<Process>(
-            std::vector<std::string>{kRedisServer, "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "",
-                                     "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning"},
-            temp_path("redis-" + std::to_string(port_) + ".log"));
+        std::vector<std::string> argv{kRedisServer, "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning"};
+        argv.insert(argv.end(), extra_.begin(), extra_.end());
+        proc_ = std::make_unique<Process>(argv, temp_path("redis-" + std::to_string(port_) + ".log"));
         for (int i = 0; i < 500 && !port_open(port_); ++i) {
             if (!proc_->running()) throw std::runtime_error("redis-server exited: " + proc_->output());
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -42,6 +45,7 @@ public:
 
 private:
     int port_;
+    std::vector<std::string> extra_;
     std::unique_ptr<Process> proc_;
 };
 

@@ -20,7 +20,8 @@ TEST(StoreCli, BenchServeMeasuresEveryTierAndSection) {
     const std::string dir = aqpim::test::temp_path("store-cli-disk");
     const auto r = run_cli("-t 1 bench serve -m " + kStoriesGguf + " --kv 'f16;int8:g=8' --kv-store memory --kv-store disk:" + dir +
                            " --prompt-tokens 128 --suffix-tokens 8 --kv-store-block 32 --prefill-chunk 32 --repeats 1"
-                           " --workload-prefix-tokens 64 --shared-prefixes 1 --requests 6 --clients 1 -n 2 --json 2>/dev/null");
+                           " --workload-prefix-tokens 64 --workload-suffix-tokens 96 --shared-prefixes 1 --requests 6 --clients 1 -n 2"
+                           " --json 2>/dev/null");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
     ASSERT_EQ(j["rows"].size(), 6u);  // 2 schemes x (store bytes, ttft, workload)
@@ -40,9 +41,11 @@ TEST(StoreCli, BenchServeMeasuresEveryTierAndSection) {
     for (const char* k : {"fresh_s", "hit_memory_s", "hit_disk_s"}) EXPECT_GT(ttft[k].get<double>(), 0.0) << k;
     const auto& load = j["rows"][2];
     EXPECT_EQ(load["section"], "workload");
-    // one client: the first request misses, and the second may (the blocks are written while it starts)
-    EXPECT_GE(load["hit_rate"].get<double>(), 4.0 / 6.0 - 1e-9);
-    EXPECT_LE(load["hit_rate"].get<double>(), 5.0 / 6.0 + 1e-9);
+    // one client: the first request misses; the second finds the system prompt's blocks stored
+    // without the tail its chain would end at (it writes it), and may miss even those (the blocks are
+    // written while it starts); the third may find that tail not yet written
+    EXPECT_GE(load["hit_rate"].get<double>(), 3.0 / 6.0 - 1e-9);
+    EXPECT_LE(load["hit_rate"].get<double>(), 4.0 / 6.0 + 1e-9);
 }
 
 TEST(StoreCli, ServeRefusesBadStoreOptions) {
