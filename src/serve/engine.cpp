@@ -443,7 +443,7 @@ struct Engine::Impl {
     /// Bring a spilled sequence back into the cache (parked again); aqpim::Error when it cannot be read.
     void unspill(Slot& s) {
         const int id = int(&s - slots.data());
-        const std::vector<std::uint8_t> bytes = store->spilled_state(s.spilled_key);
+        const std::vector<std::uint8_t> bytes = store->spilled_state(s.spilled_key, true);
         (void)restore_kv_state(bytes, *cache, id, model_id());
         store->drop(s.spilled_key);
         s.spilled_key.clear();
@@ -703,7 +703,7 @@ struct Engine::Impl {
     void save(int id, const std::string& path) {
         Slot& s = slot_at(id);
         if (s.phase == SlotPhase::spilled) {  // its state on disk is what a save writes
-            const std::vector<std::uint8_t> bytes = store->spilled_state(s.spilled_key);
+            const std::vector<std::uint8_t> bytes = store->spilled_state(s.spilled_key, false);
             write_output_file(path, {reinterpret_cast<const char*>(bytes.data()), bytes.size()}, "slot save");
             return;
         }

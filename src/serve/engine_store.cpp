@@ -147,11 +147,11 @@ std::optional<std::string> EngineStore::spill(const KvCache& cache, int id, cons
     return key;
 }
 
-std::vector<std::uint8_t> EngineStore::spilled_state(const std::string& key) {
+std::vector<std::uint8_t> EngineStore::spilled_state(const std::string& key, bool coming_back) {
     std::optional<Bytes> b = parked_->get_one(key);
     AQPIM_CHECK(b.has_value(), "serve: the parked sequence {} cannot be read back from {}", key, parked_dir_);
     std::lock_guard<std::mutex> lk(mu_);
-    ++stats_.unspills;
+    stats_.unspills += coming_back ? 1 : 0;
     return std::move(*b);
 }
 

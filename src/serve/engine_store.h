@@ -62,7 +62,8 @@ public:
     /// (the disk is full: the sequence stays in memory). The caller then removes it from the cache.
     std::optional<std::string> spill(const KvCache& cache, int id, const SlotState& slot);
     /// The spilled state's bytes (they stay on disk until drop()); aqpim::Error when unreadable.
-    std::vector<std::uint8_t> spilled_state(const std::string& key);
+    /// `coming_back`: read to restore it into the cache (counted in `unspills`), not to copy it.
+    std::vector<std::uint8_t> spilled_state(const std::string& key, bool coming_back);
     void drop(const std::string& key);
 
     StoreStats stats() const;
