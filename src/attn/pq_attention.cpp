@@ -24,8 +24,9 @@ constexpr std::int64_t kNextTilePrefetchBlocks = 16;  // 8 KiB at M = 32: as far
 // 8-bit keys are scanned with tables interleaved by four heads (scan_f32_8bit_by4) from this many
 // heads on; below it, scan_f32's per-head gathers (see docs/pq-kernels.md).
 constexpr int kMinHeadsBy4 = 2;
-// From this many tokens in one call, `automatic` takes the pair-histogram value path (its 256-bin
-// tables cost a clear and a fold per call; below, the permute path). Measured by `aqpim bench pq
+// With AVX2, from this many tokens in one call, `automatic` takes the pair-histogram value path
+// (its 256-bin tables cost a clear and a fold per call; below, the permute path). With AVX-512 the
+// permute path is faster at every length (16 lanes per permute). Measured by `aqpim bench pq
 // --sections values` (docs/pq-kernels.md).
 constexpr std::int64_t kPairsMinTokens = 512;
 
@@ -76,6 +77,7 @@ PqValuePath resolve_value_path(PqValuePath requested, int nbits, std::int64_t n_
     if (requested != PqValuePath::automatic) return requested;
     // Measured by `aqpim bench pq` (values section): see docs/pq-kernels.md.
     if (active_simd_level() == SimdLevel::ref) return PqValuePath::histogram;
+    if (active_simd_level() == SimdLevel::avx512) return PqValuePath::permute;
     return n_tokens >= kPairsMinTokens ? PqValuePath::pairs : PqValuePath::permute;
 }
 
