@@ -151,10 +151,13 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
     if (value_path == PqValuePath::pairs) {
         if (ss.pair_hist.size() < pair_len) ss.pair_hist.resize(pair_len);
         std::fill_n(ss.pair_hist.data(), pair_len, 0.0f);
-    } else if (value_path == PqValuePath::permute) {
+    }
+    const float* v_columns = options.v_columns;
+    if (value_path == PqValuePath::permute && !v_columns) {
         const std::size_t n_cols = std::size_t(Mv) * pq_v.dsub() * 16;
         if (ws.columns.size() < n_cols) ws.columns.resize(n_cols);
         codebook_columns(v_cb, Mv, pq_v.dsub(), ws.columns.data());
+        v_columns = ws.columns.data();
     }
     if (ws.acc.size() < std::size_t(n_q) * D) ws.acc.resize(std::size_t(n_q) * D);
     std::fill_n(ws.acc.data(), std::size_t(n_q) * D, 0.0f);
@@ -244,7 +247,7 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
             k.values_pairs(ws.scores.data(), kTile, n_q, Mv, vb, nb, ss.pair_hist.data());
         } else {
             rescale_rows(ws.acc.data(), n_q, D, ws.alpha.data());
-            k.values_perm(ws.scores.data(), kTile, n_q, Mv, pq_v.dsub(), vb, nb, ws.columns.data(), ws.acc.data());
+            k.values_perm(ws.scores.data(), kTile, n_q, Mv, pq_v.dsub(), vb, nb, v_columns, ws.acc.data());
         }
     }
     if (value_path == PqValuePath::pairs) pair_hist_marginals(ss.pair_hist.data(), n_q, Mv, ws.hist.data());

@@ -352,7 +352,8 @@ TEST(PqKv, BatchedAppendsEqualTokenByToken) {
     const Data d = synthetic(shape, n, 2, 8);
   for (const std::string spec : {"pq:m=8,calib=40,sinks=3,window=10,refresh=64,page=32,versions=3,f16_layers=1",
                                  "pq:m=8,calib=40,sinks=3,window=10,refresh=64,page=32,versions=3,cb=f16",
-                                 "pq:m=8,calib=40,sinks=3,window=10,refresh=64,page=32,versions=3,wq=q4_0"}) {
+                                 "pq:m=8,calib=40,sinks=3,window=10,refresh=64,page=32,versions=3,wq=q4_0",
+                                 "pq:m=8,calib=40,sinks=3,window=10,refresh=64,page=32,versions=3,cb=int8,wq=q8_0"}) {
     SCOPED_TRACE(spec);
     auto one = pq_cache(spec, shape);
     const auto want = run_chunked(*one, d, std::vector<int>(n, 1));
