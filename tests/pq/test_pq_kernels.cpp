@@ -236,6 +236,21 @@ TEST(PqKernels, QuantizeLutsIsTheScalarDefinition) {
     }
 }
 
+TEST(PqKernels, CodebookColumnsTransposeEverySubspace) {
+    // 4 x 4 register transposes where dsub allows, a scalar tail for the rest of the dims.
+    for (const int dsub : {1, 2, 3, 4, 5, 8, 12, 32}) {
+        const int M = 3;
+        std::vector<float> cb(std::size_t(M) * 16 * dsub), columns(cb.size(), -1.0f);
+        for (std::size_t i = 0; i < cb.size(); ++i) cb[i] = float(i) + 0.5f;
+        codebook_columns(cb.data(), M, dsub, columns.data());
+        for (int m = 0; m < M; ++m)
+            for (int c = 0; c < 16; ++c)
+                for (int d = 0; d < dsub; ++d)
+                    ASSERT_EQ(columns[(std::size_t(m) * dsub + d) * 16 + c], cb[(std::size_t(m) * 16 + c) * dsub + d])
+                        << "dsub " << dsub << " m " << m << " c " << c << " d " << d;
+    }
+}
+
 TEST(PqKernels, ValuesHistMatchesRef) {
     for (const Shape& s : kShapes) {
         Data d = make_data(s, 51);
