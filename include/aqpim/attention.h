@@ -66,6 +66,10 @@ struct PqAttentionOptions {
     /// quantizers supply only their transforms.
     const float* k_centroids = nullptr;
     const float* v_centroids = nullptr;
+    /// The value codebook as codebook_columns lays it out ([M][dsub][16], nbits 4), for a caller
+    /// that attends many query rows with one codebook and builds it once; null = built by each call
+    /// that takes the permute path.
+    const float* v_columns = nullptr;
 };
 
 /// The value path `automatic` resolves to for this nbits and context (tokens of one call) at the

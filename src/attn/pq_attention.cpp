@@ -24,8 +24,9 @@ constexpr std::int64_t kNextTilePrefetchBlocks = 16;  // 8 KiB at M = 32: as far
 // 8-bit keys are scanned with tables interleaved by four heads (scan_f32_8bit_by4) from this many
 // heads on; below it, scan_f32's per-head gathers (see docs/pq-kernels.md).
 constexpr int kMinHeadsBy4 = 2;
-// From this many tokens in one call, `automatic` takes the pair-histogram value path (its 256-bin
-// tables cost a clear and a fold per call; below, the permute path). Measured by `aqpim bench pq
+// With AVX2, from this many tokens in one call, `automatic` takes the pair-histogram value path
+// (its 256-bin tables cost a clear and a fold per call; below, the permute path). With AVX-512 the
+// permute path is faster at every length (16 lanes per permute). Measured by `aqpim bench pq
 // --sections values` (docs/pq-kernels.md).
 constexpr std::int64_t kPairsMinTokens = 512;
 
@@ -76,6 +77,7 @@ PqValuePath resolve_value_path(PqValuePath requested, int nbits, std::int64_t n_
     if (requested != PqValuePath::automatic) return requested;
     // Measured by `aqpim bench pq` (values section): see docs/pq-kernels.md.
     if (active_simd_level() == SimdLevel::ref) return PqValuePath::histogram;
+    if (active_simd_level() == SimdLevel::avx512) return PqValuePath::permute;
     return n_tokens >= kPairsMinTokens ? PqValuePath::pairs : PqValuePath::permute;
 }
 
@@ -149,10 +151,13 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
     if (value_path == PqValuePath::pairs) {
         if (ss.pair_hist.size() < pair_len) ss.pair_hist.resize(pair_len);
         std::fill_n(ss.pair_hist.data(), pair_len, 0.0f);
-    } else if (value_path == PqValuePath::permute) {
+    }
+    const float* v_columns = options.v_columns;
+    if (value_path == PqValuePath::permute && !v_columns) {
         const std::size_t n_cols = std::size_t(Mv) * pq_v.dsub() * 16;
         if (ws.columns.size() < n_cols) ws.columns.resize(n_cols);
         codebook_columns(v_cb, Mv, pq_v.dsub(), ws.columns.data());
+        v_columns = ws.columns.data();
     }
     if (ws.acc.size() < std::size_t(n_q) * D) ws.acc.resize(std::size_t(n_q) * D);
     std::fill_n(ws.acc.data(), std::size_t(n_q) * D, 0.0f);
@@ -242,7 +247,7 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
             k.values_pairs(ws.scores.data(), kTile, n_q, Mv, vb, nb, ss.pair_hist.data());
         } else {
             rescale_rows(ws.acc.data(), n_q, D, ws.alpha.data());
-            k.values_perm(ws.scores.data(), kTile, n_q, Mv, pq_v.dsub(), vb, nb, ws.columns.data(), ws.acc.data());
+            k.values_perm(ws.scores.data(), kTile, n_q, Mv, pq_v.dsub(), vb, nb, v_columns, ws.acc.data());
         }
     }
     if (value_path == PqValuePath::pairs) pair_hist_marginals(ss.pair_hist.data(), n_q, Mv, ws.hist.data());

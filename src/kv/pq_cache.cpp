@@ -17,6 +17,7 @@
 #include "aqpim/kv_pq.h"
 #include "aqpim/page_pool.h"
 #include "aqpim/pq_codes.h"
+#include "aqpim/pq_kernels.h"
 #include "kv/kv_state_io.h"
 #include "kv/pq_codebooks.h"
 #include "kv/pq_layout.h"
@@ -142,12 +143,21 @@ struct Sequence {
     std::int64_t n_max = 0;                 ///< most tokens any layer holds
 };
 
+/// What every row of one attend() call reads of one codebook version, prepared once per call.
+struct VersionTables {
+    std::vector<float> k_centroids, v_centroids;  ///< [M][ksub][dsub] widened (cb=f16/int8; empty for f32)
+    std::vector<float> v_columns;                 ///< [Mv][dsub][16] codebook_columns of the values (empty: per row)
+    PqAttentionOptions options;                   ///< the cache's options pointing at the above
+};
+
 /// Per-thread scratch of attend() (no allocation once warm).
 struct AttendScratch {
     AttentionPartial part;
     std::vector<PqCodeSpan> spans;
     std::vector<std::uint8_t> codes;
-    std::vector<float> k, v;  ///< decoded rows (attn=decode)
+    std::vector<float> k, v;              ///< decoded rows (attn=decode)
+    std::vector<float> tail_k, tail_v;    ///< [rows][D] the call's wq= tail rows widened once
+    std::vector<VersionTables> versions;  ///< [versions the call reads]
 };
 AttendScratch& attend_scratch() {
     thread_local AttendScratch s;
@@ -287,6 +297,8 @@ private:
         return reinterpret_cast<f16_t*>(const_cast<std::uint8_t*>(page) + idx * L_.row_bytes);
     }
 
+    /// Versions [0, n) of layer l, KV head ih, as the rows of one call read them (into ws.versions).
+    void prepare_versions(const LayerState& l, int ih, int n, bool many_rows, AttendScratch& ws) const;
     void attend_codes(const Sequence& s, const LayerState& l, int ih, const float* q, int group, float scale,
                       std::int64_t c, AttentionPartial& part) const;
     void attend_dense_layer(const Sequence& s, int il, int ih, const float* q, int group, float scale, std::int64_t p,
@@ -562,6 +574,25 @@ void PqKvCache::encode_rows(const ProductQuantizer& q, const float* centroids, c
 
 // ---- attention ---------------------------------------------------------------------------------------
 
+void PqKvCache::prepare_versions(const LayerState& l, int ih, int n, bool many_rows, AttendScratch& ws) const {
+    if (ws.versions.size() < std::size_t(n)) ws.versions.resize(std::size_t(n));
+    for (int j = 0; j < n; ++j) {
+        const PqLayerVersion& ver = l.versions[std::size_t(j)];
+        VersionTables& t = ws.versions[std::size_t(j)];
+        t.options = attn_opts_;
+        // cb=f16/int8: the transforms from the stored quantizers, the codebooks widened once per call.
+        t.options.k_centroids = ver.widened_centroids(false, ih, t.k_centroids);
+        t.options.v_centroids = ver.widened_centroids(true, ih, t.v_centroids);
+        const ProductQuantizer& qv = ver.v[std::size_t(ih)];
+        if (many_rows && qv.nbits() == 4) {  // the permute value path's layout, once for every row
+            t.v_columns.resize(std::size_t(qv.M()) * qv.dsub() * 16);
+            codebook_columns(t.options.v_centroids ? t.options.v_centroids : qv.centroids(), qv.M(), qv.dsub(),
+                             t.v_columns.data());
+            t.options.v_columns = t.v_columns.data();
+        }
+    }
+}
+
 void PqKvCache::attend_codes(const Sequence& s, const LayerState& l, int ih, const float* q, int group, float scale,
                              std::int64_t c, AttentionPartial& part) const {
     AttendScratch& ws = attend_scratch();
@@ -577,12 +608,7 @@ void PqKvCache::attend_codes(const Sequence& s, const LayerState& l, int ih, con
                 const std::int64_t e = std::min(b, (i / P + 1) * P);
                 ws.spans.push_back({code_region(s, l, i, ih, false), code_region(s, l, i, ih, true), e - i});
             }
-            // cb=f16: the transforms from the stored quantizers, the codebooks widened per call.
-            thread_local std::vector<float> wide_k, wide_v;
-            PqAttentionOptions o = attn_opts_;
-            o.k_centroids = ver.widened_centroids(false, ih, wide_k);
-            o.v_centroids = ver.widened_centroids(true, ih, wide_v);
-            attend_pq_spans(q, group, ver.k[ih], ver.v[ih], ws.spans, scale, o, part);
+            attend_pq_spans(q, group, ver.k[ih], ver.v[ih], ws.spans, scale, ws.versions[std::size_t(j)].options, part);
             continue;
         }
         thread_local ProductQuantizer wide_k, wide_v;  // f16 codebooks widened (cb=f16)
@@ -623,11 +649,38 @@ void PqKvCache::attend(int il, int seq_id, int ih, const KvQuery& qr) const {
                 qr.group, qr.n_rows);
     const int D = shape().head_dim;
     const std::int64_t S = p_.sinks;
-    AttentionPartial& part = attend_scratch().part;
+    AttendScratch& ws = attend_scratch();
+    AttentionPartial& part = ws.part;
+    // What the rows share, prepared once: the codebooks of the versions they read, and the tail
+    // rows [f_lo, p_hi] they read in f16 when those are stored coded (wq=).
+    std::int64_t c_hi = 0, f_lo = l.n, p_hi = -1;
     for (int r = 0; r < qr.n_rows; ++r) {
         const std::int64_t p = qr.pos[r];
         AQPIM_CHECK(p >= 0 && p < l.n, "kv cache {}: query position {} but layer {} of sequence {} holds {} tokens",
                     scheme(), p, il, seq_id, l.n);
+        if (L_.dense[il]) continue;
+        const std::int64_t c = L_.sched.coded(p + 1), f = S + c;  // f: the first position read in f16 after the sinks
+        c_hi = std::max(c_hi, c);
+        if (p >= f) {
+            AQPIM_CHECK(l.tail_k[ih].first() <= f,
+                        "kv cache {}: a row at position {} of layer {} of sequence {} reads f16 rows from position "
+                        "{}, dropped since: the PQ cache answers the rows of the latest append (time consistency)",
+                        scheme(), p, il, seq_id, f);
+            f_lo = std::min(f_lo, f);
+            p_hi = std::max(p_hi, p);
+        }
+    }
+    if (c_hi > 0) prepare_versions(l, ih, L_.sched.version_of(c_hi - 1) + 1, qr.n_rows > 1, ws);
+    const bool tail_f16 = L_.dense[il] || l.tail_k[ih].is_f16();
+    if (!tail_f16 && p_hi >= f_lo) {
+        const std::int64_t cnt = p_hi + 1 - f_lo;
+        ws.tail_k.resize(std::size_t(cnt) * D);
+        ws.tail_v.resize(std::size_t(cnt) * D);
+        l.tail_k[ih].read(f_lo, cnt, ws.tail_k.data());
+        l.tail_v[ih].read(f_lo, cnt, ws.tail_v.data());
+    }
+    for (int r = 0; r < qr.n_rows; ++r) {
+        const std::int64_t p = qr.pos[r];
         const float* q = qr.q + r * qr.q_stride;
         part.reset(qr.group, D);
         if (L_.dense[il]) {
@@ -637,23 +690,16 @@ void PqKvCache::attend(int il, int seq_id, int ih, const KvQuery& qr) const {
                              part);
             const std::int64_t c = L_.sched.coded(p + 1);
             if (c > 0) attend_codes(s, l, ih, q, qr.group, qr.scale, c, part);
-            const std::int64_t f = S + c;  // first position read in f16 after the sinks
+            const std::int64_t f = S + c;
             if (p >= f) {
-                const TailRows &tk = l.tail_k[ih], &tv = l.tail_v[ih];
-                AQPIM_CHECK(tk.first() <= f,
-                            "kv cache {}: a row at position {} of layer {} of sequence {} reads f16 rows from position "
-                            "{}, dropped since: the PQ cache answers the rows of the latest append (time consistency)",
-                            scheme(), p, il, seq_id, f);
                 const std::int64_t cnt = p + 1 - f;
-                if (tk.is_f16()) {
-                    attend_dense_f16(q, qr.group, D, tk.f16_row(f), tv.f16_row(f), cnt, qr.scale, part);
-                } else {  // wq=: widen the coded rows
-                    AttendScratch& ws = attend_scratch();
-                    ws.k.resize(std::size_t(cnt) * D);
-                    ws.v.resize(std::size_t(cnt) * D);
-                    tk.read(f, cnt, ws.k.data());
-                    tv.read(f, cnt, ws.v.data());
-                    attend_dense_f32(q, qr.group, D, ws.k.data(), ws.v.data(), cnt, qr.scale, part);
+                if (tail_f16) {
+                    attend_dense_f16(q, qr.group, D, l.tail_k[ih].f16_row(f), l.tail_v[ih].f16_row(f), cnt, qr.scale,
+                                     part);
+                } else {  // wq=: the rows widened above
+                    const std::size_t off = std::size_t(f - f_lo) * D;
+                    attend_dense_f32(q, qr.group, D, ws.tail_k.data() + off, ws.tail_v.data() + off, cnt, qr.scale,
+                                     part);
                 }
             }
         }

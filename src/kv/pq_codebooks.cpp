@@ -146,6 +146,78 @@ double pq_relative_error(std::span<const ProductQuantizer> pqs, std::span<const 
     return energy > 0 ? err / energy : 0.0;
 }
 
+namespace {
+
+/// The bits= choice of m trains every candidate with at most this many k-means iterations and
+/// plain k-means++ seeds (trials = 1), on every other un-augmented row (docs/kv-pq.md: on the
+/// tuning half, 2-25 iterations, 1 or 2 + ln k trials, all rows or every other one gave mean KL
+/// within 1% of training every candidate fully).
+constexpr int kChoiceIters = 3;
+constexpr int kChoiceTrials = 1;
+
+/// One stream of a layer (a KV head's keys or values) in the bits= choice.
+struct Stream {
+    bool value = false;
+    int ih = 0;
+    std::vector<int> ms;      ///< candidates that fit, ascending
+    std::vector<double> err;  ///< [candidate] relative error of the candidate's proxy training
+    std::size_t at = 0;       ///< chosen candidate
+};
+
+/// Every stream's err: each candidate m trained (one batched call per m) with the k-means options
+/// of `p` on the rows of xk / xv.
+void measure_candidates(const PqKvParams& p, const KvShape& shape, std::vector<Stream>& streams, PqTrainSet xk,
+                        PqTrainSet xv) {
+    std::vector<int> all_m;
+    for (const Stream& st : streams) all_m.insert(all_m.end(), st.ms.begin(), st.ms.end());
+    std::sort(all_m.begin(), all_m.end());
+    all_m.erase(std::unique(all_m.begin(), all_m.end()), all_m.end());
+    for (Stream& st : streams) st.err.assign(st.ms.size(), 0.0);
+    for (int M : all_m) {
+        std::vector<ProductQuantizer> pqs;
+        std::vector<const float*> xs;
+        std::vector<std::int64_t> ns;
+        std::vector<std::pair<Stream*, std::size_t>> owner;  // (stream, candidate)
+        for (Stream& st : streams) {
+            const auto at = std::find(st.ms.begin(), st.ms.end(), M);
+            if (at == st.ms.end()) continue;
+            pqs.emplace_back(st.value ? pq_value_params(p, shape, M) : pq_key_params(p, shape, M));
+            xs.push_back(st.value ? xv.x[st.ih] : xk.x[st.ih]);
+            ns.push_back(st.value ? xv.n : xk.n);
+            owner.emplace_back(&st, std::size_t(at - st.ms.begin()));
+        }
+        train_batched(pqs, xs, ns);
+        for (std::size_t i = 0; i < pqs.size(); ++i)
+            owner[i].first->err[owner[i].second] = pq_relative_error({&pqs[i], 1}, {&xs[i], 1}, ns[i]);
+    }
+}
+
+/// Greedy: every stream starts at its smallest m; while an upgrade fits `room` more bytes, take the
+/// one with the most weighted error reduction per byte. Returns the bytes the upgrades add.
+std::size_t allocate(std::vector<Stream>& streams, std::size_t room, double v_weight, int nbits) {
+    const auto bytes_of = [&](int M) { return pq_token_code_bytes(M, nbits); };
+    std::size_t used = 0;
+    for (;;) {
+        Stream* best = nullptr;
+        std::size_t best_to = 0;
+        double best_gain = 0;
+        for (Stream& st : streams) {
+            const double w = st.value ? v_weight : 1.0;
+            for (std::size_t to = st.at + 1; to < st.ms.size(); ++to) {
+                const std::size_t extra = bytes_of(st.ms[to]) - bytes_of(st.ms[st.at]);
+                if (used + extra > room) continue;
+                const double gain = w * (st.err[st.at] - st.err[to]) / double(std::max<std::size_t>(extra, 1));
+                if (gain > best_gain) best_gain = gain, best = &st, best_to = to;
+            }
+        }
+        if (best == nullptr) return used;
+        used += bytes_of(best->ms[best_to]) - bytes_of(best->ms[best->at]);
+        best->at = best_to;
+    }
+}
+
+}  // namespace
+
 PqLayerChoice choose_pq_layer(const PqKvParams& p, const KvShape& shape, std::size_t share, PqTrainSet xk,
                               PqTrainSet xv) {
     const int n_kv = shape.n_kv_head;
@@ -155,84 +227,47 @@ PqLayerChoice choose_pq_layer(const PqKvParams& p, const KvShape& shape, std::si
     AQPIM_ASSERT(floor_bytes <= share);
     const std::size_t room = share - floor_bytes;  // what upgrades may add
 
-    // Streams: keys of head 0..n_kv-1, then values. Candidates that fit alone are trained, one
-    // batched call per m (every head, keys and values).
-    struct Stream {
-        bool value;
-        int ih;
-        std::vector<int> ms;                   ///< candidates that fit
-        std::vector<ProductQuantizer> pqs;     ///< [candidate]
-        std::vector<double> err;               ///< [candidate]
-        std::size_t at = 0;                    ///< chosen candidate
-    };
+    // Streams: keys of head 0..n_kv-1, then values, each with the candidates that fit alone.
     std::vector<Stream> streams;
     for (const bool value : {false, true})
         for (int ih = 0; ih < n_kv; ++ih) {
-            Stream st{value, ih, {}, {}, {}, 0};
+            Stream st{value, ih, {}, {}, 0};
             const std::vector<int>& c = value ? cv : ck;
             for (int M : c)
                 if (bytes_of(M) - bytes_of(c.front()) <= room) st.ms.push_back(M);
             streams.push_back(std::move(st));
         }
-    std::vector<int> all_m = ck;
-    all_m.insert(all_m.end(), cv.begin(), cv.end());
-    std::sort(all_m.begin(), all_m.end());
-    all_m.erase(std::unique(all_m.begin(), all_m.end()), all_m.end());
-    for (int M : all_m) {
-        std::vector<ProductQuantizer> pqs;
-        std::vector<const float*> xs;
-        std::vector<std::int64_t> ns;
-        std::vector<Stream*> owner;
-        for (Stream& st : streams) {
-            if (std::find(st.ms.begin(), st.ms.end(), M) == st.ms.end()) continue;
-            pqs.emplace_back(st.value ? pq_value_params(p, shape, M) : pq_key_params(p, shape, M));
-            xs.push_back(st.value ? xv.x[st.ih] : xk.x[st.ih]);
-            ns.push_back(st.value ? xv.n : xk.n);
-            owner.push_back(&st);
+    // The choice from proxies: every candidate trained briefly on every other row of the
+    // version's own rows (the first xv.n rows of xk: rope_augment puts the rotated copies after
+    // them); then only the chosen m are trained in full, on every row.
+    PqKvParams proxy = p;
+    proxy.iters = std::min(p.iters, kChoiceIters);
+    proxy.trials = kChoiceTrials;
+    const int D = shape.head_dim, ksub = 1 << p.nbits;
+    const std::int64_t step = xv.n >= 4 * std::int64_t(ksub) ? 2 : 1, n_proxy = (xv.n + step - 1) / step;
+    std::vector<std::vector<float>> proxy_rows(2 * std::size_t(n_kv));  // keys of heads 0.., values: [n_proxy][D]
+    std::vector<const float*> pk(n_kv), pv(n_kv);
+    for (int ih = 0; ih < n_kv; ++ih)
+        for (const bool value : {false, true}) {
+            std::vector<float>& r = proxy_rows[std::size_t(value ? n_kv + ih : ih)];
+            const float* x = value ? xv.x[ih] : xk.x[ih];
+            r.resize(std::size_t(n_proxy) * D);
+            for (std::int64_t i = 0; i < n_proxy; ++i) std::copy_n(x + i * step * D, D, r.data() + i * D);
+            (value ? pv : pk)[ih] = r.data();
         }
-        if (pqs.empty()) continue;
-        train_batched(pqs, xs, ns);
-        for (std::size_t i = 0; i < pqs.size(); ++i) {
-            Stream& st = *owner[i];
-            const std::int64_t n = st.value ? xv.n : xk.n;
-            st.err.push_back(pq_relative_error({&pqs[i], 1}, {&xs[i], 1}, n));
-            st.pqs.push_back(std::move(pqs[i]));
-        }
-    }
-
-    // Greedy: the upgrade with the most weighted error reduction per byte, while one fits.
-    std::size_t used = 0;
-    for (;;) {
-        Stream* best = nullptr;
-        std::size_t best_to = 0;
-        double best_gain = 0;
-        for (Stream& st : streams) {
-            const double w = st.value ? p.v_weight : 1.0;
-            for (std::size_t to = st.at + 1; to < st.ms.size(); ++to) {
-                const std::size_t extra = bytes_of(st.ms[to]) - bytes_of(st.ms[st.at]);
-                if (used + extra > room) continue;
-                const double gain = w * (st.err[st.at] - st.err[to]) / double(std::max<std::size_t>(extra, 1));
-                if (gain > best_gain) best_gain = gain, best = &st, best_to = to;
-            }
-        }
-        if (best == nullptr) break;
-        used += bytes_of(best->ms[best_to]) - bytes_of(best->ms[best->at]);
-        best->at = best_to;
-    }
-
+    measure_candidates(proxy, shape, streams, PqTrainSet{pk, n_proxy}, PqTrainSet{pv, n_proxy});
+    const std::size_t used = allocate(streams, room, p.v_weight, p.nbits);
     PqLayerChoice c;
     c.bytes = floor_bytes + used;
     c.Mk.resize(n_kv);
     c.Mv.resize(n_kv);
     c.err_k.resize(n_kv);
     c.err_v.resize(n_kv);
-    c.version.k.resize(n_kv);
-    c.version.v.resize(n_kv);
-    for (Stream& st : streams) {
+    for (const Stream& st : streams) {
         (st.value ? c.Mv : c.Mk)[st.ih] = st.ms[st.at];
         (st.value ? c.err_v : c.err_k)[st.ih] = st.err[st.at];
-        (st.value ? c.version.v : c.version.k)[st.ih] = std::move(st.pqs[st.at]);
     }
+    c.version = train_pq_layer_version(p, shape, c.Mk, c.Mv, xk, xv);
     return c;
 }
 

@@ -65,16 +65,20 @@ double pq_relative_error(std::span<const ProductQuantizer> pqs, std::span<const 
 /// bits=: m of every KV head's keys and values in one layer.
 struct PqLayerChoice {
     std::vector<int> Mk, Mv;                ///< [n_kv_head]
-    std::vector<double> err_k, err_v;       ///< [n_kv_head] pq_relative_error of the chosen quantizers
+    std::vector<double> err_k, err_v;       ///< [n_kv_head] pq_relative_error of the chosen m's proxy
     std::size_t bytes = 0;                  ///< code bytes per token over the layer's heads, keys and values
     PqLayerVersion version;                 ///< the trained quantizers of the choice (version 0)
 };
 
-/// Train every candidate m (pq_m_candidates; one batched call per m over every head, keys and
-/// values, split in two when their row counts differ) and allocate greedily: every stream (a KV
-/// head's keys or values) starts at the smallest m; while an upgrade fits `share` code bytes per
-/// token, take the one with the largest weighted error reduction per byte (weights 1 for keys,
-/// p.v_weight for values; errors are pq_relative_error per stream).
+/// Choose m from proxies, then train the choice. Every candidate m (pq_m_candidates; one batched
+/// call per m over every head, keys and values) is trained briefly (3 k-means iterations, plain
+/// k-means++ seeds) on every other one of the version's own rows (all of them below 4 ksub rows;
+/// keys without their RoPE-rotated copies) and scored by pq_relative_error. Allocation is greedy:
+/// every stream (a KV head's keys or values) starts at the smallest m; while an upgrade fits
+/// `share` code bytes per token, take the one with the largest weighted error reduction per byte
+/// (weights 1 for keys, p.v_weight for values). The chosen quantizers are then trained as
+/// train_pq_layer_version trains any version (every row, p's k-means options). err_k / err_v are
+/// the proxies' errors.
 PqLayerChoice choose_pq_layer(const PqKvParams& p, const KvShape& shape, std::size_t share, PqTrainSet xk,
                               PqTrainSet xv);
 

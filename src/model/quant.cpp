@@ -25,6 +25,13 @@ const QuantKernels kTables[3] = {
 /// llama.cpp's nearest_int: round half to even (the magic-number trick), for |v| < 2^22.
 int nearest_int(float v) { return int(std::nearbyint(v)); }
 
+/// std::round (ties away from zero) without the libm call, so the block loop vectorises (SSE4.1
+/// truncation): exact for every float (v - trunc(v) is exact).
+inline float round_half_away(float v) {
+    const float t = std::trunc(v);
+    return std::fabs(v - t) >= 0.5f ? t + std::copysign(1.0f, v) : t;
+}
+
 void quantize_q8_0(const float* x, BlockQ8_0* y, std::int64_t nb) {
     for (std::int64_t i = 0; i < nb; ++i, x += QK) {
         float amax = 0;
@@ -32,7 +39,7 @@ void quantize_q8_0(const float* x, BlockQ8_0* y, std::int64_t nb) {
         const float d = amax / 127.0f;
         const float id = d != 0 ? 1.0f / d : 0.0f;
         y[i].d = f32_to_fp16_scalar(d);
-        for (int j = 0; j < QK; ++j) y[i].qs[j] = std::int8_t(std::round(x[j] * id));  // roundf: ties away
+        for (int j = 0; j < QK; ++j) y[i].qs[j] = std::int8_t(round_half_away(x[j] * id));
     }
 }
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include <xmmintrin.h>
+#include <smmintrin.h>
 
 #include "pq/pq_kernels_isa.h"
 
@@ -80,33 +80,66 @@ void interleave_luts_by4(const float* lut, int n_q, int M, float* lut4) {
 }
 
 void quantize_luts(const float* lut, int n_q, int M, std::uint8_t* qlut, Int8LutParams* params) {
+    // SSE4.1 (in the x86-64-v2 baseline), one subspace's 16 entries in four registers; the same
+    // arithmetic as the scalar definition (min, max, nearbyint in the current rounding mode, clamp).
+    const auto hmin = [](__m128 v) {
+        v = _mm_min_ps(v, _mm_movehl_ps(v, v));
+        return _mm_cvtss_f32(_mm_min_ss(v, _mm_shuffle_ps(v, v, 1)));
+    };
+    const auto hmax = [](__m128 v) {
+        v = _mm_max_ps(v, _mm_movehl_ps(v, v));
+        return _mm_cvtss_f32(_mm_max_ss(v, _mm_shuffle_ps(v, v, 1)));
+    };
     for (int h = 0; h < n_q; ++h) {
         const float* l = lut + std::int64_t(h) * M * 16;
         float bias = 0, max_range = 0;
         for (int m = 0; m < M; ++m) {
-            auto [lo, hi] = std::minmax_element(l + m * 16, l + m * 16 + 16);
-            bias += *lo;
-            max_range = std::max(max_range, *hi - *lo);
+            const float* row = l + m * 16;
+            const __m128 a = _mm_loadu_ps(row), b = _mm_loadu_ps(row + 4), c = _mm_loadu_ps(row + 8),
+                         d = _mm_loadu_ps(row + 12);
+            const float lo = hmin(_mm_min_ps(_mm_min_ps(a, b), _mm_min_ps(c, d)));
+            const float hi = hmax(_mm_max_ps(_mm_max_ps(a, b), _mm_max_ps(c, d)));
+            bias += lo;
+            max_range = std::max(max_range, hi - lo);
         }
         // One grid step for every subspace (so the u8 sums add up on one scale); 255 levels.
         const float scale = max_range > 0 ? max_range / 255.0f : 1.0f;
-        const float inv = 1.0f / scale;
+        const __m128 inv = _mm_set1_ps(1.0f / scale), zero = _mm_setzero_ps(), top = _mm_set1_ps(255.0f);
         for (int m = 0; m < M; ++m) {
-            const float lo = *std::min_element(l + m * 16, l + m * 16 + 16);
-            for (int c = 0; c < 16; ++c) {
-                float v = std::nearbyint((l[m * 16 + c] - lo) * inv);
-                qlut[(std::int64_t(h) * M + m) * 16 + c] = std::uint8_t(std::clamp(v, 0.0f, 255.0f));
+            const float* row = l + m * 16;
+            __m128 v[4];
+            for (int i = 0; i < 4; ++i) v[i] = _mm_loadu_ps(row + 4 * i);
+            const __m128 lo = _mm_set1_ps(hmin(_mm_min_ps(_mm_min_ps(v[0], v[1]), _mm_min_ps(v[2], v[3]))));
+            __m128i q[4];
+            for (int i = 0; i < 4; ++i) {
+                const __m128 r = _mm_round_ps(_mm_mul_ps(_mm_sub_ps(v[i], lo), inv), _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC);
+                q[i] = _mm_cvtps_epi32(_mm_min_ps(_mm_max_ps(r, zero), top));
             }
+            const __m128i bytes = _mm_packus_epi16(_mm_packus_epi32(q[0], q[1]), _mm_packus_epi32(q[2], q[3]));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(qlut + (std::int64_t(h) * M + m) * 16), bytes);
         }
         params[h] = {scale, bias};
     }
 }
 
 void codebook_columns(const float* centroids, int M, int dsub, float* columns) {
-    for (int m = 0; m < M; ++m)
-        for (int c = 0; c < 16; ++c)
-            for (int d = 0; d < dsub; ++d)
-                columns[(std::int64_t(m) * dsub + d) * 16 + c] = centroids[(std::int64_t(m) * 16 + c) * dsub + d];
+    for (int m = 0; m < M; ++m) {
+        const float* cb = centroids + std::int64_t(m) * 16 * dsub;  // [16][dsub]
+        float* col = columns + std::int64_t(m) * dsub * 16;         // [dsub][16]
+        int d0 = 0;
+        for (; d0 + 4 <= dsub; d0 += 4)  // 4 x 4 blocks: codes c0..c0+3, dims d0..d0+3
+            for (int c0 = 0; c0 < 16; c0 += 4) {
+                __m128 r0 = _mm_loadu_ps(cb + (c0 + 0) * dsub + d0), r1 = _mm_loadu_ps(cb + (c0 + 1) * dsub + d0);
+                __m128 r2 = _mm_loadu_ps(cb + (c0 + 2) * dsub + d0), r3 = _mm_loadu_ps(cb + (c0 + 3) * dsub + d0);
+                _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+                _mm_storeu_ps(col + (d0 + 0) * 16 + c0, r0);
+                _mm_storeu_ps(col + (d0 + 1) * 16 + c0, r1);
+                _mm_storeu_ps(col + (d0 + 2) * 16 + c0, r2);
+                _mm_storeu_ps(col + (d0 + 3) * 16 + c0, r3);
+            }
+        for (; d0 < dsub; ++d0)
+            for (int c = 0; c < 16; ++c) col[d0 * 16 + c] = cb[c * dsub + d0];
+    }
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <deque>
 #include <future>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -123,6 +124,11 @@ struct Engine::Impl {
 
     std::thread scheduler;
 
+    // reservation() of pq sequences by token count (any thread).
+    static constexpr std::size_t kMaxRememberedReservations = 4096;
+    mutable std::mutex reservation_mu;
+    mutable std::map<std::int64_t, std::uint64_t> pq_reservations;
+
     Impl(const ModelWeights& w, const EngineOptions& o)
         : weights(w), opt(o), spec(parse_kv_scheme(o.kv)), model(w, o.threads) {
         opt.validate();
@@ -147,8 +153,15 @@ struct Engine::Impl {
     }
 
     std::uint64_t reservation(std::int64_t n) const {
-        if (spec.name == "pq") return pq_capacity(spec, model.kv_shape(), n, opt.kv_budget_bytes, cache_options).peak_bytes;
-        return cache->sequence_bytes(n);
+        if (spec.name != "pq") return cache->sequence_bytes(n);
+        // pq_capacity solves the bits= budget at n tokens (milliseconds of CPU, taken from the
+        // scheduler's cores), and every request of one length gets the same answer: once per length.
+        std::lock_guard<std::mutex> lk(reservation_mu);
+        if (const auto it = pq_reservations.find(n); it != pq_reservations.end()) return it->second;
+        const std::uint64_t bytes = pq_capacity(spec, model.kv_shape(), n, opt.kv_budget_bytes, cache_options).peak_bytes;
+        if (pq_reservations.size() >= kMaxRememberedReservations) pq_reservations.clear();
+        pq_reservations.emplace(n, bytes);
+        return bytes;
     }
 
     // ---- submission (any thread) -----------------------------------------------------------------

@@ -9,6 +9,7 @@
 #include "aqpim/attention.h"
 #include "aqpim/error.h"
 #include "aqpim/pq_codes.h"
+#include "aqpim/pq_kernels.h"
 #include "support/random.h"
 #include "support/simd_guard.h"
 
@@ -116,6 +117,30 @@ TEST(PqAttention, Int8ScoresStayCloseToExact) {
     }
     EXPECT_LT(std::sqrt(err / norm), 0.05) << "int8 tables moved the attention output by more than 5%";
     EXPECT_GT(std::sqrt(err / norm), 0.0) << "int8 path should not be bit-identical to exact tables";
+}
+
+TEST(PqAttention, GivenValueColumnsGiveTheSameBits) {
+    // A caller attending many rows builds codebook_columns once (PqAttentionOptions::v_columns):
+    // the permute path then reads those instead of building its own, with the same result.
+    const Case c{64, 16, 4, 4, 700, Rotation::none, false, RopePairs::none};
+    auto K = test::gaussian(std::size_t(c.n) * c.D, 8), V = test::gaussian(std::size_t(c.n) * c.D, 9);
+    auto q = test::gaussian(std::size_t(c.n_q) * c.D, 10);
+    Coded ck = code(K, c.n, c, 50), cv = code(V, c.n, c, 60);
+    std::vector<float> columns(std::size_t(c.M) * cv.pq.dsub() * 16);
+    codebook_columns(cv.pq.centroids(), c.M, cv.pq.dsub(), columns.data());
+    for (SimdLevel level : supported_simd_levels()) {
+        test::SimdLevelGuard guard(level);
+        PqAttentionOptions o;
+        o.values = PqValuePath::permute;
+        AttentionPartial a(c.n_q, c.D), b(c.n_q, c.D);
+        attend_pq(q.data(), c.n_q, ck.pq, cv.pq, ck.blocks.data(), cv.blocks.data(), c.n, 0.125f, o, a);
+        o.v_columns = columns.data();
+        attend_pq(q.data(), c.n_q, ck.pq, cv.pq, ck.blocks.data(), cv.blocks.data(), c.n, 0.125f, o, b);
+        std::vector<float> x(std::size_t(c.n_q) * c.D), y(x.size());
+        a.finalize(x.data());
+        b.finalize(y.data());
+        ASSERT_EQ(x, y) << simd_level_name(level);
+    }
 }
 
 TEST(PqAttention, BadOptionsAreErrors) {

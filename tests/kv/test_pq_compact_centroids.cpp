@@ -45,6 +45,26 @@ TEST(CompactCentroids, Int8KeepsEveryValueWithinHalfAStepOfItsDimension) {
         }
 }
 
+TEST(CompactCentroids, Int8WidensToEachCodeTimesTheScaleOfItsDimension) {
+    // The widening's fast path (dsub dividing 16) and its general one, 4- and 8-bit codebooks.
+    for (const int ksub : {16, 256})
+        for (const int dsub : {1, 2, 3, 4, 8, 16, 32}) {
+            const int M = 3;
+            const std::vector<float> c = random_centroids(M, ksub, dsub, 11);
+            const CompactCentroids r = CompactCentroids::round(CodebookStorage::int8, c.data(), M, ksub, dsub);
+            std::vector<float> wide;
+            r.widen(wide);
+            ASSERT_EQ(wide.size(), c.size());
+            for (int m = 0; m < M; ++m)
+                for (int k = 0; k < ksub; ++k)
+                    for (int j = 0; j < dsub; ++j) {
+                        const std::size_t i = (std::size_t(m) * ksub + k) * dsub + j;
+                        ASSERT_EQ(wide[i], float(r.i8[i]) * r.scale[std::size_t(m) * dsub + j])
+                            << "ksub " << ksub << " dsub " << dsub << " value " << i;
+                    }
+        }
+}
+
 TEST(CompactCentroids, F16IsTheHalfRoundingOfEachValue) {
     const int M = 2, ksub = 16, dsub = 4;
     const std::vector<float> c = random_centroids(M, ksub, dsub, 9);

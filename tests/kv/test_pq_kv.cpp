@@ -352,7 +352,8 @@ TEST(PqKv, BatchedAppendsEqualTokenByToken) {
     const Data d = synthetic(shape, n, 2, 8);
   for (const std::string spec : {"pq:m=8,calib=40,sinks=3,window=10,refresh=64,page=32,versions=3,f16_layers=1",
                                  "pq:m=8,calib=40,sinks=3,window=10,refresh=64,page=32,versions=3,cb=f16",
-                                 "pq:m=8,calib=40,sinks=3,window=10,refresh=64,page=32,versions=3,wq=q4_0"}) {
+                                 "pq:m=8,calib=40,sinks=3,window=10,refresh=64,page=32,versions=3,wq=q4_0",
+                                 "pq:m=8,calib=40,sinks=3,window=10,refresh=64,page=32,versions=3,cb=int8,wq=q8_0"}) {
     SCOPED_TRACE(spec);
     auto one = pq_cache(spec, shape);
     const auto want = run_chunked(*one, d, std::vector<int>(n, 1));
@@ -712,6 +713,41 @@ TEST(PqKv, RopeAugmentShiftsEveryPairByOnePosition) {
 }
 
 // ---- bits= ---------------------------------------------------------------------------------------------
+
+TEST(PqKv, TheBitsChoiceTrainsTheChosenMAsAnyVersion) {
+    // m comes from brief proxy trainings; the quantizers the layer keeps are then the full training
+    // of that choice (every row, the scheme's k-means options), bit for bit.
+    const KvShape shape = neox_shape(1, 2, 64);
+    const int n = 200, D = 64;
+    const CapturedAttention a = synthetic_attention(n, 4, 2, D, 21);
+    PqKvParams p;
+    std::vector<std::vector<float>> keys(2), values(2);
+    std::vector<const float*> pk, pv;
+    for (int ih = 0; ih < 2; ++ih) {
+        kv::rope_augment(a.kv_head(a.k, ih).data(), n, D, RopePairs::neox, shape.rope_inv_freq, 1, 1000.0, 5 + ih,
+                         keys[ih]);
+        values[ih] = a.kv_head(a.v, ih);
+        pk.push_back(keys[ih].data());
+        pv.push_back(values[ih].data());
+    }
+    const kv::PqTrainSet tk{pk, 2 * n}, tv{pv, n};
+    const std::vector<int> ck = kv::pq_m_candidates(p, shape, true), cv = kv::pq_m_candidates(p, shape, false);
+    const auto bytes = [&](int M) { return kv::pq_token_code_bytes(M, p.nbits); };
+    const std::size_t share = 2 * (bytes(ck[2]) + bytes(cv[2]));  // room for some upgrades, not all
+    const kv::PqLayerChoice c = kv::choose_pq_layer(p, shape, share, tk, tv);
+    EXPECT_LE(c.bytes, share);
+    std::size_t sum = 0;
+    for (int ih = 0; ih < 2; ++ih) sum += bytes(c.Mk[ih]) + bytes(c.Mv[ih]);
+    EXPECT_EQ(c.bytes, sum);
+    const kv::PqLayerVersion full = kv::train_pq_layer_version(p, shape, c.Mk, c.Mv, tk, tv);
+    for (int ih = 0; ih < 2; ++ih)
+        for (const bool value : {false, true}) {
+            const ProductQuantizer &got = (value ? c.version.v : c.version.k)[ih], &want = (value ? full.v : full.k)[ih];
+            ASSERT_EQ(got.M(), want.M());
+            const std::size_t nc = std::size_t(got.M()) * got.ksub() * got.dsub();
+            EXPECT_TRUE(std::equal(got.centroids(), got.centroids() + nc, want.centroids())) << "head " << ih << value;
+        }
+}
 
 TEST(PqKv, BitsTargetHoldsAtTheStatedContext) {
     const KvShape shape = neox_shape(4, 2, 64);

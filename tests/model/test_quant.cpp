@@ -111,6 +111,17 @@ TEST(QuantFormat, Q8_0HandBuilt) {
     for (int i = 0; i < 32; ++i) EXPECT_EQ(y[i], i == 5 ? -32.0f : float(-i) + 0.75f) << i;
 }
 
+TEST(QuantFormat, Q8_0RoundsHalfAwayFromZeroAsRoundf) {
+    // Ties (x * 127 / amax exactly k + 0.5) and every value between go to std::round's integer.
+    float x[32];
+    for (int j = 0; j < 32; ++j) x[j] = (j % 2 ? -1.0f : 1.0f) * (float(j) * 3.5f + (j % 3 == 0 ? 0.0f : 0.37f));
+    x[31] = 127.0f;  // amax: the scale is exactly 1
+    BlockQ8_0 b;
+    quantize(GgmlType::Q8_0, x, &b, 32);
+    ASSERT_EQ(fp16_to_f32_scalar(b.d), 1.0f);
+    for (int j = 0; j < 32; ++j) EXPECT_EQ(b.qs[j], std::int8_t(std::round(x[j]))) << j << " " << x[j];
+}
+
 TEST(QuantFormat, Q4_0HandBuilt) {
     // Low nibbles are values 0-15, high nibbles values 16-31; value = (q - 8) * d.
     BlockQ4_0 b;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "aqpim/aligned.h"
@@ -200,6 +201,53 @@ TEST(PqKernels, ScanI8WithinDocumentedBound) {
             for (std::int64_t t = 0; t < s.n_tokens; ++t)
                 ASSERT_LE(std::fabs(exact[h * d.stride + t] - approx[h * d.stride + t]), bound) << name(s);
         }
+    }
+}
+
+// quantize_luts (SSE4.1) is its scalar definition bit for bit: per head one step for every
+// subspace, entries rounded with nearbyint from the subspace's minimum, the minima summed in bias.
+TEST(PqKernels, QuantizeLutsIsTheScalarDefinition) {
+    for (const Shape& s : kShapes) {
+        if (s.nbits != 4) continue;
+        Data d = make_data(s, 43);
+        for (int c = 0; c < 16; ++c) d.lut[std::size_t(c)] = 0.25f;  // a flat subspace (range 0)
+        std::vector<std::uint8_t> qlut(std::size_t(s.n_q) * s.M * 16);
+        std::vector<Int8LutParams> prm(s.n_q);
+        quantize_luts(d.lut.data(), s.n_q, s.M, qlut.data(), prm.data());
+        for (int h = 0; h < s.n_q; ++h) {
+            const float* l = d.lut.data() + std::size_t(h) * s.M * 16;
+            float bias = 0, max_range = 0;
+            for (int m = 0; m < s.M; ++m) {
+                auto [lo, hi] = std::minmax_element(l + m * 16, l + m * 16 + 16);
+                bias += *lo;
+                max_range = std::max(max_range, *hi - *lo);
+            }
+            const float scale = max_range > 0 ? max_range / 255.0f : 1.0f, inv = 1.0f / scale;
+            ASSERT_EQ(prm[h].scale, scale) << name(s);
+            ASSERT_EQ(prm[h].bias, bias) << name(s);
+            for (int m = 0; m < s.M; ++m) {
+                const float lo = *std::min_element(l + m * 16, l + m * 16 + 16);
+                for (int c = 0; c < 16; ++c) {
+                    const float v = std::clamp(std::nearbyint((l[m * 16 + c] - lo) * inv), 0.0f, 255.0f);
+                    ASSERT_EQ(qlut[(std::size_t(h) * s.M + m) * 16 + c], std::uint8_t(v)) << name(s) << " m " << m;
+                }
+            }
+        }
+    }
+}
+
+TEST(PqKernels, CodebookColumnsTransposeEverySubspace) {
+    // 4 x 4 register transposes where dsub allows, a scalar tail for the rest of the dims.
+    for (const int dsub : {1, 2, 3, 4, 5, 8, 12, 32}) {
+        const int M = 3;
+        std::vector<float> cb(std::size_t(M) * 16 * dsub), columns(cb.size(), -1.0f);
+        for (std::size_t i = 0; i < cb.size(); ++i) cb[i] = float(i) + 0.5f;
+        codebook_columns(cb.data(), M, dsub, columns.data());
+        for (int m = 0; m < M; ++m)
+            for (int c = 0; c < 16; ++c)
+                for (int d = 0; d < dsub; ++d)
+                    ASSERT_EQ(columns[(std::size_t(m) * dsub + d) * 16 + c], cb[(std::size_t(m) * 16 + c) * dsub + d])
+                        << "dsub " << dsub << " m " << m << " c " << c << " d " << d;
     }
 }
 
