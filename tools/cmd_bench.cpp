@@ -159,7 +159,7 @@ void add_bench_command(CLI::App& app) {
     serve->add_option("--prompt-tokens", sopt->prompt_tokens, "prompt length")->check(CLI::Range(1, 1 << 20));
     serve->add_option("-n,--output-tokens", sopt->output_tokens, "tokens generated per request")->check(CLI::Range(2, 1 << 20));
     serve->add_option("--clients", sopt->clients, "concurrent clients (0: as many sequences as fit)")->check(CLI::Range(0, 4096));
-    serve->add_option("--rounds", sopt->rounds, "requests per client")->check(CLI::Range(1, 1000));
+    serve->add_option("--rounds", sopt->rounds, "requests per client (the first round is one wave of every client)")->check(CLI::Range(1, 1000));
     serve->add_option("--prefill-chunk", sopt->prefill_chunk, "prompt tokens prefilled per step")->check(CLI::Range(1, 1 << 20));
     serve->add_flag("--json", *sjson, "print JSON instead of tables");
     // With --kv-store: the prefix store's benchmark (bench_serve_store.cpp); the options above keep
