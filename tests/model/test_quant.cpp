@@ -122,6 +122,32 @@ TEST(QuantFormat, Q8_0RoundsHalfAwayFromZeroAsRoundf) {
     for (int j = 0; j < 32; ++j) EXPECT_EQ(b.qs[j], std::int8_t(std::round(x[j]))) << j << " " << x[j];
 }
 
+TEST(QuantFormat, Q8_0IsTheScalarDefinitionOnRandomBlocks) {
+    // d = amax / 127 in f32, qs = std::round(x * (1 / d)): the SSE4.1 block against that
+    // definition on 4096 blocks of every magnitude, with exact ties and zero blocks among them.
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::uniform_int_distribution<int> e(-20, 20);
+    const int nb = 4096;
+    std::vector<float> x(std::size_t(nb) * 32);
+    for (int b = 0; b < nb; ++b) {
+        const float scale = std::ldexp(1.0f, e(rng));
+        for (int j = 0; j < 32; ++j) x[std::size_t(b) * 32 + j] = b % 97 == 0 ? 0.0f : u(rng) * scale;
+        if (b % 5 == 0)  // ties: amax 127 * s, values k + 0.5 times s
+            for (int j = 0; j < 32; ++j) x[std::size_t(b) * 32 + j] = (j == 0 ? 127.0f : float(j % 64) - 15.5f) * scale;
+    }
+    std::vector<BlockQ8_0> q(nb);
+    quantize(GgmlType::Q8_0, x.data(), q.data(), std::int64_t(x.size()));
+    for (int b = 0; b < nb; ++b) {
+        const float* xb = x.data() + std::size_t(b) * 32;
+        float amax = 0;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
+        const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+        ASSERT_EQ(q[b].d, f32_to_fp16_scalar(d)) << b;
+        for (int j = 0; j < 32; ++j) ASSERT_EQ(q[b].qs[j], std::int8_t(std::round(xb[j] * id))) << b << " " << j;
+    }
+}
+
 TEST(QuantFormat, Q4_0HandBuilt) {
     // Low nibbles are values 0-15, high nibbles values 16-31; value = (q - 8) * d.
     BlockQ4_0 b;
