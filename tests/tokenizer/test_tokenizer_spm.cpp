@@ -37,6 +37,7 @@ std::shared_ptr<const Tokenizer> austen_gguf() {
 // ---- golden ids --------------------------------------------------------------------------------
 
 TEST(TokenizerSpm, StoriesSampleMatchesLlamaCpp) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/tok512.bin");
     AQPIM_REQUIRE_SHARED("text/tinystories-sample.txt");
     AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
     AQPIM_REQUIRE_SHARED("reference/tokens");
@@ -48,6 +49,7 @@ TEST(TokenizerSpm, StoriesSampleMatchesLlamaCpp) {
 }
 
 TEST(TokenizerSpm, StoriesProbeMatchesLlamaCpp) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/tok512.bin");
     AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
     AQPIM_REQUIRE_SHARED("reference/tokens");
     // probe.txt: Unicode (Ü, ï, ö, é, 日本語 — bytes where the 512-token vocabulary lacks them), a tab,
@@ -110,6 +112,7 @@ TEST(TokenizerSpm, SentencePieceAndGgufVocabulariesAreTheSame) {
 // ---- hand-checked behaviour --------------------------------------------------------------------
 
 TEST(TokenizerSpm, HandCheckedIds) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/tok512.bin");
     const auto t = stories_llama2c();
     // "Hello": dummy prefix, then "▁He" (346) "ll" (306) "o" (414), as the probe's first word.
     EXPECT_EQ(t->encode("Hello", true), (std::vector<std::int32_t>{1, 346, 306, 414}));
@@ -122,6 +125,7 @@ TEST(TokenizerSpm, HandCheckedIds) {
 }
 
 TEST(TokenizerSpm, SpecialTokenTextsAreSplitOut) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/tok512.bin");
     const auto t = stories_llama2c();
     const auto hello = t->encode("Hello", false);
     // "<s>" and "</s>" in the text are the control tokens 1 and 2; the text after a special token
@@ -139,6 +143,7 @@ TEST(TokenizerSpm, SpecialTokenTextsAreSplitOut) {
 }
 
 TEST(TokenizerSpm, PiecesFollowLlama2c) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/tok512.bin");
     const auto t = stories_llama2c();
     const std::int32_t once = t->encode("Once", false).at(0);
     EXPECT_EQ(t->vocab().tokens[std::size_t(once)], "\xE2\x96\x81Once");
@@ -153,6 +158,7 @@ TEST(TokenizerSpm, PiecesFollowLlama2c) {
 }
 
 TEST(TokenizerSpm, GreedyReferenceTextRoundTrips) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/tok512.bin");
     AQPIM_REQUIRE_SHARED("reference/stories260K-greedy-200.txt");
     // llama2.c's greedy output (piece by piece after BOS) re-encodes and decodes to itself.
     std::string text = read_text(test::shared_dir() + "/reference/stories260K-greedy-200.txt");
