@@ -196,9 +196,11 @@ void kmeans_sample_avx512(const float* w, const float* d2, int n_pad, const doub
     for (int t = 0; t < n_draws; ++t) {
         const float rt = std::min(float(r[t]), total);
         int b = 0;  // blocks whose running sum is <= rt: the block of the target
-        for (int g = 0; g < n_blocks; g += kKMeansBlock)
-            b += __builtin_popcount(_mm512_mask_cmp_ps_mask(
-                avx512::lanes_below(n_blocks - g), _mm512_loadu_ps(block_sums + g), _mm512_set1_ps(rt), _CMP_LE_OQ));
+        for (int g = 0; g < n_blocks; g += kKMeansBlock) {
+            const __mmask16 valid = avx512::lanes_below(n_blocks - g);  // block_sums holds n_blocks
+            b += __builtin_popcount(_mm512_mask_cmp_ps_mask(valid, _mm512_maskz_loadu_ps(valid, block_sums + g),
+                                                            _mm512_set1_ps(rt), _CMP_LE_OQ));
+        }
         if (b == n_blocks)  // rounding: the last block with potential
             for (b = n_blocks - 1; b > 0 && !(block_sums[b] > block_sums[b - 1]); --b) {
             }
