@@ -11,6 +11,7 @@
 #include "aqpim/threads.h"
 #include "aqpim/weights.h"
 #include "model/quant_blocks.h"
+#include "simd/sse_util.h"
 
 namespace aqpim {
 
@@ -36,9 +37,7 @@ void quantize_block_q8_0(const float* x, BlockQ8_0& y) {
     const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
     __m128 vmax = _mm_setzero_ps();
     for (int j = 0; j < QK; j += 4) vmax = _mm_max_ps(_mm_and_ps(_mm_loadu_ps(x + j), abs_mask), vmax);
-    vmax = _mm_max_ps(vmax, _mm_movehl_ps(vmax, vmax));
-    vmax = _mm_max_ss(vmax, _mm_shuffle_ps(vmax, vmax, 1));
-    const float amax = _mm_cvtss_f32(vmax);
+    const float amax = sse::hmax(vmax);
     const float d = amax / 127.0f;
     const float id = d != 0 ? 1.0f / d : 0.0f;
     y.d = f32_to_fp16_scalar(d);

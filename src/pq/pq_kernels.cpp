@@ -7,6 +7,7 @@
 #include <smmintrin.h>
 
 #include "pq/pq_kernels_isa.h"
+#include "simd/sse_util.h"
 
 namespace aqpim {
 
@@ -82,14 +83,7 @@ void interleave_luts_by4(const float* lut, int n_q, int M, float* lut4) {
 void quantize_luts(const float* lut, int n_q, int M, std::uint8_t* qlut, Int8LutParams* params) {
     // SSE4.1 (in the x86-64-v2 baseline), one subspace's 16 entries in four registers; the same
     // arithmetic as the scalar definition (min, max, nearbyint in the current rounding mode, clamp).
-    const auto hmin = [](__m128 v) {
-        v = _mm_min_ps(v, _mm_movehl_ps(v, v));
-        return _mm_cvtss_f32(_mm_min_ss(v, _mm_shuffle_ps(v, v, 1)));
-    };
-    const auto hmax = [](__m128 v) {
-        v = _mm_max_ps(v, _mm_movehl_ps(v, v));
-        return _mm_cvtss_f32(_mm_max_ss(v, _mm_shuffle_ps(v, v, 1)));
-    };
+    using sse::hmax, sse::hmin;
     for (int h = 0; h < n_q; ++h) {
         const float* l = lut + std::int64_t(h) * M * 16;
         float bias = 0, max_range = 0;

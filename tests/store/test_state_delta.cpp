@@ -52,6 +52,24 @@ struct GrowingState {
     }
 };
 
+/// n successive states of g and the deltas between them, each block split as the store splits
+/// it (split_lasting by the next block's delta; the last block unsplit).
+struct SplitChain {
+    std::vector<Bytes> states;
+    std::vector<StateDelta> deltas;
+};
+SplitChain split_chain(GrowingState& g, int n) {
+    SplitChain c;
+    Bytes prev;
+    for (int j = 0; j < n; ++j) {
+        c.states.push_back(g.next());
+        c.deltas.push_back(diff_states(prev, c.states.back()));
+        if (j > 0) split_lasting(c.deltas[std::size_t(j) - 1], c.deltas.back());
+        prev = c.states.back();
+    }
+    return c;
+}
+
 /// A delta's view with its lasting and tail parts in buffers of their own (as read from two
 /// entries), kept alive for the test.
 DeltaView view_of(const StateDelta& d, bool with_tail) {
@@ -105,15 +123,7 @@ TEST(StateDelta, InsertionsAndChangesCostTheirOwnBytes) {
 
 TEST(StateDelta, ChainsComposeWithOnlyTheLastTail) {
     GrowingState g;
-    std::vector<Bytes> states;
-    std::vector<StateDelta> deltas;
-    Bytes prev;
-    for (int j = 0; j < 6; ++j) {
-        states.push_back(g.next());
-        deltas.push_back(diff_states(prev, states.back()));
-        if (j > 0) split_lasting(deltas[std::size_t(j) - 1], deltas.back());
-        prev = states.back();
-    }
+    const auto [states, deltas] = split_chain(g, 6);
     for (std::size_t j = 0; j + 1 < deltas.size(); ++j) {
         // a split block's tail is its window (the counter bytes may join it), its lasting part the rest
         const std::uint64_t tail = deltas[j].literals.size() - deltas[j].lasting_bytes;
@@ -167,15 +177,7 @@ TEST(StateDelta, CopiesNeverReadForbiddenBytes) {
 
 TEST(StateDelta, CheckChainFindsTheConsistentPrefix) {
     GrowingState g;
-    std::vector<Bytes> states;
-    std::vector<StateDelta> deltas;
-    Bytes prev;
-    for (int j = 0; j < 4; ++j) {
-        states.push_back(g.next());
-        deltas.push_back(diff_states(prev, states.back()));
-        if (j > 0) split_lasting(deltas[std::size_t(j) - 1], deltas.back());
-        prev = states.back();
-    }
+    const auto [states, deltas] = split_chain(g, 4);
     std::vector<DeltaView> chain;
     for (const StateDelta& d : deltas) chain.push_back(view_of(d, false));
     ChainCheck c = check_chain(chain, 1 << 24);
