@@ -302,18 +302,26 @@ json bench_values(const BenchOptions& opt) {
                     hist_times_codebook(w4.hist.data(), kGroup, M, 16, dsub, w4.cents.data(), out.data());
                 },
                 min_seconds(opt), reps(opt));
-            const PqValuePath chosen = resolve_value_path(PqValuePath::automatic, 4, n);
             const double tokens = double(n_blocks * kCodeBlock);
-            rows.push_back({{"section", "values"}, {"case", fmt::format("GQA {} heads, M={}, 4-bit, T={}", kGroup, M, n)},
-                            {"simd", simd_level_name(level)}, {"threads", 1}, {"T", n},
-                            {"histogram_mtokens_per_s", tokens / s_hist / 1e6},
-                            {"permute_mtokens_per_s", tokens / s_perm / 1e6},
-                            {"pairs_mtokens_per_s", tokens / s_pairs / 1e6},
-                            {"pairs_ns_per_token", s_pairs / tokens * 1e9},
-                            {"permute_over_histogram", s_hist / s_perm}, {"pairs_over_permute", s_perm / s_pairs},
-                            {"automatic_uses", chosen == PqValuePath::pairs     ? "pairs"
-                                               : chosen == PqValuePath::permute ? "permute"
-                                                                                : "histogram"}});
+            json row = {{"section", "values"}, {"case", fmt::format("GQA {} heads, M={}, 4-bit, T={}", kGroup, M, n)},
+                        {"simd", simd_level_name(level)}, {"threads", 1}, {"T", n},
+                        {"histogram_mtokens_per_s", tokens / s_hist / 1e6},
+                        {"permute_mtokens_per_s", tokens / s_perm / 1e6},
+                        {"pairs_mtokens_per_s", tokens / s_pairs / 1e6},
+                        {"pairs_ns_per_token", s_pairs / tokens * 1e9},
+                        {"permute_over_histogram", s_hist / s_perm}, {"pairs_over_permute", s_perm / s_pairs},
+                        {"automatic_uses", to_string(resolve_value_path(PqValuePath::automatic, 4, n))},
+                        {"automatic_with_int8_scores_uses", to_string(resolve_value_path(PqValuePath::automatic, 4, n, true))}};
+            if (k.values_bf16 && cpu_has_avx512_bf16()) {
+                const double s_bf16 = time_per_call(
+                    [&](std::int64_t) {
+                        k.values_bf16(p.data(), T, kGroup, M, dsub, w4.codes.data(), n_blocks, cols.data(), out.data());
+                    },
+                    min_seconds(opt), reps(opt));
+                row["bf16_mtokens_per_s"] = tokens / s_bf16 / 1e6;
+                row["bf16_over_permute"] = s_perm / s_bf16;
+            }
+            rows.push_back(row);
         }
     }
     set_simd_level(saved);
@@ -395,6 +403,7 @@ json bench_attention(const BenchOptions& opt) {
                                 opt);
                             rows.push_back({{"section", "attention"}, {"T", T},
                                             {"kv", fmt::format("pq M={} {}-bit{}", M, nbits, int8 ? " int8" : "")},
+                                            {"values", to_string(resolve_value_path(o.values, nbits, T, int8))},
                                             {"data", in_cache ? "in cache" : "cold"}, {"threads", nt},
                                             {"ns_per_token", s / double(T * nt) * 1e9},
                                             {"gbytes_per_s", double(2 * code_bytes) * nt / s / 1e9},

@@ -92,6 +92,9 @@ json bench_stages(const BenchOptions& opt) {
         time([&] { std::copy(scores.data(), scores.data() + scores.size(), p.data()); }));
     row("values, register permute", "tile",
         time([&] { k.values_perm(p.data(), kTile, kGroup, kM, dsub, vcodes.data(), nb, cols.data(), acc.data()); }));
+    if (k.values_bf16 && cpu_has_avx512_bf16())
+        row("values, bf16 pairs of tokens", "tile",
+            time([&] { k.values_bf16(p.data(), kTile, kGroup, kM, dsub, vcodes.data(), nb, cols.data(), acc.data()); }));
     row("values, pair histograms", "tile",
         time([&] { k.values_pairs(p.data(), kTile, kGroup, kM, vcodes.data(), nb, pairs.data()); }));
     // Per call, value side.
@@ -107,8 +110,10 @@ json bench_stages(const BenchOptions& opt) {
     row("inverse transform", "call", time([&] { pq_v.inverse(acc.data(), out.data(), kGroup); }));
 
     // The whole call over the same tile, each score and value path: what the stages add up to.
+    std::vector<PqValuePath> value_paths = {PqValuePath::permute, PqValuePath::pairs};
+    if (k.values_bf16 && cpu_has_avx512_bf16()) value_paths.push_back(PqValuePath::bf16);
     for (PqScorePath sp : {PqScorePath::f32, PqScorePath::int8})
-        for (PqValuePath vp : {PqValuePath::permute, PqValuePath::pairs}) {
+        for (PqValuePath vp : value_paths) {
             PqAttentionOptions o;
             o.scores = sp;
             o.values = vp;
@@ -118,7 +123,7 @@ json bench_stages(const BenchOptions& opt) {
                 attend_pq(q.data(), kGroup, pq_k, pq_v, kcodes.data(), vcodes.data(), kTile, 0.088f, o, part);
             });
             const std::string name = fmt::format("whole call, {} scores, {} values", sp == PqScorePath::int8 ? "int8" : "f32",
-                                                 vp == PqValuePath::pairs ? "pairs" : "permute");
+                                                 to_string(vp));
             row(name.c_str(), "tile", s);
         }
     return rows;

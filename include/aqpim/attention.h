@@ -57,6 +57,9 @@ enum class PqValuePath {
     histogram,  ///< softmax weights into per-subspace histograms, then histogram x codebook
     permute,    ///< codebook columns fetched by register permutes (nbits 4 only)
     pairs,      ///< weights into 256-bin histograms of subspace pairs, folded per subspace once per call (nbits 4 only)
+    /// permute with weights and codebook columns rounded to bf16, two tokens per multiply-add
+    /// (nbits 4, AVX512-BF16 only); what `automatic` takes with int8 score tables where it can
+    bf16,
 };
 struct PqAttentionOptions {
     PqScorePath scores = PqScorePath::f32;
@@ -73,8 +76,11 @@ struct PqAttentionOptions {
 };
 
 /// The value path `automatic` resolves to for this nbits and context (tokens of one call) at the
-/// active SIMD level.
-PqValuePath resolve_value_path(PqValuePath requested, int nbits, std::int64_t n_tokens);
+/// active SIMD level; with int8 score tables (an approximate call already) it takes bf16 where the
+/// CPU has it. An explicit path the codes or the CPU cannot take is an error naming why.
+PqValuePath resolve_value_path(PqValuePath requested, int nbits, std::int64_t n_tokens, bool int8_scores = false);
+/// "automatic", "histogram", "permute", "pairs" or "bf16".
+const char* to_string(PqValuePath path);
 
 /// Attend q [n_q][D] (original space) over n_tokens tokens whose keys and values are coded by pq_k
 /// and pq_v into blocks (aqpim/pq_codes.h layout, code_blocks_for(n_tokens) blocks each), merging

@@ -88,6 +88,9 @@ struct PqKvParams {
     PqAttendMode attn = PqAttendMode::codes;  ///< attn: codes|decode [codes]
     /// scores: f32|int8|auto (int8: nbits 4, m <= 256; auto: int8 where it applies, else f32) [auto]
     PqScorePath scores = PqScorePath::automatic;
+    /// values: auto|histogram|permute|pairs|bf16, the value pass (bf16: nbits 4, AVX512-BF16; auto:
+    /// bf16 with int8 score tables where the CPU has it, else the fastest exact pass) [auto]
+    PqValuePath values = PqValuePath::automatic;
     /// cb: codebook storage, f32|f16|int8: f16 halves the codebooks' bytes, int8 (one f32 scale per
     /// dimension) takes (ksub + 4) / (4 ksub) of them; centroids are rounded once trained (every code
     /// and table uses the rounded ones) and widened to f32 per call [f32]

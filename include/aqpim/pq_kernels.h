@@ -50,6 +50,10 @@ struct PqKernels {
     /// pair_hist_floats and pair_hist_marginals.
     void (*values_pairs)(const float* p, std::int64_t p_stride, int n_q, int M, const std::uint8_t* blocks,
                          std::int64_t n_blocks, float* pair_hist);
+    /// values_perm with weights and columns rounded to bf16, two tokens per multiply-add
+    /// (AVX512-BF16; null at levels without it, and unusable where cpu_has_avx512_bf16() is false).
+    void (*values_bf16)(const float* p, std::int64_t p_stride, int n_q, int M, int dsub, const std::uint8_t* blocks,
+                        std::int64_t n_blocks, const float* columns, float* out);
 };
 const PqKernels& pq_kernels(SimdLevel level);
 const PqKernels& pq_kernels();  ///< active level

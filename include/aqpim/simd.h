@@ -19,6 +19,9 @@ SimdLevel parse_simd_level(std::string_view name);
 /// True if this CPU can run kernels of `level` (AVX2 needs AVX2+FMA+F16C+BMI2; AVX-512 needs
 /// F+BW+VL+DQ+VBMI+VNNI as well: Ice Lake, Sapphire Rapids, Zen 4 and later).
 bool cpu_supports(SimdLevel level);
+/// True if this CPU has AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4 and later) beside the
+/// AVX-512 level: the bf16 value pass (PqValuePath::bf16) runs only there.
+bool cpu_has_avx512_bf16();
 /// The best level this CPU supports.
 SimdLevel best_simd_level();
 /// Every level this CPU can run, from ref upwards (what tests compare against ref).

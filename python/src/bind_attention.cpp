@@ -111,7 +111,8 @@ void bind_attention(py::module_& m) {
 codes (k_codes [n, m_k], v_codes [n, m_v] uint8 as encode() gives, or PackedCodes from
 pack_codes()), computed on the codes through lookup tables: softmax(scale q·K^T) V with K, V the
 decoded rows, without decoding them. scale defaults to 1/sqrt(d); scores 'f32' (exact tables) or
-'int8' (4-bit codes); values 'auto', 'histogram' or 'permute'. Returns [n_q, d].)doc");
+'int8' (4-bit codes); values 'auto', 'histogram', 'permute', 'pairs' or 'bf16' (4-bit codes on a CPU
+with AVX512-BF16: weights and codebook rounded to bf16). Returns [n_q, d].)doc");
     m.def("dense_attention", &dense_attention, "q"_a, "k"_a, "v"_a, py::kw_only(), "scale"_a = py::none(),
           R"doc(Attention of q [n_q, d] over dense keys and values k, v [n, d]: float16 rows are read in place by
 the f16 kernel, anything else as float32. The reference pq_attention is measured against.)doc");

@@ -50,6 +50,7 @@ inline const Choices<PqValuePath> kValuePaths = {
     {"auto", PqValuePath::automatic},
     {"histogram", PqValuePath::histogram},
     {"permute", PqValuePath::permute},
-    {"pairs", PqValuePath::pairs}};
+    {"pairs", PqValuePath::pairs},
+    {"bf16", PqValuePath::bf16}};
 
 }  // namespace aqpim::python

@@ -67,18 +67,32 @@ void rescale_pair_hist(float* pair_hist, int n_q, int M, const float* alpha) {
 
 }  // namespace
 
-PqValuePath resolve_value_path(PqValuePath requested, int nbits, std::int64_t n_tokens) {
+PqValuePath resolve_value_path(PqValuePath requested, int nbits, std::int64_t n_tokens, bool int8_scores) {
+    const bool bf16_here = active_simd_level() == SimdLevel::avx512 && cpu_has_avx512_bf16();
     if (nbits != 4) {
-        AQPIM_CHECK(requested != PqValuePath::permute && requested != PqValuePath::pairs,
-                    "the {} value path needs 4-bit codes (nbits={})",
-                    requested == PqValuePath::permute ? "permute" : "pairs", nbits);
+        AQPIM_CHECK(requested == PqValuePath::automatic || requested == PqValuePath::histogram,
+                    "the {} value path needs 4-bit codes (nbits={})", to_string(requested), nbits);
         return PqValuePath::histogram;
     }
+    AQPIM_CHECK(requested != PqValuePath::bf16 || bf16_here,
+                "the bf16 value path needs AVX512-BF16 at the avx512 kernel level (this CPU: {}, level {})",
+                cpu_has_avx512_bf16() ? "has it" : "has not", simd_level_name(active_simd_level()));
     if (requested != PqValuePath::automatic) return requested;
     // Measured by `aqpim bench pq` (values section): see docs/pq-kernels.md.
     if (active_simd_level() == SimdLevel::ref) return PqValuePath::histogram;
-    if (active_simd_level() == SimdLevel::avx512) return PqValuePath::permute;
+    if (active_simd_level() == SimdLevel::avx512) return int8_scores && bf16_here ? PqValuePath::bf16 : PqValuePath::permute;
     return n_tokens >= kPairsMinTokens ? PqValuePath::pairs : PqValuePath::permute;
+}
+
+const char* to_string(PqValuePath path) {
+    switch (path) {
+        case PqValuePath::automatic: return "automatic";
+        case PqValuePath::histogram: return "histogram";
+        case PqValuePath::permute: return "permute";
+        case PqValuePath::pairs: return "pairs";
+        case PqValuePath::bf16: return "bf16";
+    }
+    return "?";
 }
 
 void attend_pq(const float* q, int n_q, const ProductQuantizer& pq_k, const ProductQuantizer& pq_v,
@@ -111,7 +125,8 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
     AQPIM_CHECK(!int8 || pq_k.nbits() == 4, "int8 score tables need 4-bit key codes (nbits={})", pq_k.nbits());
     AQPIM_CHECK(!int8 || pq_k.M() <= 256, "int8 score tables support M <= 256 (u16 sums), got M={}", pq_k.M());
     AQPIM_CHECK(pq_v.M() <= 1024, "value quantizer M={} exceeds the supported 1024 subspaces", pq_v.M());
-    const PqValuePath value_path = resolve_value_path(options.values, pq_v.nbits(), n_tokens);
+    const PqValuePath value_path = resolve_value_path(options.values, pq_v.nbits(), n_tokens, int8);
+    const bool by_columns = value_path == PqValuePath::permute || value_path == PqValuePath::bf16;
     if (n_tokens == 0) return;
 
     const PqKernels& k = pq_kernels();
@@ -144,7 +159,7 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
     // Value side accumulators (quantizer space of pq_v).
     const std::size_t hist_len = std::size_t(Mv) * ksub_v * n_q;
     const std::size_t pair_len = value_path == PqValuePath::pairs ? pair_hist_floats(n_q, Mv) : 0;
-    if (value_path != PqValuePath::permute) {
+    if (!by_columns) {
         if (ws.hist.size() < hist_len) ws.hist.resize(hist_len);
         std::fill_n(ws.hist.data(), hist_len, 0.0f);
     }
@@ -153,7 +168,7 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
         std::fill_n(ss.pair_hist.data(), pair_len, 0.0f);
     }
     const float* v_columns = options.v_columns;
-    if (value_path == PqValuePath::permute && !v_columns) {
+    if (by_columns && !v_columns) {
         const std::size_t n_cols = std::size_t(Mv) * pq_v.dsub() * 16;
         if (ws.columns.size() < n_cols) ws.columns.resize(n_cols);
         codebook_columns(v_cb, Mv, pq_v.dsub(), ws.columns.data());
@@ -182,10 +197,8 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
     }
     if (in_tile > 0) ss.tile_first.push_back(ss.segments.size());
     const std::size_t n_tiles = ss.tile_first.size() - 1;
-    if (n_tiles > 1 || ss.segments.size() > 1) {
-        if (ss.k_tile.size() < kTileBlocks * kbb) ss.k_tile.resize(kTileBlocks * kbb);
-        if (ss.v_tile.size() < kTileBlocks * vbb) ss.v_tile.resize(kTileBlocks * vbb);
-    }
+    if (ss.segments.size() > 1 && ss.k_tile.size() < kTileBlocks * kbb) ss.k_tile.resize(kTileBlocks * kbb);
+    if (ss.v_tile.size() < kTileBlocks * vbb) ss.v_tile.resize(kTileBlocks * vbb);
     // Tile `t`'s codes into L2 ahead of use: all of them when it will be gathered (its spans are
     // short runs the hardware prefetcher does not follow), else its first blocks (the scan
     // prefetches the rest itself).
@@ -209,13 +222,15 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
         const std::uint8_t *kb, *vb;
         std::int64_t nb = 0;
         if (b - a == 1) {
+            // The keys are read in place (the scan streams them with its own prefetches); the value
+            // codes are copied into the tile buffer first: the value pass reads them subspace by
+            // subspace, 64 bytes of every block in turn, an order that left a cold 32K call waiting
+            // on DRAM for about 1.4 ns per token even with the tile prefetched into L2 up front; a
+            // sequential copy is streamed by the hardware prefetcher (docs/pq-kernels.md).
             kb = ss.segments[a].k;
-            vb = ss.segments[a].v;
             nb = ss.segments[a].n_blocks;
-            // This tile's value codes come in while its keys are scanned: the value pass reads them in
-            // subspace-strided order, which the hardware prefetcher does not follow from DRAM. (The
-            // scan prefetches the keys itself.)
-            prefetch_l2(vb, std::size_t(nb) * vbb);
+            std::memcpy(ss.v_tile.data(), ss.segments[a].v, std::size_t(nb) * vbb);
+            vb = ss.v_tile.data();
         } else {
             for (std::size_t i = a; i < b; ++i) {
                 const Segment& sg = ss.segments[i];
@@ -247,11 +262,12 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
             k.values_pairs(ws.scores.data(), kTile, n_q, Mv, vb, nb, ss.pair_hist.data());
         } else {
             rescale_rows(ws.acc.data(), n_q, D, ws.alpha.data());
-            k.values_perm(ws.scores.data(), kTile, n_q, Mv, pq_v.dsub(), vb, nb, v_columns, ws.acc.data());
+            const auto values = value_path == PqValuePath::bf16 ? k.values_bf16 : k.values_perm;
+            values(ws.scores.data(), kTile, n_q, Mv, pq_v.dsub(), vb, nb, v_columns, ws.acc.data());
         }
     }
     if (value_path == PqValuePath::pairs) pair_hist_marginals(ss.pair_hist.data(), n_q, Mv, ws.hist.data());
-    if (value_path != PqValuePath::permute)
+    if (!by_columns)
         hist_times_codebook(ws.hist.data(), n_q, Mv, ksub_v, pq_v.dsub(), v_cb, ws.acc.data());
     pq_v.inverse(ws.acc.data(), local.acc.data(), n_q);
     part.merge(local);

@@ -174,6 +174,7 @@ public:
         if (L_.n_coded_layers > 0) code_pool_ = std::make_unique<PagePool>(L_.code_page_bytes);
         if (L_.n_dense_layers > 0) dense_pool_ = std::make_unique<PagePool>(L_.dense_page_bytes);
         attn_opts_.scores = p_.scores;
+        attn_opts_.values = p_.values;
         aug_copies_ = p_.key_augment(shape);
         inv_freq_ = p_.key_inv_freq(shape);
         aug_context_ = p_.ctx > 0 ? p_.ctx : options.context;

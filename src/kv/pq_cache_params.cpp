@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "aqpim/error.h"
+#include "aqpim/simd.h"
 #include "kv/pq_compact_centroids.h"
 #include "kv/pq_layout.h"
 #include "pq/subspace_plan.h"
@@ -71,6 +72,11 @@ void PqKvParams::validate(const KvShape& shape) const {
     AQPIM_CHECK(ctx >= 0, "ctx={} must be >= 0", ctx);
     AQPIM_CHECK(std::isfinite(v_weight) && v_weight > 0, "v_weight={} must be positive", v_weight);
     AQPIM_CHECK(scores != PqScorePath::int8 || nbits == 4, "scores=int8 needs nbits=4 (got {})", nbits);
+    AQPIM_CHECK(values == PqValuePath::automatic || values == PqValuePath::histogram || nbits == 4,
+                "values={} needs nbits=4 (got {})", aqpim::to_string(values), nbits);
+    AQPIM_CHECK(values != PqValuePath::bf16 || (cpu_has_avx512_bf16() && active_simd_level() == SimdLevel::avx512),
+                "values=bf16 needs AVX512-BF16 at the avx512 kernel level (this CPU {} it; level {})",
+                cpu_has_avx512_bf16() ? "has" : "lacks", simd_level_name(active_simd_level()));
     int Mk = key_m(), Mv = value_m();
     if (bits > 0) {
         AQPIM_CHECK(k_m == 0 && v_m == 0, "bits= chooses m; give either bits or k_m/v_m");

@@ -193,6 +193,11 @@ const std::vector<PqKey>& key_table() {
             [](PqKvParams& p, int i) { p.scores = PqScorePath(i); },
             "score tables: exact f32, int8 (nbits 4), or auto: int8 where it applies"));
         t.push_back(choice_key(
+            "values", {"auto", "histogram", "permute", "pairs", "bf16"}, [](const PqKvParams& p) { return int(p.values); },
+            [](PqKvParams& p, int i) { p.values = PqValuePath(i); },
+            "value pass: auto (bf16 with int8 score tables where the CPU has AVX512-BF16, else the fastest exact one), "
+            "histogram, permute, pairs (nbits 4) or bf16 (nbits 4, AVX512-BF16: weights and codebook rounded to bf16)"));
+        t.push_back(choice_key(
             "cb", {"f32", "f16", "int8"}, [](const PqKvParams& p) { return int(p.codebooks); },
             [](PqKvParams& p, int i) { p.codebooks = CodebookStorage(i); },
             "codebook storage (f16: half the bytes; int8 with a scale per dimension: about 0.3)"));

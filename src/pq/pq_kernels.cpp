@@ -12,10 +12,11 @@
 namespace aqpim {
 
 namespace {
-#define AQPIM_PQ_TABLE(isa, pairs) \
-    {build_lut_##isa, scan_f32_##isa, scan_f32_8bit_by4_##isa, scan_i8_##isa, values_hist_##isa, values_perm_##isa, pairs}
-const PqKernels kTables[3] = {AQPIM_PQ_TABLE(ref, values_pairs_ref), AQPIM_PQ_TABLE(avx2, values_pairs_avx2),
-                              AQPIM_PQ_TABLE(avx512, values_pairs_avx2)};
+#define AQPIM_PQ_TABLE(isa, pairs, bf16) \
+    {build_lut_##isa, scan_f32_##isa, scan_f32_8bit_by4_##isa, scan_i8_##isa, values_hist_##isa, values_perm_##isa, pairs, bf16}
+const PqKernels kTables[3] = {AQPIM_PQ_TABLE(ref, values_pairs_ref, nullptr),
+                              AQPIM_PQ_TABLE(avx2, values_pairs_avx2, nullptr),
+                              AQPIM_PQ_TABLE(avx512, values_pairs_avx2, values_bf16_avx512)};
 #undef AQPIM_PQ_TABLE
 }  // namespace
 

@@ -32,6 +32,9 @@ AQPIM_DECLARE_PQ_KERNELS(avx512)
 // level uses the AVX2 one (as the 8-bit histogram pass).
 void values_pairs_ref(const float* p, std::int64_t p_stride, int n_q, int M, const std::uint8_t* blocks,
                       std::int64_t n_blocks, float* pair_hist);
+// The bf16 value pass exists at the AVX-512 level only (values_bf16_avx512.cpp, AVX512-BF16).
+void values_bf16_avx512(const float* p, std::int64_t p_stride, int n_q, int M, int dsub, const std::uint8_t* blocks,
+                        std::int64_t n_blocks, const float* columns, float* out);
 void values_pairs_avx2(const float* p, std::int64_t p_stride, int n_q, int M, const std::uint8_t* blocks,
                        std::int64_t n_blocks, float* pair_hist);
 

@@ -16,6 +16,12 @@ bool cpu_has_f16c() {
     return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
 }
 
+// AVX512-BF16 from CPUID leaf 7, sub-leaf 1 (EAX bit 5).
+bool detect_avx512_bf16() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)) != 0;
+}
+
 bool detect(SimdLevel level) {
     __builtin_cpu_init();
     switch (level) {
@@ -69,6 +75,11 @@ SimdLevel parse_simd_level(std::string_view name) {
 bool cpu_supports(SimdLevel level) {
     static const bool supported[3] = {detect(SimdLevel::ref), detect(SimdLevel::avx2), detect(SimdLevel::avx512)};
     return supported[static_cast<int>(level)];
+}
+
+bool cpu_has_avx512_bf16() {
+    static const bool supported = cpu_supports(SimdLevel::avx512) && detect_avx512_bf16();
+    return supported;
 }
 
 SimdLevel best_simd_level() {

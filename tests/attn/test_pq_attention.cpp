@@ -119,6 +119,45 @@ TEST(PqAttention, Int8ScoresStayCloseToExact) {
     EXPECT_GT(std::sqrt(err / norm), 0.0) << "int8 path should not be bit-identical to exact tables";
 }
 
+TEST(PqAttention, Bf16ValuesStayCloseToExactOverTiles) {
+    // Three tiles (the accumulators rescaled as the running max grows), a partial head group.
+    const Case c{128, 32, 4, 6, 2500, Rotation::none, false, RopePairs::none};
+    auto K = test::gaussian(std::size_t(c.n) * c.D, 11), V = test::gaussian(std::size_t(c.n) * c.D, 12);
+    auto q = test::gaussian(std::size_t(c.n_q) * c.D, 13);
+    Coded ck = code(K, c.n, c, 70), cv = code(V, c.n, c, 80);
+    PqAttentionOptions exact_opts, bf16_opts;
+    exact_opts.values = PqValuePath::permute;
+    bf16_opts.values = PqValuePath::bf16;
+    for (SimdLevel level : supported_simd_levels()) {
+        test::SimdLevelGuard guard(level);
+        AttentionPartial a(c.n_q, c.D), b(c.n_q, c.D);
+        if (level != SimdLevel::avx512 || !cpu_has_avx512_bf16()) {
+            EXPECT_THROW(attend_pq(q.data(), c.n_q, ck.pq, cv.pq, ck.blocks.data(), cv.blocks.data(), c.n, 0.1f, bf16_opts, b),
+                         Error)
+                << simd_level_name(level) << ": values=bf16 where the CPU or level lacks AVX512-BF16";
+            continue;
+        }
+        attend_pq(q.data(), c.n_q, ck.pq, cv.pq, ck.blocks.data(), cv.blocks.data(), c.n, 0.1f, exact_opts, a);
+        attend_pq(q.data(), c.n_q, ck.pq, cv.pq, ck.blocks.data(), cv.blocks.data(), c.n, 0.1f, bf16_opts, b);
+        std::vector<float> exact(std::size_t(c.n_q) * c.D), approx(exact.size());
+        a.finalize(exact.data());
+        b.finalize(approx.data());
+        double err = 0, v_square = 0;
+        for (std::size_t i = 0; i < exact.size(); ++i) err += (exact[i] - approx[i]) * (exact[i] - approx[i]);
+        for (float v : cv.decoded) v_square += double(v) * v;
+        // bf16 keeps 8 significant bits: each weight and centroid within 2^-9 of itself, so the output
+        // (a weighted mean of centroids) moves by at most 2^-8 of the values' scale. The error is that
+        // of the centroids, shared by every token with the code, so it does not average out; against the
+        // output itself (a mean of zero-mean values here, 25x smaller) it is about 1%.
+        const double rms = std::sqrt(err / double(exact.size())), v_rms = std::sqrt(v_square / double(cv.decoded.size()));
+        EXPECT_LT(rms, v_rms / 256) << "bf16 values moved the attention output by more than 2^-8 of the values' scale";
+        EXPECT_GT(err, 0.0) << "the bf16 pass should round (not be the exact pass)";
+        // automatic takes bf16 beside int8 score tables, and the exact pass beside f32 ones.
+        EXPECT_EQ(resolve_value_path(PqValuePath::automatic, 4, c.n, true), PqValuePath::bf16);
+        EXPECT_EQ(resolve_value_path(PqValuePath::automatic, 4, c.n, false), PqValuePath::permute);
+    }
+}
+
 TEST(PqAttention, GivenValueColumnsGiveTheSameBits) {
     // A caller attending many rows builds codebook_columns once (PqAttentionOptions::v_columns):
     // the permute path then reads those instead of building its own, with the same result.
@@ -155,6 +194,9 @@ TEST(PqAttention, BadOptionsAreErrors) {
     PqAttentionOptions perm;
     perm.values = PqValuePath::permute;
     EXPECT_THROW(attend_pq(q.data(), c.n_q, ck.pq, ck.pq, ck.blocks.data(), ck.blocks.data(), c.n, 1.0f, perm, part), Error);
+    PqAttentionOptions bf16;
+    bf16.values = PqValuePath::bf16;  // 8-bit codes
+    EXPECT_THROW(attend_pq(q.data(), c.n_q, ck.pq, ck.pq, ck.blocks.data(), ck.blocks.data(), c.n, 1.0f, bf16, part), Error);
     ProductQuantizer untrained(PQParams{});
     AttentionPartial p128(c.n_q, 128);
     EXPECT_THROW(attend_pq(q.data(), c.n_q, untrained, untrained, nullptr, nullptr, 1, 1.0f, {}, p128), Error);

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "aqpim/aligned.h"
 #include "aqpim/pq_codes.h"
 #include "aqpim/pq_kernels.h"
+#include "aqpim/simd.h"
 #include "support/random.h"
 
 namespace aqpim {
@@ -282,6 +284,48 @@ TEST(PqKernels, ValuesPermMatchesHistogramPath) {
             for (std::size_t i = 0; i < out.size(); ++i)
                 ASSERT_NEAR(out[i], expect[i], 1e-3f * (1 + std::fabs(expect[i]))) << simd_level_name(level) << " " << name(s);
         }
+    }
+}
+
+/// x rounded to bf16 (round to nearest even), as vcvtneps2bf16 does for normal numbers.
+float to_bf16(float x) {
+    std::uint32_t u;
+    std::memcpy(&u, &x, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    std::memcpy(&x, &u, 4);
+    return x;
+}
+
+// The bf16 value pass is its definition, out += Σ_t bf16(p) * bf16(column), up to f32 summation
+// (the products of two bf16 are exact in f32); and within the bf16 bound of the exact pass:
+// |Δ| <= 2^-8 Σ_t |p * column| (each factor rounded by at most 2^-9 of itself).
+TEST(PqKernels, ValuesBf16IsTheRoundedDefinitionWithinItsBound) {
+    if (!cpu_has_avx512_bf16() || !pq_kernels(SimdLevel::avx512).values_bf16)
+        GTEST_SKIP() << "this CPU has no AVX512-BF16: the bf16 value pass cannot run here";
+    for (const Shape& s : kShapes) {
+        if (s.nbits != 4) continue;
+        Data d = make_data(s, 67);
+        const int D = s.M * s.dsub;
+        std::vector<float> columns(std::size_t(s.M) * s.dsub * 16);
+        codebook_columns(d.centroids.data(), s.M, s.dsub, columns.data());
+        std::vector<float> out(std::size_t(s.n_q) * D, 0.25f);
+        pq_kernels(SimdLevel::avx512).values_bf16(d.p.data(), d.stride, s.n_q, s.M, s.dsub, d.blocks.data(), d.n_blocks,
+                                                  columns.data(), out.data());
+        for (int h = 0; h < s.n_q; ++h)
+            for (int m = 0; m < s.M; ++m)
+                for (int j = 0; j < s.dsub; ++j) {
+                    double rounded = 0.25, exact = 0.25, magnitude = 0;
+                    for (std::int64_t t = 0; t < d.n_blocks * kCodeBlock; ++t) {
+                        const float p = d.p[std::size_t(h * d.stride + t)];
+                        const float c = columns[(std::size_t(m) * s.dsub + j) * 16 + code_at(d.blocks.data(), t, s.M, 4, m)];
+                        rounded += double(to_bf16(p)) * to_bf16(c);
+                        exact += double(p) * c;
+                        magnitude += std::fabs(double(p) * c);
+                    }
+                    const double got = out[std::size_t(h) * D + m * s.dsub + j];
+                    ASSERT_NEAR(got, rounded, 1e-6 * magnitude + 1e-6) << name(s) << " h " << h << " m " << m << " j " << j;
+                    ASSERT_LE(std::fabs(got - exact), magnitude / 256 + 1e-6) << name(s) << " h " << h << " m " << m;
+                }
     }
 }
 

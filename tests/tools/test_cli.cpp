@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "aqpim/simd.h"
 #include "support/cli.h"
 
 namespace aqpim {
@@ -110,8 +111,11 @@ TEST(Cli, BenchStagesCutsOneCallIntoItsStages) {
             ++per_call;
         }
     }
-    EXPECT_EQ(whole, 4);              // {f32, int8} scores x {permute, pairs} values
-    EXPECT_EQ(per_tile - whole, 6);   // scans (2), softmax, its copy, values (2)
+    // {f32, int8} scores x {permute, pairs, and bf16 where the CPU has AVX512-BF16} values; scans (2),
+    // softmax, its copy, the value passes
+    const int bf16 = cpu_has_avx512_bf16() ? 1 : 0;
+    EXPECT_EQ(whole, 4 + 2 * bf16);
+    EXPECT_EQ(per_tile - whole, 6 + bf16);
     EXPECT_EQ(per_call, 6);
 }
 
