@@ -39,7 +39,7 @@ struct Segment {
 
 /// Per-thread scratch of attend_pq_spans beyond the shared AttentionScratch (reused across calls).
 struct SpanScratch {
-    AlignedBuffer<std::uint8_t> k_tile, v_tile;  ///< [kTileBlocks][block bytes]: a gathered tile
+    AlignedBuffer<std::uint8_t> k_tile, v_tile;  ///< [kTileBlocks][block bytes]: a tile's codes, gathered
     std::vector<Int8LutParams> qparams;          ///< [n_q]
     AlignedBuffer<float> lut4;                   ///< 8-bit key tables interleaved by four heads
     AlignedBuffer<float> pair_hist;              ///< the pairs value path's histograms (pair_hist_floats)
@@ -197,10 +197,11 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
     }
     if (in_tile > 0) ss.tile_first.push_back(ss.segments.size());
     const std::size_t n_tiles = ss.tile_first.size() - 1;
-    if (ss.segments.size() > 1 && ss.k_tile.size() < kTileBlocks * kbb) ss.k_tile.resize(kTileBlocks * kbb);
     if (ss.v_tile.size() < kTileBlocks * vbb) ss.v_tile.resize(kTileBlocks * vbb);
-    // Tile `t`'s codes into L2 ahead of use: all of them when it will be gathered (its spans are
-    // short runs the hardware prefetcher does not follow), else its first blocks (the scan
+    if (pq_k.nbits() == 8 && ss.segments.size() > 1 && ss.k_tile.size() < kTileBlocks * kbb)
+        ss.k_tile.resize(kTileBlocks * kbb);
+    // Tile `t`'s codes into L2 ahead of use: all of them when it is made of several spans (short
+    // runs the hardware prefetcher does not follow), else its first key blocks (the scan
     // prefetches the rest itself).
     const auto prefetch_tile = [&](std::size_t t) {
         const std::size_t a = ss.tile_first[t], b = ss.tile_first[t + 1];
@@ -219,35 +220,37 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
     for (std::size_t t = 0; t < n_tiles; ++t) {
         const std::size_t a = ss.tile_first[t], b = ss.tile_first[t + 1];
         if (t + 1 < n_tiles) prefetch_tile(t + 1);
-        const std::uint8_t *kb, *vb;
+        // The 4-bit scans read the keys in place, segment by segment (they stream them with their
+        // own prefetches); the 8-bit scans get the tile's keys gathered into one run (their tables,
+        // 4 KiB per subspace, are read once per run of up to 32 blocks, so page-sized runs would
+        // read them four times as often). The value codes are copied into the tile buffer: the
+        // value pass reads them subspace by subspace, 64 bytes of every block in turn, an order
+        // that left a cold 32K call waiting on DRAM for about 1.4 ns per token even with the tile
+        // prefetched into L2 up front; sequential copies are streamed by the hardware prefetcher
+        // (docs/pq-kernels.md). (Copying the 4-bit keys as well cost as much as the value pass in
+        // a batch-8 x 32K decode.)
+        const auto scan = [&](const std::uint8_t* kb, std::int64_t n_blocks, float* scores) {
+            if (int8)
+                k.scan_i8(ws.qlut.data(), ss.qparams.data(), n_q, Mk, kb, n_blocks, scores, kTile);
+            else if (by4)
+                k.scan_f32_8bit_by4(ss.lut4.data(), n_q, Mk, kb, n_blocks, scores, kTile);
+            else
+                k.scan_f32(ws.lut.data(), n_q, Mk, pq_k.nbits(), kb, n_blocks, scores, kTile);
+        };
+        const bool gather_keys = pq_k.nbits() == 8 && b - a > 1;
         std::int64_t nb = 0;
-        if (b - a == 1) {
-            // The keys are read in place (the scan streams them with its own prefetches); the value
-            // codes are copied into the tile buffer first: the value pass reads them subspace by
-            // subspace, 64 bytes of every block in turn, an order that left a cold 32K call waiting
-            // on DRAM for about 1.4 ns per token even with the tile prefetched into L2 up front; a
-            // sequential copy is streamed by the hardware prefetcher (docs/pq-kernels.md).
-            kb = ss.segments[a].k;
-            nb = ss.segments[a].n_blocks;
-            std::memcpy(ss.v_tile.data(), ss.segments[a].v, std::size_t(nb) * vbb);
-            vb = ss.v_tile.data();
-        } else {
-            for (std::size_t i = a; i < b; ++i) {
-                const Segment& sg = ss.segments[i];
+        for (std::size_t i = a; i < b; ++i) {
+            const Segment& sg = ss.segments[i];
+            std::memcpy(ss.v_tile.data() + nb * vbb, sg.v, std::size_t(sg.n_blocks) * vbb);
+            if (gather_keys)
                 std::memcpy(ss.k_tile.data() + nb * kbb, sg.k, std::size_t(sg.n_blocks) * kbb);
-                std::memcpy(ss.v_tile.data() + nb * vbb, sg.v, std::size_t(sg.n_blocks) * vbb);
-                nb += sg.n_blocks;
-            }
-            kb = ss.k_tile.data();
-            vb = ss.v_tile.data();
+            else
+                scan(sg.k, sg.n_blocks, ws.scores.data() + nb * kCodeBlock);
+            nb += sg.n_blocks;
         }
+        if (gather_keys) scan(ss.k_tile.data(), nb, ws.scores.data());
+        const std::uint8_t* vb = ss.v_tile.data();
         const std::int64_t n_valid = std::min(nb * kCodeBlock, n_tokens - std::int64_t(t) * kTile);
-        if (int8)
-            k.scan_i8(ws.qlut.data(), ss.qparams.data(), n_q, Mk, kb, nb, ws.scores.data(), kTile);
-        else if (by4)
-            k.scan_f32_8bit_by4(ss.lut4.data(), n_q, Mk, kb, nb, ws.scores.data(), kTile);
-        else
-            k.scan_f32(ws.lut.data(), n_q, Mk, pq_k.nbits(), kb, nb, ws.scores.data(), kTile);
         ak.softmax_tile(ws.scores.data(), kTile, n_q, n_valid, nb * kCodeBlock, local.max.data(), local.sum.data(),
                         ws.alpha.data());
         if (value_path == PqValuePath::histogram) {

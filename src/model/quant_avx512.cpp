@@ -402,7 +402,15 @@ void panel_kernel(const float* X, std::int64_t ldx, const float* panel, std::int
 
 }  // namespace
 
-void pack_panel_avx512(const float* rows, int n_rows, std::int64_t K, float* panel) {
+namespace {
+
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const f16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline float load1(const float* p) { return *p; }
+inline float load1(const f16_t* p) { return fp16_to_f32_scalar(*p); }
+
+template <class T>
+void pack_panel_rows(const T* rows, int n_rows, std::int64_t K, float* panel) {
     // panel[k][j] = rows[j][k], zero for j >= n_rows; 16 x 16 register transposes (64 shuffles
     // per 256 values), scalar for the last K % 16 columns.
     for (int j0 = 0; j0 < kPanelRows; j0 += 16) {
@@ -410,7 +418,7 @@ void pack_panel_avx512(const float* rows, int n_rows, std::int64_t K, float* pan
         for (; k0 + 16 <= K; k0 += 16) {
             __m512 r[16], t[16], R[4][4];
             for (int j = 0; j < 16; ++j)
-                r[j] = j0 + j < n_rows ? _mm512_loadu_ps(rows + (j0 + j) * K + k0) : _mm512_setzero_ps();
+                r[j] = j0 + j < n_rows ? load16(rows + (j0 + j) * K + k0) : _mm512_setzero_ps();
             for (int a = 0; a < 8; ++a) {
                 t[2 * a] = _mm512_unpacklo_ps(r[2 * a], r[2 * a + 1]);
                 t[2 * a + 1] = _mm512_unpackhi_ps(r[2 * a], r[2 * a + 1]);
@@ -434,8 +442,18 @@ void pack_panel_avx512(const float* rows, int n_rows, std::int64_t K, float* pan
             }
         }
         for (; k0 < K; ++k0)
-            for (int j = 0; j < 16; ++j) panel[32 * k0 + j0 + j] = j0 + j < n_rows ? rows[(j0 + j) * K + k0] : 0.0f;
+            for (int j = 0; j < 16; ++j) panel[32 * k0 + j0 + j] = j0 + j < n_rows ? load1(rows + (j0 + j) * K + k0) : 0.0f;
     }
+}
+
+}  // namespace
+
+void pack_panel_avx512(const float* rows, int n_rows, std::int64_t K, float* panel) {
+    pack_panel_rows(rows, n_rows, K, panel);
+}
+
+void pack_panel_f16_avx512(const f16_t* rows, int n_rows, std::int64_t K, float* panel) {
+    pack_panel_rows(rows, n_rows, K, panel);
 }
 
 void gemm_panel_avx512(const float* X, std::int64_t n, std::int64_t K, const float* panel, int n_cols, float* Y,

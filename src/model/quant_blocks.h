@@ -156,6 +156,9 @@ QuantizedX& scratch_x();
 /// a panel [K][32]; then Y[i][0..n_cols) = X[i] . panel columns for every activation row i.
 inline constexpr int kPanelRows = 32;
 void pack_panel_avx512(const float* rows, int n_rows, std::int64_t K, float* panel);
+/// pack_panel_avx512 from f16 rows, widened as they are packed (one pass over the rows instead of a
+/// dequantize pass and a pack pass).
+void pack_panel_f16_avx512(const f16_t* rows, int n_rows, std::int64_t K, float* panel);
 void gemm_panel_avx512(const float* X, std::int64_t n, std::int64_t K, const float* panel, int n_cols, float* Y,
                        std::int64_t ldy);
 

@@ -527,8 +527,9 @@ TEST(Matmul, TheRowsPathIsMatvecBitForBitAtEveryBatchSizeAndThreadCount) {
 
 TEST(Matmul, ForcedPathsAgreeAndThreadsDoNotMatter) {
     const std::int64_t rows = 300, n = 17;  // 300 = 9 panels of 32 + 12 rows
-    for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F32, GgmlType::BF16}) {
-        // f32/bf16: 785 columns, not a multiple of 16 (the panel transpose's scalar tail)
+    for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F32, GgmlType::BF16, GgmlType::F16}) {
+        // f32/bf16/f16: 785 columns, not a multiple of 16 (the panel transpose's scalar tail; f16
+        // rows are widened inside the transpose)
         const std::int64_t c = block_of(type) == 256 ? 768 : block_of(type) == 32 ? 800 : 785;
         const auto data = make_weights(type, rows, c, 61);
         const WeightMatrix W{type, rows, c, data.data()};
