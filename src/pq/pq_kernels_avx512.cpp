@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <vector>
 
 #include "aqpim/pq_codes.h"
 #include "pq/code_groups.h"
@@ -143,6 +144,32 @@ void values_perm_heads(const float* p, std::int64_t p_stride, int M, int dsub, c
 void build_lut_avx512(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut) {
     if (ksub % 16 != 0) return build_lut_ref(qy, n_q, M, ksub, dsub, centroids, lut);
     const int D = M * dsub;
+    if (ksub == 16) {
+        // 4-bit: the codebook transposed to columns once per call (codebook_columns' 4 x 4
+        // transposes), then one FMA per head, subspace and dim, with the same products in the same
+        // order as the gathers below (bit-identical tables). A 16-lane gather per subspace and dim
+        // made table building cost as much as scanning a 1K-token codebook version.
+        thread_local std::vector<float> columns;
+        columns.resize(std::size_t(M) * dsub * 16);
+        codebook_columns(centroids, M, dsub, columns.data());
+        const float* cols = columns.data();
+        for_head_groups<kMaxHeads>(n_q, [&](auto NQ, int h0) {
+            const float* q0 = qy + std::int64_t(h0) * D;
+            float* l0 = lut + std::int64_t(h0) * M * 16;
+            for (int m = 0; m < M; ++m) {
+                __m512 acc[NQ()];
+                for (int h = 0; h < NQ(); ++h) acc[h] = _mm512_setzero_ps();
+                const float* cm = cols + std::size_t(m) * dsub * 16;
+                const float* qm = q0 + m * dsub;
+                for (int d = 0; d < dsub; ++d) {
+                    const __m512 col = _mm512_loadu_ps(cm + d * 16);
+                    for (int h = 0; h < NQ(); ++h) acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(qm[h * D + d]), col, acc[h]);
+                }
+                for (int h = 0; h < NQ(); ++h) _mm512_storeu_ps(l0 + (std::int64_t(h) * M + m) * 16, acc[h]);
+            }
+        });
+        return;
+    }
     const __m512i lane = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                             _mm512_set1_epi32(dsub));
     // NQ a compile-time count, so the accumulators are registers (with a run-time count GCC kept

@@ -10,8 +10,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <vector>
 
+#include "aqpim/aligned.h"
 #include "aqpim/pq_codes.h"
 #include "pq/code_groups.h"
 #include "pq/pq_kernels_isa.h"
@@ -29,7 +29,7 @@ inline __m512bh as_bh(__m512i x) { return (__m512bh)x; }
 
 /// pw[b][h] = the block's weights of head h as 32 bf16: word 2i = p(token i), word 2i+1 = p(token i+16).
 template <int NQ>
-void pair_weights(const float* p, std::int64_t p_stride, std::int64_t n_blocks, __m512i* pw) {
+void pair_weights(const float* p, std::int64_t p_stride, std::int64_t n_blocks, std::uint16_t* pw) {
     // cvtne2ps gives words 0-15 = tokens 0-15 and 16-31 = tokens 16-31; interleave them.
     alignas(64) std::uint16_t order[32];
     for (int k = 0; k < 32; ++k) order[k] = std::uint16_t((k & 1) ? 16 + k / 2 : k / 2);
@@ -38,13 +38,13 @@ void pair_weights(const float* p, std::int64_t p_stride, std::int64_t n_blocks, 
         for (int h = 0; h < NQ; ++h) {
             const float* ph = p + h * p_stride + b * kCodeBlock;
             const __m512bh w = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(ph + 16), _mm512_loadu_ps(ph));
-            _mm512_storeu_si512(pw + b * NQ + h, _mm512_permutexvar_epi16(interleave, as_i(w)));
+            _mm512_store_si512(pw + (b * NQ + h) * 32, _mm512_permutexvar_epi16(interleave, as_i(w)));
         }
 }
 
 /// One subspace's ND dims (ND <= 4) for NQ heads over every block.
 template <int NQ, int ND, int J>
-void values_bf16_dims(const __m512i* pw, const std::uint8_t* group0, std::size_t block_bytes, std::int64_t n_blocks,
+void values_bf16_dims(const std::uint16_t* pw, const std::uint8_t* group0, std::size_t block_bytes, std::int64_t n_blocks,
                       const float* columns, float* out, int D) {
     __m512 acc[NQ][ND];
     __m512i column[ND];
@@ -64,7 +64,7 @@ void values_bf16_dims(const __m512i* pw, const std::uint8_t* group0, std::size_t
         for (int j = 0; j < ND; ++j) {
             const __m512bh v = as_bh(_mm512_permutexvar_epi16(idx, column[j]));
             for (int h = 0; h < NQ; ++h)
-                acc[h][j] = _mm512_dpbf16_ps(acc[h][j], as_bh(_mm512_loadu_si512(pw + b * NQ + h)), v);
+                acc[h][j] = _mm512_dpbf16_ps(acc[h][j], as_bh(_mm512_load_si512(pw + (b * NQ + h) * 32)), v);
         }
     }
     for (int h = 0; h < NQ; ++h) {
@@ -83,9 +83,9 @@ void values_bf16_avx512(const float* p, std::int64_t p_stride, int n_q, int M, i
                         std::int64_t n_blocks, const float* columns, float* out) {
     const int D = M * dsub;
     const std::size_t block_bytes = code_block_bytes(M, 4);
-    thread_local std::vector<__m512i> pw;
+    thread_local AlignedBuffer<std::uint16_t> pw;  // [n_blocks][NQ][32], 64-byte aligned
     for_head_groups<kHeadsPerPass>(n_q, [&](auto NQ, int h0) {
-        if (pw.size() < std::size_t(n_blocks) * NQ()) pw.resize(std::size_t(n_blocks) * NQ());
+        if (pw.size() < std::size_t(n_blocks) * NQ() * 32) pw.resize(std::size_t(n_blocks) * NQ() * 32);
         pair_weights<NQ()>(p + h0 * p_stride, p_stride, n_blocks, pw.data());
         // Subspace-outer, as the f32 pass: one subspace's accumulators stay in registers while the
         // tile's blocks (codes and paired weights in L1/L2) stream by.
