@@ -109,14 +109,7 @@ void values_perm_dims(const float* p, std::int64_t p_stride, const std::uint8_t*
             for (int h = 0; h < NQ; ++h) acc[h][j] = _mm512_fmadd_ps(p_hi[h], v_hi, _mm512_fmadd_ps(p_lo[h], v_lo, acc[h][j]));
         }
     }
-    for (int h = 0; h < NQ; ++h) {
-        float* o = out + std::int64_t(h) * D;
-        if constexpr (ND == 4) {
-            _mm_storeu_ps(o, _mm_add_ps(_mm_loadu_ps(o), reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3])));
-        } else {
-            for (int j = 0; j < ND; ++j) o[j] += _mm512_reduce_add_ps(acc[h][j]);
-        }
-    }
+    add_lane_sums<NQ, ND>(acc, out, D);
 }
 
 template <int NQ>

@@ -67,14 +67,7 @@ void values_bf16_dims(const std::uint16_t* pw, const std::uint8_t* group0, std::
                 acc[h][j] = _mm512_dpbf16_ps(acc[h][j], as_bh(_mm512_load_si512(pw + (b * NQ + h) * 32)), v);
         }
     }
-    for (int h = 0; h < NQ; ++h) {
-        float* o = out + std::int64_t(h) * D;
-        if constexpr (ND == 4) {
-            _mm_storeu_ps(o, _mm_add_ps(_mm_loadu_ps(o), reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3])));
-        } else {
-            for (int j = 0; j < ND; ++j) o[j] += _mm512_reduce_add_ps(acc[h][j]);
-        }
-    }
+    add_lane_sums<NQ, ND>(acc, out, D);
 }
 
 }  // namespace

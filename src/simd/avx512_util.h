@@ -4,6 +4,8 @@
 
 #include <immintrin.h>
 
+#include <cstdint>
+
 namespace aqpim {
 
 /// Horizontal sums of four registers at once: [Σa, Σb, Σc, Σd] (about 19 uops instead of 4 x 8).
@@ -12,6 +14,20 @@ inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
     const __m256 ab = _mm256_hadd_ps(half(a), half(b)), cd = _mm256_hadd_ps(half(c), half(d));
     const __m256 abcd = _mm256_hadd_ps(ab, cd);  // a b c d in both 128-bit lanes
     return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+/// out[h * D + j] += the lane sum of acc[h][j], for NQ rows of ND <= 4 consecutive outputs (the
+/// value passes' accumulators of one subspace's dims, closed once per tile).
+template <int NQ, int ND>
+inline void add_lane_sums(const __m512 (&acc)[NQ][ND], float* out, std::int64_t D) {
+    for (int h = 0; h < NQ; ++h) {
+        float* o = out + std::int64_t(h) * D;
+        if constexpr (ND == 4) {
+            _mm_storeu_ps(o, _mm_add_ps(_mm_loadu_ps(o), reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3])));
+        } else {
+            for (int j = 0; j < ND; ++j) o[j] += _mm512_reduce_add_ps(acc[h][j]);
+        }
+    }
 }
 
 /// Horizontal sums of sixteen registers at once, 3 uops per register instead of about 8: lane L of
