@@ -227,8 +227,9 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
         // value pass reads them subspace by subspace, 64 bytes of every block in turn, an order
         // that left a cold 32K call waiting on DRAM for about 1.4 ns per token even with the tile
         // prefetched into L2 up front; sequential copies are streamed by the hardware prefetcher
-        // (docs/pq-kernels.md). (Copying the 4-bit keys as well cost as much as the value pass in
-        // a batch-8 x 32K decode.)
+        // (docs/pq-kernels.md). (Copying keys and values together was 14% of a batch-8 x 32K pq
+        // decode step in `perf`, as much as the value pass; keys read in place measured within the
+        // VM's noise of gathered ones at batch 32 x 8K, and save the copy.)
         const auto scan = [&](const std::uint8_t* kb, std::int64_t n_blocks, float* scores) {
             if (int8)
                 k.scan_i8(ws.qlut.data(), ss.qparams.data(), n_q, Mk, kb, n_blocks, scores, kTile);
