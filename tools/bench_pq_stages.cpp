@@ -92,7 +92,7 @@ json bench_stages(const BenchOptions& opt) {
         time([&] { std::copy(scores.data(), scores.data() + scores.size(), p.data()); }));
     row("values, register permute", "tile",
         time([&] { k.values_perm(p.data(), kTile, kGroup, kM, dsub, vcodes.data(), nb, cols.data(), acc.data()); }));
-    if (k.values_bf16 && cpu_has_avx512_bf16())
+    if (bf16_values_here())
         row("values, bf16 pairs of tokens", "tile",
             time([&] { k.values_bf16(p.data(), kTile, kGroup, kM, dsub, vcodes.data(), nb, cols.data(), acc.data()); }));
     row("values, pair histograms", "tile",
@@ -111,7 +111,7 @@ json bench_stages(const BenchOptions& opt) {
 
     // The whole call over the same tile, each score and value path: what the stages add up to.
     std::vector<PqValuePath> value_paths = {PqValuePath::permute, PqValuePath::pairs};
-    if (k.values_bf16 && cpu_has_avx512_bf16()) value_paths.push_back(PqValuePath::bf16);
+    if (bf16_values_here()) value_paths.push_back(PqValuePath::bf16);
     for (PqScorePath sp : {PqScorePath::f32, PqScorePath::int8})
         for (PqValuePath vp : value_paths) {
             PqAttentionOptions o;

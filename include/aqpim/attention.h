@@ -79,6 +79,8 @@ struct PqAttentionOptions {
 /// active SIMD level; with int8 score tables (an approximate call already) it takes bf16 where the
 /// CPU has it. An explicit path the codes or the CPU cannot take is an error naming why.
 PqValuePath resolve_value_path(PqValuePath requested, int nbits, std::int64_t n_tokens, bool int8_scores = false);
+/// Whether the bf16 value pass can run now: AVX512-BF16 on this CPU and the avx512 kernel level active.
+bool bf16_values_here();
 /// "automatic", "histogram", "permute", "pairs" or "bf16".
 const char* to_string(PqValuePath path);
 

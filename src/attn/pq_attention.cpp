@@ -67,8 +67,10 @@ void rescale_pair_hist(float* pair_hist, int n_q, int M, const float* alpha) {
 
 }  // namespace
 
+bool bf16_values_here() { return active_simd_level() == SimdLevel::avx512 && cpu_has_avx512_bf16(); }
+
 PqValuePath resolve_value_path(PqValuePath requested, int nbits, std::int64_t n_tokens, bool int8_scores) {
-    const bool bf16_here = active_simd_level() == SimdLevel::avx512 && cpu_has_avx512_bf16();
+    const bool bf16_here = bf16_values_here();
     if (nbits != 4) {
         AQPIM_CHECK(requested == PqValuePath::automatic || requested == PqValuePath::histogram,
                     "the {} value path needs 4-bit codes (nbits={})", to_string(requested), nbits);

@@ -74,7 +74,7 @@ void PqKvParams::validate(const KvShape& shape) const {
     AQPIM_CHECK(scores != PqScorePath::int8 || nbits == 4, "scores=int8 needs nbits=4 (got {})", nbits);
     AQPIM_CHECK(values == PqValuePath::automatic || values == PqValuePath::histogram || nbits == 4,
                 "values={} needs nbits=4 (got {})", aqpim::to_string(values), nbits);
-    AQPIM_CHECK(values != PqValuePath::bf16 || (cpu_has_avx512_bf16() && active_simd_level() == SimdLevel::avx512),
+    AQPIM_CHECK(values != PqValuePath::bf16 || bf16_values_here(),
                 "values=bf16 needs AVX512-BF16 at the avx512 kernel level (this CPU {} it; level {})",
                 cpu_has_avx512_bf16() ? "has" : "lacks", simd_level_name(active_simd_level()));
     int Mk = key_m(), Mv = value_m();

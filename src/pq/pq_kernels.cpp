@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include <smmintrin.h>
 
@@ -85,6 +86,8 @@ void quantize_luts(const float* lut, int n_q, int M, std::uint8_t* qlut, Int8Lut
     // SSE4.1 (in the x86-64-v2 baseline), one subspace's 16 entries in four registers; the same
     // arithmetic as the scalar definition (min, max, nearbyint in the current rounding mode, clamp).
     using sse::hmax, sse::hmin;
+    thread_local std::vector<float> mins;  // each subspace's minimum, from the first pass to the second
+    mins.resize(std::size_t(M));
     for (int h = 0; h < n_q; ++h) {
         const float* l = lut + std::int64_t(h) * M * 16;
         float bias = 0, max_range = 0;
@@ -94,6 +97,7 @@ void quantize_luts(const float* lut, int n_q, int M, std::uint8_t* qlut, Int8Lut
                          d = _mm_loadu_ps(row + 12);
             const float lo = hmin(_mm_min_ps(_mm_min_ps(a, b), _mm_min_ps(c, d)));
             const float hi = hmax(_mm_max_ps(_mm_max_ps(a, b), _mm_max_ps(c, d)));
+            mins[std::size_t(m)] = lo;
             bias += lo;
             max_range = std::max(max_range, hi - lo);
         }
@@ -104,7 +108,7 @@ void quantize_luts(const float* lut, int n_q, int M, std::uint8_t* qlut, Int8Lut
             const float* row = l + m * 16;
             __m128 v[4];
             for (int i = 0; i < 4; ++i) v[i] = _mm_loadu_ps(row + 4 * i);
-            const __m128 lo = _mm_set1_ps(hmin(_mm_min_ps(_mm_min_ps(v[0], v[1]), _mm_min_ps(v[2], v[3]))));
+            const __m128 lo = _mm_set1_ps(mins[std::size_t(m)]);
             __m128i q[4];
             for (int i = 0; i < 4; ++i) {
                 const __m128 r = _mm_round_ps(_mm_mul_ps(_mm_sub_ps(v[i], lo), inv), _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC);
