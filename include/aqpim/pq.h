@@ -145,6 +145,7 @@ private:
     AlignedBuffer<float> centroids_;       ///< [M][ksub][dsub]
     AlignedBuffer<float> centroid_norms_;  ///< [M][ksub] (derived; released by release_centroid_norms)
     bool identity_ = true;                 ///< forward() is the identity (set_derived_)
+    bool perm_identity_ = true;            ///< perm_ is the identity (set_derived_)
 
     /// The transform, its gains (scale, Hadamard signs and normalisation folded: pq_transform.h)
     /// computed into `gains` [2 D]: derived per call, so a quantizer holds only what it counts.

@@ -22,6 +22,7 @@
 #include "kv/pq_codebooks.h"
 #include "kv/pq_layout.h"
 #include "kv/pq_state.h"
+#include "simd/prefetch.h"
 
 namespace aqpim {
 
@@ -29,6 +30,9 @@ namespace kv {
 namespace {
 
 constexpr float kF16Max = 65504.0f;
+/// Blocks of the next codebook version's codes a decode call requests into L2 while it scans the
+/// current version: one tile of the scan (1024 tokens, 32 KiB at M = 32 for keys and values).
+constexpr std::int64_t kNextVersionPrefetchBlocks = 32;
 constexpr double kAugSpanUnknownContext = 4096;  // positions the last version's key rotations reach when no context is stated
 
 /// Rows of one stream (a layer's keys or values of one KV head) for positions [first, end), stored as
@@ -153,7 +157,7 @@ struct VersionTables {
 /// Per-thread scratch of attend() (no allocation once warm).
 struct AttendScratch {
     AttentionPartial part;
-    std::vector<PqCodeSpan> spans;
+    std::vector<PqCodeSpan> spans, next_spans;  ///< the codes of the version read, of the next one
     std::vector<std::uint8_t> codes;
     std::vector<float> k, v;              ///< decoded rows (attn=decode)
     std::vector<float> tail_k, tail_v;    ///< [rows][D] the call's wq= tail rows widened once
@@ -579,6 +583,7 @@ void PqKvCache::prepare_versions(const LayerState& l, int ih, int n, bool many_r
     if (ws.versions.size() < std::size_t(n)) ws.versions.resize(std::size_t(n));
     for (int j = 0; j < n; ++j) {
         const PqLayerVersion& ver = l.versions[std::size_t(j)];
+        if (ver.compact() && j + 2 < n) l.versions[std::size_t(j + 2)].prefetch(ih);  // widened here, read here
         VersionTables& t = ws.versions[std::size_t(j)];
         t.options = attn_opts_;
         // cb=f16/int8: the transforms from the stored quantizers, the codebooks widened once per call.
@@ -599,17 +604,40 @@ void PqKvCache::attend_codes(const Sequence& s, const LayerState& l, int ih, con
     AttendScratch& ws = attend_scratch();
     const std::int64_t P = p_.page;
     const int D = shape().head_dim;
-    for (int j = 0; j <= L_.sched.version_of(c - 1); ++j) {
-        const std::int64_t a = L_.sched.version_start(j);
-        const std::int64_t b = j + 1 < L_.sched.versions ? std::min(c, L_.sched.version_start(j + 1)) : c;
+    const int last = L_.sched.version_of(c - 1);
+    const auto version_end = [&](int j) {
+        return j + 1 < L_.sched.versions ? std::min(c, L_.sched.version_start(j + 1)) : c;
+    };
+    // Version j's codes as page spans.
+    const auto spans_of = [&](int j, std::vector<PqCodeSpan>& spans) {
+        spans.clear();
+        for (std::int64_t i = L_.sched.version_start(j), b = version_end(j); i < b; i = (i / P + 1) * P)
+            spans.push_back({code_region(s, l, i, ih, false), code_region(s, l, i, ih, true),
+                             std::min(b, (i / P + 1) * P) - i});
+    };
+    if (p_.attn == PqAttendMode::codes) spans_of(0, ws.spans);
+    for (int j = 0; j <= last; ++j) {
+        const std::int64_t a = L_.sched.version_start(j), b = version_end(j);
         const PqLayerVersion& ver = l.versions[std::size_t(j)];
+        if (!ver.compact() && j + 2 <= last) l.versions[std::size_t(j + 2)].prefetch(ih);
         if (p_.attn == PqAttendMode::codes) {
-            ws.spans.clear();
-            for (std::int64_t i = a; i < b; i = (i / P + 1) * P) {
-                const std::int64_t e = std::min(b, (i / P + 1) * P);
-                ws.spans.push_back({code_region(s, l, i, ih, false), code_region(s, l, i, ih, true), e - i});
+            // The next version's first tile of codes, requested while this one is scanned: the scans
+            // prefetch ahead within a version only, and at refresh=512 every version is one tile.
+            if (j < last) {
+                spans_of(j + 1, ws.next_spans);
+                const PqLayerVersion& next = l.versions[std::size_t(j + 1)];
+                const std::size_t kbb = code_block_bytes(next.k[ih].M(), p_.nbits),
+                                  vbb = code_block_bytes(next.v[ih].M(), p_.nbits);
+                std::int64_t budget = kNextVersionPrefetchBlocks;
+                for (const PqCodeSpan& sp : ws.next_spans) {
+                    const std::int64_t nb = std::min(code_blocks_for(sp.n_tokens), budget);
+                    prefetch_l2(sp.k_blocks, std::size_t(nb) * kbb);
+                    prefetch_l2(sp.v_blocks, std::size_t(nb) * vbb);
+                    if ((budget -= nb) == 0) break;
+                }
             }
             attend_pq_spans(q, group, ver.k[ih], ver.v[ih], ws.spans, scale, ws.versions[std::size_t(j)].options, part);
+            std::swap(ws.spans, ws.next_spans);
             continue;
         }
         thread_local ProductQuantizer wide_k, wide_v;  // f16 codebooks widened (cb=f16)
@@ -671,8 +699,21 @@ void PqKvCache::attend(int il, int seq_id, int ih, const KvQuery& qr) const {
             p_hi = std::max(p_hi, p);
         }
     }
-    if (c_hi > 0) prepare_versions(l, ih, L_.sched.version_of(c_hi - 1) + 1, qr.n_rows > 1, ws);
     const bool tail_f16 = L_.dense[il] || l.tail_k[ih].is_f16();
+    if (c_hi > 0) {
+        // The parameters of every version and the f16 rows at the end are requested ahead of use: a
+        // decode call reads each once, and one by one they were cold misses in a row
+        // (docs/pq-kernels.md). Version j + 1's while version j is scanned (attend_codes); the
+        // first two here, before the tables of every version are prepared.
+        const int n_versions = L_.sched.version_of(c_hi - 1) + 1;
+        for (int j = 0; j < std::min(n_versions, 2); ++j) l.versions[std::size_t(j)].prefetch(ih);
+        if (tail_f16 && p_hi >= f_lo) {
+            const std::size_t bytes = std::size_t(p_hi + 1 - f_lo) * D * sizeof(f16_t);
+            prefetch_l2(l.tail_k[ih].f16_row(f_lo), bytes);
+            prefetch_l2(l.tail_v[ih].f16_row(f_lo), bytes);
+        }
+        prepare_versions(l, ih, n_versions, qr.n_rows > 1, ws);
+    }
     if (!tail_f16 && p_hi >= f_lo) {
         const std::int64_t cnt = p_hi + 1 - f_lo;
         ws.tail_k.resize(std::size_t(cnt) * D);

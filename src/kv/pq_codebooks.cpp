@@ -9,6 +9,7 @@
 
 #include "aqpim/error.h"
 #include "kv/pq_layout.h"
+#include "simd/prefetch.h"
 
 namespace aqpim::kv {
 
@@ -52,6 +53,23 @@ const float* PqLayerVersion::widened_centroids(bool value, int ih, std::vector<f
     if (!compact()) return nullptr;
     (value ? vc : kc)[std::size_t(ih)].widen(out);
     return out.data();
+}
+
+void PqLayerVersion::prefetch(int ih) const {
+    for (const bool value : {false, true}) {
+        const ProductQuantizer& q = (value ? v : k)[std::size_t(ih)];
+        const auto ahead = [](const auto& xs) { prefetch_l2(xs.data(), xs.size() * sizeof(xs[0])); };
+        ahead(q.scale());
+        ahead(q.permutation());
+        if (!compact()) {
+            prefetch_l2(q.centroids(), std::size_t(q.M()) * q.ksub() * q.dsub() * sizeof(float));
+            continue;
+        }
+        const CompactCentroids& c = (value ? vc : kc)[std::size_t(ih)];
+        ahead(c.f16);
+        ahead(c.i8);
+        ahead(c.scale);
+    }
 }
 
 const ProductQuantizer& PqLayerVersion::quantizer(bool value, int ih, ProductQuantizer& scratch) const {

@@ -38,6 +38,9 @@ struct PqLayerVersion {
     /// attention passes as PqAttentionOptions::k/v_centroids; cheaper than quantizer()). Null
     /// without.
     const float* widened_centroids(bool value, int ih, std::vector<float>& out) const;
+    /// Request head ih's parameters (key and value centroids as stored, scales, permutations) into
+    /// L2: a decode step reads them once per call, cold (docs/pq-kernels.md "Parameters ahead").
+    void prefetch(int ih) const;
 };
 
 /// Training rows of one stream: [n][head_dim] per KV head.

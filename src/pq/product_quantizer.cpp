@@ -131,12 +131,13 @@ PqTransform ProductQuantizer::transform_view_(float* gains) const {
     }
     t.hadamard = !hadamard_signs_.empty();
     t.rotation = rotation_.empty() ? nullptr : rotation_.data();
-    t.perm = is_identity_permutation(perm_) ? nullptr : perm_.data();
+    t.perm = perm_identity_ ? nullptr : perm_.data();
     return t;
 }
 
 void ProductQuantizer::set_derived_() {
-    identity_ = scale_.empty() && hadamard_signs_.empty() && rotation_.empty() && is_identity_permutation(perm_);
+    perm_identity_ = is_identity_permutation(perm_);
+    identity_ = scale_.empty() && hadamard_signs_.empty() && rotation_.empty() && perm_identity_;
 }
 
 // ---- training -----------------------------------------------------------------------------------
