@@ -56,10 +56,10 @@ json bench_stages(const BenchOptions& opt) {
     const PqKernels& k = pq_kernels();
     const AttnKernels& ak = attn_kernels(active_simd_level());
 
-    auto row = [&](const char* stage, const char* per, double seconds) {
+    auto row = [&](const char* stage, const char* per, double seconds, int M = kM, int nbits = 4) {
         const bool per_tile = std::string(per) == "tile";
         json r = {{"section", "stages"}, {"stage", stage}, {"per", per},
-                  {"case", fmt::format("GQA {} heads, M={}, 4-bit, D={}", kGroup, kM, kD)},
+                  {"case", fmt::format("GQA {} heads, M={}, {}-bit, D={}", kGroup, M, nbits, kD)},
                   {"simd", simd_level_name(active_simd_level())}, {"threads", 1}};
         if (per_tile)
             r["ns_per_token"] = seconds / double(kTile) * 1e9;
@@ -77,6 +77,15 @@ json bench_stages(const BenchOptions& opt) {
             k.build_lut(qy.data(), kGroup, kM, 16, dsub, pq_k.centroids(), lut.data());
         }));
     row("int8 tables", "call", time([&] { quantize_luts(lut.data(), kGroup, kM, qlut.data(), qprm.data()); }));
+    {  // 8-bit codebooks (what bits= picks at long contexts): 256 centroids per subspace
+        constexpr int kM8 = 16;
+        const ProductQuantizer pq8 = bench_pq(kM8, 8, 3);
+        std::vector<float> lut8(std::size_t(kGroup) * kM8 * 256);
+        row("query transform + f32 tables", "call", time([&] {
+                pq8.transform_query(q.data(), qy.data(), kGroup);
+                k.build_lut(qy.data(), kGroup, kM8, 256, kD / kM8, pq8.centroids(), lut8.data());
+            }), kM8, 8);
+    }
     // Per tile.
     row("scan, f32 tables", "tile",
         time([&] { k.scan_f32(lut.data(), kGroup, kM, 4, kcodes.data(), nb, scores.data(), kTile); }));

@@ -65,6 +65,8 @@ void interleave_luts_by4(const float* lut, int n_q, int M, float* lut4);
 /// Quantize float tables (ksub = 16) to the int8 path's u8 tables; qlut [n_q][M][16].
 void quantize_luts(const float* lut, int n_q, int M, std::uint8_t* qlut, Int8LutParams* params);
 
+/// One subspace's centroids [ksub][dsub] as columns [dsub][ksub] (ksub a multiple of 4).
+void subspace_columns(const float* centroids, int ksub, int dsub, float* columns);
 /// Transpose 4-bit codebooks [M][16][dsub] into columns [M][dsub][16] for values_perm.
 void codebook_columns(const float* centroids, int M, int dsub, float* columns);
 

@@ -121,24 +121,25 @@ void quantize_luts(const float* lut, int n_q, int M, std::uint8_t* qlut, Int8Lut
     }
 }
 
+void subspace_columns(const float* cb, int ksub, int dsub, float* col) {
+    int d0 = 0;
+    for (; d0 + 4 <= dsub; d0 += 4)  // 4 x 4 blocks: codes c0..c0+3, dims d0..d0+3
+        for (int c0 = 0; c0 + 4 <= ksub; c0 += 4) {
+            __m128 r0 = _mm_loadu_ps(cb + (c0 + 0) * dsub + d0), r1 = _mm_loadu_ps(cb + (c0 + 1) * dsub + d0);
+            __m128 r2 = _mm_loadu_ps(cb + (c0 + 2) * dsub + d0), r3 = _mm_loadu_ps(cb + (c0 + 3) * dsub + d0);
+            _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+            _mm_storeu_ps(col + (d0 + 0) * ksub + c0, r0);
+            _mm_storeu_ps(col + (d0 + 1) * ksub + c0, r1);
+            _mm_storeu_ps(col + (d0 + 2) * ksub + c0, r2);
+            _mm_storeu_ps(col + (d0 + 3) * ksub + c0, r3);
+        }
+    for (; d0 < dsub; ++d0)
+        for (int c = 0; c < ksub; ++c) col[d0 * ksub + c] = cb[c * dsub + d0];
+}
+
 void codebook_columns(const float* centroids, int M, int dsub, float* columns) {
-    for (int m = 0; m < M; ++m) {
-        const float* cb = centroids + std::int64_t(m) * 16 * dsub;  // [16][dsub]
-        float* col = columns + std::int64_t(m) * dsub * 16;         // [dsub][16]
-        int d0 = 0;
-        for (; d0 + 4 <= dsub; d0 += 4)  // 4 x 4 blocks: codes c0..c0+3, dims d0..d0+3
-            for (int c0 = 0; c0 < 16; c0 += 4) {
-                __m128 r0 = _mm_loadu_ps(cb + (c0 + 0) * dsub + d0), r1 = _mm_loadu_ps(cb + (c0 + 1) * dsub + d0);
-                __m128 r2 = _mm_loadu_ps(cb + (c0 + 2) * dsub + d0), r3 = _mm_loadu_ps(cb + (c0 + 3) * dsub + d0);
-                _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-                _mm_storeu_ps(col + (d0 + 0) * 16 + c0, r0);
-                _mm_storeu_ps(col + (d0 + 1) * 16 + c0, r1);
-                _mm_storeu_ps(col + (d0 + 2) * 16 + c0, r2);
-                _mm_storeu_ps(col + (d0 + 3) * 16 + c0, r3);
-            }
-        for (; d0 < dsub; ++d0)
-            for (int c = 0; c < 16; ++c) col[d0 * 16 + c] = cb[c * dsub + d0];
-    }
+    for (int m = 0; m < M; ++m)
+        subspace_columns(centroids + std::int64_t(m) * 16 * dsub, 16, dsub, columns + std::int64_t(m) * dsub * 16);
 }
 
 namespace {

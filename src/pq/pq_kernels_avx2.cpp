@@ -129,22 +129,25 @@ void values_perm_heads(const float* p, std::int64_t p_stride, int M, int dsub, c
 void build_lut_avx2(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut) {
     if (ksub % 8 != 0) return build_lut_ref(qy, n_q, M, ksub, dsub, centroids, lut);
     const int D = M * dsub;
-    const __m256i lane = _mm256_mullo_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0), _mm256_set1_epi32(dsub));
-    // NQ compile-time: the accumulators stay in registers (see build_lut_avx512)
-    for_head_groups<kMaxHeads>(n_q, [&](auto NQ, int h0) {
-        for (int m = 0; m < M; ++m)
+    // Each subspace transposed to columns in turn (as build_lut_avx512), then 8 centroids per FMA;
+    // NQ compile-time, so the accumulators stay in registers.
+    thread_local std::vector<float> columns;
+    columns.resize(std::size_t(ksub) * dsub);
+    for (int m = 0; m < M; ++m) {
+        subspace_columns(centroids + std::int64_t(m) * ksub * dsub, ksub, dsub, columns.data());
+        for_head_groups<kMaxHeads>(n_q, [&](auto NQ, int h0) {
             for (int c0 = 0; c0 < ksub; c0 += 8) {
-                const float* cw = centroids + (std::int64_t(m) * ksub + c0) * dsub;
                 __m256 acc[NQ()];
                 for (int h = 0; h < NQ(); ++h) acc[h] = _mm256_setzero_ps();
                 for (int d = 0; d < dsub; ++d) {
-                    const __m256 col = _mm256_i32gather_ps(cw + d, lane, 4);
+                    const __m256 col = _mm256_loadu_ps(columns.data() + std::size_t(d) * ksub + c0);
                     for (int h = 0; h < NQ(); ++h)
                         acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(qy[std::int64_t(h0 + h) * D + m * dsub + d]), col, acc[h]);
                 }
                 for (int h = 0; h < NQ(); ++h) _mm256_storeu_ps(lut + (std::int64_t(h0 + h) * M + m) * ksub + c0, acc[h]);
             }
-    });
+        });
+    }
 }
 
 void scan_f32_avx2(const float* lut, int n_q, int M, int nbits, const std::uint8_t* blocks, std::int64_t n_blocks,

@@ -139,9 +139,9 @@ void build_lut_avx512(const float* qy, int n_q, int M, int ksub, int dsub, const
     const int D = M * dsub;
     if (ksub == 16) {
         // 4-bit: the codebook transposed to columns once per call (codebook_columns' 4 x 4
-        // transposes), then one FMA per head, subspace and dim, with the same products in the same
-        // order as the gathers below (bit-identical tables). A 16-lane gather per subspace and dim
-        // made table building cost as much as scanning a 1K-token codebook version.
+        // transposes), then one FMA per head, subspace and dim in the reference's order (the same
+        // tables as 16-lane gathers gave). A gather per subspace and dim made table building cost
+        // as much as scanning a 1K-token codebook version.
         thread_local std::vector<float> columns;
         columns.resize(std::size_t(M) * dsub * 16);
         codebook_columns(centroids, M, dsub, columns.data());
@@ -163,25 +163,29 @@ void build_lut_avx512(const float* qy, int n_q, int M, int ksub, int dsub, const
         });
         return;
     }
-    const __m512i lane = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                            _mm512_set1_epi32(dsub));
+    // Wider codebooks (8-bit: 256 centroids): each subspace transposed to columns in turn (one
+    // [256][dsub] block stays in L1), then the FMAs of the 4-bit path, 16 centroids at a time; they
+    // replaced a 16-lane gather per 16 centroids and dim (docs/pq-kernels.md "Lookup tables").
+    thread_local std::vector<float> columns;
+    columns.resize(std::size_t(ksub) * dsub);
     // NQ a compile-time count, so the accumulators are registers (with a run-time count GCC kept
     // them on the stack: a load and a store around every multiply-add).
-    for_head_groups<kMaxHeads>(n_q, [&](auto NQ, int h0) {
-        for (int m = 0; m < M; ++m)
+    for (int m = 0; m < M; ++m) {
+        subspace_columns(centroids + std::int64_t(m) * ksub * dsub, ksub, dsub, columns.data());
+        for_head_groups<kMaxHeads>(n_q, [&](auto NQ, int h0) {
             for (int c0 = 0; c0 < ksub; c0 += 16) {
-                const float* cw = centroids + (std::int64_t(m) * ksub + c0) * dsub;
                 __m512 acc[NQ()];
                 for (int h = 0; h < NQ(); ++h) acc[h] = _mm512_setzero_ps();
                 for (int d = 0; d < dsub; ++d) {
-                    const __m512 col = _mm512_i32gather_ps(lane, cw + d, 4);  // centroids c0..c0+15, dim d
+                    const __m512 col = _mm512_loadu_ps(columns.data() + std::size_t(d) * ksub + c0);
                     for (int h = 0; h < NQ(); ++h)
                         acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(qy[std::int64_t(h0 + h) * D + m * dsub + d]), col, acc[h]);
                 }
                 for (int h = 0; h < NQ(); ++h)
                     _mm512_storeu_ps(lut + (std::int64_t(h0 + h) * M + m) * ksub + c0, acc[h]);
             }
-    });
+        });
+    }
 }
 
 void scan_f32_avx512(const float* lut, int n_q, int M, int nbits, const std::uint8_t* blocks, std::int64_t n_blocks,
