@@ -445,7 +445,7 @@ TEST(PqKv, VersionsStopAtTheBoundAndOldTokensKeepTheirs) {
     const KvShape shape = neox_shape(1, 2, 32);
     const int n = 1200;
     const Data d = synthetic(shape, n, 2, 4);
-    const std::string spec = "pq:m=8,calib=68,sinks=4,window=16,refresh=128,page=64,versions=3,k_scale=0,scores=f32";
+    const std::string spec = "pq:m=8,calib=68,sinks=4,window=16,refresh=128,page=64,versions=3,k_scale=0,scores=f32,cb=f32";
     auto c = pq_cache(spec, shape), dec = pq_cache(spec + ",attn=decode", shape);
     c->add_sequence(0);
     dec->add_sequence(0);
