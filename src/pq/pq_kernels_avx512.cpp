@@ -137,55 +137,36 @@ void values_perm_heads(const float* p, std::int64_t p_stride, int M, int dsub, c
 void build_lut_avx512(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut) {
     if (ksub % 16 != 0) return build_lut_ref(qy, n_q, M, ksub, dsub, centroids, lut);
     const int D = M * dsub;
-    if (ksub == 16) {
-        // 4-bit: the codebook transposed to columns once per call (codebook_columns' 4 x 4
-        // transposes), then one FMA per head, subspace and dim in the reference's order (the same
-        // tables as 16-lane gathers gave). A gather per subspace and dim made table building cost
-        // as much as scanning a 1K-token codebook version.
-        thread_local std::vector<float> columns;
-        columns.resize(std::size_t(M) * dsub * 16);
-        codebook_columns(centroids, M, dsub, columns.data());
-        const float* cols = columns.data();
-        for_head_groups<kMaxHeads>(n_q, [&](auto NQ, int h0) {
-            const float* q0 = qy + std::int64_t(h0) * D;
-            float* l0 = lut + std::int64_t(h0) * M * 16;
-            for (int m = 0; m < M; ++m) {
-                __m512 acc[NQ()];
-                for (int h = 0; h < NQ(); ++h) acc[h] = _mm512_setzero_ps();
-                const float* cm = cols + std::size_t(m) * dsub * 16;
-                const float* qm = q0 + m * dsub;
-                for (int d = 0; d < dsub; ++d) {
-                    const __m512 col = _mm512_loadu_ps(cm + d * 16);
-                    for (int h = 0; h < NQ(); ++h) acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(qm[h * D + d]), col, acc[h]);
-                }
-                for (int h = 0; h < NQ(); ++h) _mm512_storeu_ps(l0 + (std::int64_t(h) * M + m) * 16, acc[h]);
-            }
-        });
-        return;
-    }
-    // Wider codebooks (8-bit: 256 centroids): each subspace transposed to columns in turn (one
-    // [256][dsub] block stays in L1), then the FMAs of the 4-bit path, 16 centroids at a time; they
-    // replaced a 16-lane gather per 16 centroids and dim (docs/pq-kernels.md "Lookup tables").
+    // The codebook transposed to columns [M][dsub][ksub] once per call, then one FMA per head, 16
+    // centroids and dim, in the reference's order. 16-lane gathers instead (one per 16 centroids
+    // and dim) made 4-bit tables cost as much as scanning a 1K-token codebook version and 8-bit
+    // ones 2.5x what they cost now (docs/pq-kernels.md "Lookup tables"). NQ a compile-time count,
+    // so the accumulators are registers (with a run-time count GCC kept them on the stack).
     thread_local std::vector<float> columns;
-    columns.resize(std::size_t(ksub) * dsub);
-    // NQ a compile-time count, so the accumulators are registers (with a run-time count GCC kept
-    // them on the stack: a load and a store around every multiply-add).
-    for (int m = 0; m < M; ++m) {
-        subspace_columns(centroids + std::int64_t(m) * ksub * dsub, ksub, dsub, columns.data());
+    columns.resize(std::size_t(M) * ksub * dsub);
+    if (ksub == 16)  // codebook_columns: the transposes with the count of codes a constant
+        codebook_columns(centroids, M, dsub, columns.data());
+    else
+        for (int m = 0; m < M; ++m)
+            subspace_columns(centroids + std::int64_t(m) * ksub * dsub, ksub, dsub, columns.data() + std::size_t(m) * ksub * dsub);
+    with_constant<16, 256>(ksub, [&](auto KS) {  // 4 and 8 bits with the centroid count a constant
+        const int K = KS() > 0 ? KS() : ksub;
         for_head_groups<kMaxHeads>(n_q, [&](auto NQ, int h0) {
-            for (int c0 = 0; c0 < ksub; c0 += 16) {
-                __m512 acc[NQ()];
-                for (int h = 0; h < NQ(); ++h) acc[h] = _mm512_setzero_ps();
-                for (int d = 0; d < dsub; ++d) {
-                    const __m512 col = _mm512_loadu_ps(columns.data() + std::size_t(d) * ksub + c0);
-                    for (int h = 0; h < NQ(); ++h)
-                        acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(qy[std::int64_t(h0 + h) * D + m * dsub + d]), col, acc[h]);
+            for (int m = 0; m < M; ++m) {
+                const float* cm = columns.data() + std::size_t(m) * K * dsub;
+                const float* qm = qy + std::int64_t(h0) * D + m * dsub;
+                for (int c0 = 0; c0 < K; c0 += 16) {
+                    __m512 acc[NQ()];
+                    for (int h = 0; h < NQ(); ++h) acc[h] = _mm512_setzero_ps();
+                    for (int d = 0; d < dsub; ++d) {
+                        const __m512 col = _mm512_loadu_ps(cm + std::size_t(d) * K + c0);
+                        for (int h = 0; h < NQ(); ++h) acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(qm[h * D + d]), col, acc[h]);
+                    }
+                    for (int h = 0; h < NQ(); ++h) _mm512_storeu_ps(lut + (std::int64_t(h0 + h) * M + m) * K + c0, acc[h]);
                 }
-                for (int h = 0; h < NQ(); ++h)
-                    _mm512_storeu_ps(lut + (std::int64_t(h0 + h) * M + m) * ksub + c0, acc[h]);
             }
         });
-    }
+    });
 }
 
 void scan_f32_avx512(const float* lut, int n_q, int M, int nbits, const std::uint8_t* blocks, std::int64_t n_blocks,
