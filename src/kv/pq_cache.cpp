@@ -703,8 +703,8 @@ void PqKvCache::attend(int il, int seq_id, int ih, const KvQuery& qr) const {
     if (c_hi > 0) {
         // The parameters of every version and the f16 rows at the end are requested ahead of use: a
         // decode call reads each once, and one by one they were cold misses in a row
-        // (docs/pq-kernels.md). Version j + 1's while version j is scanned (attend_codes); the
-        // first two here, before the tables of every version are prepared.
+        // (docs/pq-kernels.md). The first two versions' parameters here; version j + 2's while
+        // version j is widened (compact codebooks, prepare_versions) or scanned (attend_codes).
         const int n_versions = L_.sched.version_of(c_hi - 1) + 1;
         for (int j = 0; j < std::min(n_versions, 2); ++j) l.versions[std::size_t(j)].prefetch(ih);
         if (tail_f16 && p_hi >= f_lo) {
