@@ -136,6 +136,25 @@ std::unique_ptr<KvCache> make_pq_kv_cache(const PqKvParams& params, const KvShap
 std::unique_ptr<KvCache> make_pq_kv_cache(const KvSchemeSpec& spec, const KvShape& shape,
                                           const KvCacheOptions& options = {});
 
+/// The subspaces bits= chose for one sequence: k_m[il][ih] / v_m[il][ih] for coded layer il and KV
+/// head ih; a layer's lists are empty where it is dense f16 or not calibrated yet.
+struct PqAllocation {
+    std::vector<std::vector<int>> k_m, v_m;  ///< [n_layer][n_kv_head or 0]
+    bool operator==(const PqAllocation&) const = default;
+};
+
+/// The allocation of sequence seq_id of a PQ cache. Throws aqpim::Error naming the reason when
+/// `cache` is not a PQ cache or holds no such sequence.
+PqAllocation pq_allocation(const KvCache& cache, int seq_id);
+
+/// A bits= cache whose layers take their m from `pinned` (where a layer's lists are not empty)
+/// instead of choosing them from calibration error; the codebooks are trained as for any choice.
+/// The attention-weight probes of `eval --fidelity` use it: their runs pass other values than the
+/// main run, and with the main run's m they hold the same bytes and the same key codebooks.
+/// A pinned layer that does not fit the page width left to it is an aqpim::Error at calibration.
+std::unique_ptr<KvCache> make_pq_kv_cache(const PqKvParams& params, const KvShape& shape,
+                                          const KvCacheOptions& options, PqAllocation pinned);
+
 /// One layer of one sequence of a PQ cache as a decode step at its last position reads it, in the
 /// cache's own layout: what the CUDA kernels' launch needs (aqpim/cuda_pq.h builds the launch's
 /// problem from views; docs/cuda.md). Page pointers point into the cache: valid until its next

@@ -86,6 +86,8 @@ public:
     void transform_query(const float* q, float* qy, std::int64_t n) const;  ///< [n][D] -> [n][D]
     /// True when forward() is the identity (no scale folding, no rotation, identity permutation).
     bool is_identity_transform() const { return identity_; }
+    /// The subspace plan is the identity permutation (not stored, not counted by parameter_bytes()).
+    bool has_identity_permutation() const { return perm_identity_; }
     /// The permutation P [D] (y[i] = z[perm[i]]), empty before training.
     const std::vector<std::int32_t>& permutation() const { return perm_; }
     /// Per-channel scale s [D], empty when scale folding is off.

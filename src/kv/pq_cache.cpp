@@ -170,11 +170,13 @@ AttendScratch& attend_scratch() {
 
 class PqKvCache final : public KvCache {
 public:
-    PqKvCache(const PqKvParams& params, const KvShape& shape, const KvCacheOptions& options)
+    PqKvCache(const PqKvParams& params, const KvShape& shape, const KvCacheOptions& options,
+              PqAllocation pinned = {})
         : KvCache(shape),
           p_(params),
           L_(make_pq_layout(params, shape, options.context)),
-          budget_(options.memory_budget) {
+          budget_(options.memory_budget),
+          pinned_(std::move(pinned)) {
         if (L_.n_coded_layers > 0) code_pool_ = std::make_unique<PagePool>(L_.code_page_bytes);
         if (L_.n_dense_layers > 0) dense_pool_ = std::make_unique<PagePool>(L_.dense_page_bytes);
         attn_opts_.scores = p_.scores;
@@ -228,6 +230,13 @@ public:
     std::uint64_t sequence_bytes(std::int64_t n_tokens) const override { return footprint(n_tokens); }
     /// pq_layer_read_view (aqpim/kv_pq.h): layer il of sequence seq_id as a decode step reads it.
     PqLayerReadView read_view(int seq_id, int il) const;
+    /// pq_allocation (aqpim/kv_pq.h).
+    PqAllocation allocation(int seq_id) const {
+        const Sequence& s = sequence(seq_id);
+        PqAllocation a;
+        for (const LayerState& l : s.layers) a.k_m.push_back(l.Mk), a.v_m.push_back(l.Mv);
+        return a;
+    }
     /// Section "pq" of docs/kv-state.md.
     void save_sequence(int seq_id, ByteWriter& out) const override;
     void restore_sequence(int seq_id, ByteReader& in) override;
@@ -320,6 +329,7 @@ private:
     PqKvParams p_;
     PqLayout L_;
     std::uint64_t budget_;
+    PqAllocation pinned_;  ///< bits=: m taken instead of chosen, per layer (make_pq_kv_cache with an allocation)
     PqAttentionOptions attn_opts_;
     std::unique_ptr<PagePool> code_pool_, dense_pool_;
     std::map<int, Sequence> seqs_;
@@ -497,7 +507,18 @@ void PqKvCache::train_version(Sequence& s, LayerState& l, int il, int j) {
         return;
     }
     // Version 0 fixes the layer's m and its place in the code pages.
-    if (p_.bits > 0) {
+    const bool pinned = p_.bits > 0 && std::size_t(il) < pinned_.k_m.size() && !pinned_.k_m[std::size_t(il)].empty();
+    if (pinned) {
+        l.Mk = pinned_.k_m[std::size_t(il)];
+        l.Mv = pinned_.v_m[std::size_t(il)];
+        std::size_t bytes = 0;
+        for (int ih = 0; ih < n_kv; ++ih)
+            bytes += pq_token_code_bytes(l.Mk[ih], p_.nbits) + pq_token_code_bytes(l.Mv[ih], p_.nbits);
+        AQPIM_CHECK(bytes <= L_.width - s.assigned,
+                    "kv cache {}: the pinned m of layer {} take {} code bytes per token, {} are left", scheme(), il, bytes,
+                    L_.width - s.assigned);
+        l.versions.push_back(train_pq_layer_version(p_, shape(), l.Mk, l.Mv, tk, tv));
+    } else if (p_.bits > 0) {
         const int left = L_.n_coded_layers - s.n_calibrated;
         const std::size_t share = (L_.width - s.assigned) / std::size_t(left);
         PqLayerChoice c = choose_pq_layer(p_, shape(), share, tk, tv);
@@ -1063,6 +1084,32 @@ PqLayerReadView pq_layer_read_view(const KvCache& cache, int seq_id, int il) {
 std::unique_ptr<KvCache> make_pq_kv_cache(const PqKvParams& params, const KvShape& shape, const KvCacheOptions& options) {
     params.validate(shape);
     return std::make_unique<kv::PqKvCache>(params, shape, options);
+}
+
+std::unique_ptr<KvCache> make_pq_kv_cache(const PqKvParams& params, const KvShape& shape, const KvCacheOptions& options,
+                                          PqAllocation pinned) {
+    params.validate(shape);
+    const std::size_t n_layer = std::size_t(shape.n_layer), n_kv = std::size_t(shape.n_kv_head);
+    AQPIM_CHECK(pinned.k_m.size() <= n_layer && pinned.v_m.size() == pinned.k_m.size(),
+                "pinned pq allocation: {} key and {} value layers for a model of {}", pinned.k_m.size(),
+                pinned.v_m.size(), n_layer);
+    for (std::size_t il = 0; il < pinned.k_m.size(); ++il) {
+        const std::vector<int>&mk = pinned.k_m[il], &mv = pinned.v_m[il];
+        if (mk.empty() && mv.empty()) continue;
+        AQPIM_CHECK(mk.size() == n_kv && mv.size() == n_kv, "pinned pq allocation: layer {} names {} key and {} value "
+                    "heads, the model has {}", il, mk.size(), mv.size(), n_kv);
+        for (int M : mk) AQPIM_CHECK(M >= 1 && shape.head_dim % M == 0, "pinned pq allocation: layer {} key m={} does "
+                                     "not divide head_dim {}", il, M, shape.head_dim);
+        for (int M : mv) AQPIM_CHECK(M >= 1 && shape.head_dim % M == 0, "pinned pq allocation: layer {} value m={} does "
+                                     "not divide head_dim {}", il, M, shape.head_dim);
+    }
+    return std::make_unique<kv::PqKvCache>(params, shape, options, std::move(pinned));
+}
+
+PqAllocation pq_allocation(const KvCache& cache, int seq_id) {
+    const auto* pq = dynamic_cast<const kv::PqKvCache*>(&cache);
+    AQPIM_CHECK(pq != nullptr, "kv cache {}: not a PQ cache, it has no m allocation", cache.scheme());
+    return pq->allocation(seq_id);
 }
 
 std::unique_ptr<KvCache> make_pq_kv_cache(const KvSchemeSpec& spec, const KvShape& shape, const KvCacheOptions& options) {

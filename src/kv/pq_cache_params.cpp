@@ -171,13 +171,16 @@ PQParams pq_value_params(const PqKvParams& p, const KvShape& shape, int M) {
     return q;
 }
 
+bool plan_is_identity_by_construction(const PQParams& q) {
+    return q.order == SubspaceOrder::contiguous &&
+           is_identity_permutation(make_subspace_plan(q.D, q.M, q.pairs, q.order, nullptr));
+}
+
 std::size_t predicted_quantizer_bytes(const PQParams& q, CodebookStorage codebooks) {
     const std::size_t D = std::size_t(q.D);
     std::size_t b = centroid_bytes(codebooks, std::size_t(1) << q.nbits, D);  // centroids [M][ksub][dsub]
     if (q.scale_folding) b += D * 4;
-    const bool identity_plan = q.order == SubspaceOrder::contiguous &&
-                               is_identity_permutation(make_subspace_plan(q.D, q.M, q.pairs, q.order, nullptr));
-    if (!identity_plan) b += D * 4;
+    if (!plan_is_identity_by_construction(q)) b += D * 4;
     if (q.rotation == Rotation::hadamard) b += D * 4;
     if (q.rotation == Rotation::random_orthogonal) b += D * D * 4;
     return b;

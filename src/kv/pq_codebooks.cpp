@@ -20,6 +20,10 @@ std::size_t PqLayerVersion::parameter_bytes() const {
             const ProductQuantizer& q = (*qs)[i];
             b += q.parameter_bytes();  // centroids counted at 4 bytes
             if (compact()) b = b - std::size_t(q.ksub()) * q.D() * 4 + (*stored)[i].bytes();
+            // A variance-balanced plan that the data made the identity is not stored, but counted:
+            // the bytes do not depend on the values (the budget's prediction; eval's probe runs).
+            if (q.has_identity_permutation() && !plan_is_identity_by_construction(q.params()))
+                b += std::size_t(q.D()) * 4;
         }
     return b;
 }
@@ -167,11 +171,17 @@ double pq_relative_error(std::span<const ProductQuantizer> pqs, std::span<const 
 namespace {
 
 /// The bits= choice of m trains every candidate with at most this many k-means iterations and
-/// plain k-means++ seeds (trials = 1), on every other un-augmented row (docs/kv-pq.md: on the
-/// tuning half, 2-25 iterations, 1 or 2 + ln k trials, all rows or every other one gave mean KL
-/// within 1% of training every candidate fully).
+/// plain k-means++ seeds (trials = 1), on the even un-augmented rows (docs/kv-pq.md: on the tuning
+/// half, 2-25 iterations, 1 or 2 + ln k trials, all rows or every other one gave mean KL within 1%
+/// of training every candidate fully).
 constexpr int kChoiceIters = 3;
 constexpr int kChoiceTrials = 1;
+/// A candidate is scored on the rows it trained on when they are at least this many per centroid,
+/// else on the odd rows it did not see: an 8-bit codebook (256 centroids) fits the ~255 rows of a
+/// version exactly whatever m, and scored in-sample every candidate had error 0 (docs/kv-pq.md).
+/// In-sample above it: held-out scoring there was no better on the tuning half (mean KL +0.5% to
+/// +7% over bits 1-3.5 at 1024 tokens).
+constexpr std::int64_t kInSampleRowsPerCentroid = 2;
 
 /// One stream of a layer (a KV head's keys or values) in the bits= choice.
 struct Stream {
@@ -183,9 +193,9 @@ struct Stream {
 };
 
 /// Every stream's err: each candidate m trained (one batched call per m) with the k-means options
-/// of `p` on the rows of xk / xv.
+/// of `p` on the rows of xk / xv, its relative error measured on the rows of ek / ev.
 void measure_candidates(const PqKvParams& p, const KvShape& shape, std::vector<Stream>& streams, PqTrainSet xk,
-                        PqTrainSet xv) {
+                        PqTrainSet xv, PqTrainSet ek, PqTrainSet ev) {
     std::vector<int> all_m;
     for (const Stream& st : streams) all_m.insert(all_m.end(), st.ms.begin(), st.ms.end());
     std::sort(all_m.begin(), all_m.end());
@@ -193,7 +203,7 @@ void measure_candidates(const PqKvParams& p, const KvShape& shape, std::vector<S
     for (Stream& st : streams) st.err.assign(st.ms.size(), 0.0);
     for (int M : all_m) {
         std::vector<ProductQuantizer> pqs;
-        std::vector<const float*> xs;
+        std::vector<const float*> xs, es;
         std::vector<std::int64_t> ns;
         std::vector<std::pair<Stream*, std::size_t>> owner;  // (stream, candidate)
         for (Stream& st : streams) {
@@ -201,12 +211,14 @@ void measure_candidates(const PqKvParams& p, const KvShape& shape, std::vector<S
             if (at == st.ms.end()) continue;
             pqs.emplace_back(st.value ? pq_value_params(p, shape, M) : pq_key_params(p, shape, M));
             xs.push_back(st.value ? xv.x[st.ih] : xk.x[st.ih]);
+            es.push_back(st.value ? ev.x[st.ih] : ek.x[st.ih]);
             ns.push_back(st.value ? xv.n : xk.n);
             owner.emplace_back(&st, std::size_t(at - st.ms.begin()));
         }
         train_batched(pqs, xs, ns);
         for (std::size_t i = 0; i < pqs.size(); ++i)
-            owner[i].first->err[owner[i].second] = pq_relative_error({&pqs[i], 1}, {&xs[i], 1}, ns[i]);
+            owner[i].first->err[owner[i].second] =
+                pq_relative_error({&pqs[i], 1}, {&es[i], 1}, owner[i].first->value ? ev.n : ek.n);
     }
 }
 
@@ -255,25 +267,31 @@ PqLayerChoice choose_pq_layer(const PqKvParams& p, const KvShape& shape, std::si
                 if (bytes_of(M) - bytes_of(c.front()) <= room) st.ms.push_back(M);
             streams.push_back(std::move(st));
         }
-    // The choice from proxies: every candidate trained briefly on every other row of the
-    // version's own rows (the first xv.n rows of xk: rope_augment puts the rotated copies after
-    // them); then only the chosen m are trained in full, on every row.
+    // The choice from proxies: every candidate trained briefly on the even rows of the version's
+    // own rows (the first xv.n rows of xk: rope_augment puts the rotated copies after them) and
+    // scored on those rows, or on the odd ones when the even ones are too few for the centroids;
+    // then only the chosen m are trained in full, on every row. (One row: scored on itself.)
     PqKvParams proxy = p;
     proxy.iters = std::min(p.iters, kChoiceIters);
     proxy.trials = kChoiceTrials;
-    const int D = shape.head_dim, ksub = 1 << p.nbits;
-    const std::int64_t step = xv.n >= 4 * std::int64_t(ksub) ? 2 : 1, n_proxy = (xv.n + step - 1) / step;
-    std::vector<std::vector<float>> proxy_rows(2 * std::size_t(n_kv));  // keys of heads 0.., values: [n_proxy][D]
-    std::vector<const float*> pk(n_kv), pv(n_kv);
+    const int D = shape.head_dim;
+    const std::int64_t n_even = (xv.n + 1) / 2, n_odd = xv.n / 2;
+    std::vector<std::vector<float>> proxy_rows(4 * std::size_t(n_kv));  // [parity][keys of heads 0.., values][rows][D]
+    std::vector<const float*> pk(n_kv), pv(n_kv), ek(n_kv), ev(n_kv);
     for (int ih = 0; ih < n_kv; ++ih)
-        for (const bool value : {false, true}) {
-            std::vector<float>& r = proxy_rows[std::size_t(value ? n_kv + ih : ih)];
-            const float* x = value ? xv.x[ih] : xk.x[ih];
-            r.resize(std::size_t(n_proxy) * D);
-            for (std::int64_t i = 0; i < n_proxy; ++i) std::copy_n(x + i * step * D, D, r.data() + i * D);
-            (value ? pv : pk)[ih] = r.data();
-        }
-    measure_candidates(proxy, shape, streams, PqTrainSet{pk, n_proxy}, PqTrainSet{pv, n_proxy});
+        for (const bool value : {false, true})
+            for (const int parity : {0, 1}) {
+                const std::int64_t n_rows = parity == 0 ? n_even : n_odd;
+                std::vector<float>& r = proxy_rows[std::size_t(parity * 2 * n_kv + (value ? n_kv + ih : ih))];
+                const float* x = value ? xv.x[ih] : xk.x[ih];
+                r.resize(std::size_t(n_rows) * D);
+                for (std::int64_t i = 0; i < n_rows; ++i) std::copy_n(x + (2 * i + parity) * D, D, r.data() + i * D);
+                (parity == 0 ? (value ? pv : pk) : (value ? ev : ek))[ih] = r.data();
+            }
+    const bool held_out = n_odd > 0 && n_even < kInSampleRowsPerCentroid * (std::int64_t(1) << p.nbits);
+    measure_candidates(proxy, shape, streams, PqTrainSet{pk, n_even}, PqTrainSet{pv, n_even},
+                       held_out ? PqTrainSet{ek, n_odd} : PqTrainSet{pk, n_even},
+                       held_out ? PqTrainSet{ev, n_odd} : PqTrainSet{pv, n_even});
     const std::size_t used = allocate(streams, room, p.v_weight, p.nbits);
     PqLayerChoice c;
     c.bytes = floor_bytes + used;

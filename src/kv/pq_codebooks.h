@@ -20,7 +20,9 @@ struct PqLayerVersion {
     /// cb=f16 / cb=int8: the centroids of k[ih] / v[ih] as stored; the quantizers then hold none.
     std::vector<CompactCentroids> kc, vc;
 
-    /// Bytes of the parameters as held: docs/pq-format.md sections, centroids as stored (cb=).
+    /// Bytes of the parameters as held: docs/pq-format.md sections, centroids as stored (cb=); a
+    /// permutation is counted unless the plan is the identity by construction (one the data made
+    /// the identity is not stored, and counted all the same: the bytes do not depend on the values).
     std::size_t parameter_bytes() const;
     bool compact() const { return !kc.empty(); }
     /// Keep the centroids rounded to `storage` (f16 or int8) only and release the quantizers' f32
@@ -75,8 +77,8 @@ struct PqLayerChoice {
 
 /// Choose m from proxies, then train the choice. Every candidate m (pq_m_candidates; one batched
 /// call per m over every head, keys and values) is trained briefly (3 k-means iterations, plain
-/// k-means++ seeds) on every other one of the version's own rows (all of them below 4 ksub rows;
-/// keys without their RoPE-rotated copies) and scored by pq_relative_error. Allocation is greedy:
+/// k-means++ seeds) on the even rows of the version's own rows (keys without their RoPE-rotated
+/// copies) and scored by pq_relative_error on the odd rows, which it did not train on. Allocation is greedy:
 /// every stream (a KV head's keys or values) starts at the smallest m; while an upgrade fits
 /// `share` code bytes per token, take the one with the largest weighted error reduction per byte
 /// (weights 1 for keys, p.v_weight for values). The chosen quantizers are then trained as

@@ -27,6 +27,9 @@ PQParams pq_value_params(const PqKvParams& p, const KvShape& shape, int M);
 /// sections, with a permutation unless the plan is the identity by construction (contiguous order
 /// without NeoX pairs).
 std::size_t predicted_quantizer_bytes(const PQParams& params, CodebookStorage codebooks);
+/// Whether a quantizer of these parameters has the identity permutation whatever its data
+/// (contiguous order without NeoX pairs); otherwise its permutation is counted.
+bool plan_is_identity_by_construction(const PQParams& params);
 /// The codec of the window and pre-calibration rows (wq=), none for f16; errors on a head_dim the
 /// codec cannot take.
 std::optional<RowCodec> pq_window_codec(const PqKvParams& p, const KvShape& shape);
