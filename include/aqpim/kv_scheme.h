@@ -49,6 +49,14 @@ struct KvCacheOptions {
 /// The cache a spec names, for a model's KV shape. Unknown scheme or parameter: aqpim::Error.
 std::unique_ptr<KvCache> make_kv_cache(const KvSchemeSpec& spec, const KvShape& shape, const KvCacheOptions& options = {});
 
+/// A cache of `spec` that makes the data-dependent choices `like` (a cache of the same spec) made for
+/// sequence `seq_id`, so that runs over other values hold the same bytes: for `pq` with bits= the m
+/// of every layer (make_pq_kv_cache with pq_allocation); every other scheme chooses nothing from its
+/// data and is made as make_kv_cache makes it. The attention-weight probes of `eval --fidelity` and
+/// the two value patterns of `eval --needles` use it.
+std::unique_ptr<KvCache> make_kv_cache_like(const KvSchemeSpec& spec, const KvShape& shape,
+                                            const KvCacheOptions& options, const KvCache& like, int seq_id);
+
 /// Names of every scheme, for help texts and errors.
 const std::vector<std::string>& kv_scheme_names();
 

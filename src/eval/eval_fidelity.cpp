@@ -177,7 +177,7 @@ FidelityReport measure_fidelity(Transformer& model, const std::vector<std::int32
         if (options.probe) {
             const auto probe_run = [&](int zeroed_block) {
                 auto probe = std::make_unique<RecordingKvCache>(
-                    make_kv_cache(spec, shape, cache_options), options.layer, options.head,
+                    make_kv_cache_like(spec, shape, cache_options, main.inner(), 0), options.layer, options.head,
                     [&, zeroed_block](std::int64_t pos, float* v) {
                         std::fill(v, v + hd, 0.0f);
                         if (pos / block != zeroed_block)
@@ -194,8 +194,15 @@ FidelityReport measure_fidelity(Transformer& model, const std::vector<std::int32
                 for (std::size_t r = 0; r < rows.size(); ++r)
                     if (probe.rows()[r].pos != rows[r].pos || probe.rows()[r].q != rows[r].q)
                         return f.probe_note = "a probe run saw other queries than the main run", false;
-                if (probe.memory().parts != main.memory().parts)
-                    return f.probe_note = "a probe run held other bytes than the main run", false;
+                const auto probe_parts = probe.memory().parts, main_parts = main.memory().parts;
+                if (probe_parts != main_parts) {
+                    f.probe_note = "a probe run held other bytes than the main run:";
+                    for (std::size_t i = 0; i < probe_parts.size() && i < main_parts.size(); ++i)
+                        if (probe_parts[i] != main_parts[i])
+                            f.probe_note += fmt::format(" {} {} vs {}", main_parts[i].first, main_parts[i].second,
+                                                        probe_parts[i].second);
+                    return false;
+                }
                 return true;
             };
             const std::unique_ptr<RecordingKvCache> base = probe_run(-1);

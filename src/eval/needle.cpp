@@ -117,8 +117,10 @@ std::vector<SchemeNeedles> plant_needles(const std::vector<KvSchemeSpec>& scheme
                     for (int d = 0; d < hd; ++d) q[std::size_t(r) * hd + d] = float(betas[std::size_t(r)] * K[std::size_t(p) * hd + d]);
                 std::vector<std::vector<float>> outs;
                 std::vector<std::pair<std::string, std::uint64_t>> first_parts;
+                std::unique_ptr<KvCache> first;  // the second run makes the choices the first made from its data
                 for (const bool needle_b : {true, false}) {
-                    std::unique_ptr<KvCache> cache = make_kv_cache(spec, shape, KvCacheOptions{0, n});
+                    std::unique_ptr<KvCache> cache = first ? make_kv_cache_like(spec, shape, KvCacheOptions{0, n}, *first, 0)
+                                                           : make_kv_cache(spec, shape, KvCacheOptions{0, n});
                     cache->add_sequence(0);
                     sn.scheme = cache->scheme();
                     std::vector<float> v;
@@ -155,6 +157,7 @@ std::vector<SchemeNeedles> plant_needles(const std::vector<KvSchemeSpec>& scheme
                                 sn.note += fmt::format(" {} {} vs {}", mem.parts[i].first, first_parts[i].second,
                                                        mem.parts[i].second);
                     }
+                    if (!first) first = std::move(cache);
                 }
                 for (int r = 0; r < n_rows; ++r) {
                     NeedleResult x;

@@ -32,4 +32,13 @@ std::unique_ptr<KvCache> make_kv_cache(const KvSchemeSpec& spec, const KvShape& 
     AQPIM_FAIL("--kv {}: unknown KV cache scheme '{}' (available: {})", spec.text, spec.name, names);
 }
 
+std::unique_ptr<KvCache> make_kv_cache_like(const KvSchemeSpec& spec, const KvShape& shape,
+                                            const KvCacheOptions& options, const KvCache& like, int seq_id) {
+    if (spec.name == "pq") {
+        const PqKvParams p = PqKvParams::from_spec(spec, shape, options.context);
+        if (p.bits > 0) return make_pq_kv_cache(p, shape, options, pq_allocation(like, seq_id));
+    }
+    return make_kv_cache(spec, shape, options);
+}
+
 }  // namespace aqpim

@@ -15,6 +15,7 @@
 #include <random>
 #include <sstream>
 
+#include "aqpim/error.h"
 #include "aqpim/eval.h"
 #include "aqpim/generate.h"
 #include "aqpim/perplexity.h"
@@ -500,12 +501,17 @@ TEST_F(EvalTiny, RecordingCacheIsTransparent) {
     EXPECT_EQ(rec.scheme(), "f16");
 }
 
+FidelityOptions fidelity_options(int layer, int n_ctx, int n_bins) {
+    FidelityOptions o;
+    o.layer = layer;
+    o.n_ctx = n_ctx;
+    o.n_bins = n_bins;
+    return o;
+}
+
 TEST_F(EvalTiny, FidelityOfDenseSchemes) {
     const std::vector<std::int32_t> tokens = random_tokens(96, 64, 19);
-    FidelityOptions o;
-    o.layer = 1;
-    o.n_ctx = 96;
-    o.n_bins = 4;
+    const FidelityOptions o = fidelity_options(1, 96, 4);
     const FidelityReport r = measure_fidelity(model, tokens, 1, parse_kv_schemes("f32;f16"), o);
     ASSERT_EQ(r.schemes.size(), 2u);
     EXPECT_EQ(r.group, 2);
@@ -556,6 +562,34 @@ TEST_F(EvalTiny, FidelityRunsForEveryScheme) {
         EXPECT_GE(f.all.attn_kl, -1e-6);
         EXPECT_GE(f.all.score_rel_rmse, r.schemes[0].all.score_rel_rmse);  // f32 (first name) is the floor
     }
+}
+
+// bits= chooses m per layer from calibration error of keys and values, so the probe values would
+// change the allocation and the bytes; the probe runs pin the main run's m (make_pq_kv_cache with a
+// PqAllocation) and the weights are read.
+TEST_F(EvalTiny, FidelityReadsTheWeightsOfABitsCache) {
+    const std::vector<std::int32_t> tokens = random_tokens(96, 64, 29);
+    const FidelityOptions o = fidelity_options(1, 96, 2);
+    const std::string spec = "pq:bits=B,calib=48,sinks=2,window=8,refresh=0,wq=f16";
+    double reached = 0;
+    for (const char* bits : {"4", "5", "6", "8"}) {  // the lowest target this 96-token shape reaches
+        std::string s = spec;
+        s.replace(s.find('B'), 1, bits);
+        try {
+            const FidelityReport r = measure_fidelity(model, tokens, 1, parse_kv_schemes("f16;" + s), o);
+            SCOPED_TRACE(s);
+            const SchemeFidelity& f = r.schemes.at(1);
+            ASSERT_TRUE(f.probe_ok) << f.probe_note;
+            EXPECT_TRUE(std::isfinite(f.all.score_rel_rmse));
+            EXPECT_GT(f.all.score_rel_rmse, r.schemes[0].all.score_rel_rmse);  // coded keys: above f16's error
+            EXPECT_GE(f.all.attn_kl, -1e-6);
+            reached = std::stod(bits);
+            break;
+        } catch (const Error& e) {
+            ASSERT_NE(std::string(e.what()).find("out of reach"), std::string::npos) << e.what();
+        }
+    }
+    EXPECT_GT(reached, 0) << "no bits= target was reachable on the tiny model";
 }
 
 // ---- the command -----------------------------------------------------------------------------------------

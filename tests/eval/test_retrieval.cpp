@@ -68,6 +68,21 @@ TEST(RetrievalView, CountsPeakedRowsByDistanceWithKnownAnswers) {
     EXPECT_THROW(RetrievalCounter(50).merge(c), Error);
 }
 
+// bits= chooses m from the values too, and a needle among the calibration rows moved that choice
+// between the two value patterns (1K tokens, depth 0.1: pq:bits=6 held 26078 vs 73632 bytes of
+// codes): the second run takes the first run's m and the weights are read.
+TEST(RetrievalNeedles, ABitsCacheHoldsTheSameBytesInBothRuns) {
+    NeedleOptions o;
+    o.contexts = {1024};
+    o.depths = {0.1};
+    o.head_dim = 128;
+    const auto r = plant_needles({parse_kv_scheme("pq:bits=6")}, o);
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_TRUE(r[0].note.empty()) << r[0].note;
+    ASSERT_EQ(r[0].results.size(), o.target_weights.size());
+    for (const NeedleResult& x : r[0].results) EXPECT_TRUE(std::isfinite(x.scheme_weight));
+}
+
 TEST(RetrievalNeedles, ExactSchemesKeepTheNeedleAndTheReadoutIsTheWeight) {
     NeedleOptions o;
     o.contexts = {512, 2048};
