@@ -1089,6 +1089,8 @@ std::unique_ptr<KvCache> make_pq_kv_cache(const PqKvParams& params, const KvShap
 std::unique_ptr<KvCache> make_pq_kv_cache(const PqKvParams& params, const KvShape& shape, const KvCacheOptions& options,
                                           PqAllocation pinned) {
     params.validate(shape);
+    AQPIM_CHECK(params.bits > 0 || pinned.k_m.empty(), "pinned pq allocation: {} chooses no m (no bits=)",
+                params.to_string());
     const std::size_t n_layer = std::size_t(shape.n_layer), n_kv = std::size_t(shape.n_kv_head);
     AQPIM_CHECK(pinned.k_m.size() <= n_layer && pinned.v_m.size() == pinned.k_m.size(),
                 "pinned pq allocation: {} key and {} value layers for a model of {}", pinned.k_m.size(),
@@ -1098,10 +1100,10 @@ std::unique_ptr<KvCache> make_pq_kv_cache(const PqKvParams& params, const KvShap
         if (mk.empty() && mv.empty()) continue;
         AQPIM_CHECK(mk.size() == n_kv && mv.size() == n_kv, "pinned pq allocation: layer {} names {} key and {} value "
                     "heads, the model has {}", il, mk.size(), mv.size(), n_kv);
-        for (int M : mk) AQPIM_CHECK(M >= 1 && shape.head_dim % M == 0, "pinned pq allocation: layer {} key m={} does "
-                                     "not divide head_dim {}", il, M, shape.head_dim);
-        for (int M : mv) AQPIM_CHECK(M >= 1 && shape.head_dim % M == 0, "pinned pq allocation: layer {} value m={} does "
-                                     "not divide head_dim {}", il, M, shape.head_dim);
+        for (const auto& [what, ms] : {std::pair{"key", &mk}, std::pair{"value", &mv}})
+            for (int M : *ms)
+                AQPIM_CHECK(M >= 1 && shape.head_dim % M == 0, "pinned pq allocation: layer {} {} m={} does not "
+                            "divide head_dim {}", il, what, M, shape.head_dim);
     }
     return std::make_unique<kv::PqKvCache>(params, shape, options, std::move(pinned));
 }

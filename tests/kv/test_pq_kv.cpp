@@ -900,6 +900,7 @@ TEST(PqKv, APinnedAllocationIsTakenWhateverTheValues) {
     EXPECT_THROW(make_pq_kv_cache(p, shape, KvCacheOptions{0, n}, PqAllocation{{{8}}, {{8}}}), Error);
     EXPECT_THROW(make_pq_kv_cache(p, shape, KvCacheOptions{0, n}, PqAllocation{{{7, 8}}, {{8, 8}}}), Error);
     EXPECT_THROW(pq_allocation(*make_dense_kv_cache(shape, DenseKvType::f16), 0), Error);
+    EXPECT_THROW(make_pq_kv_cache(PqKvParams{}, shape, KvCacheOptions{0, n}, chosen), Error);  // no bits=: no choice
 }
 
 /// Bytes this process has allocated with malloc and not freed (glibc's count: heap and mmapped
