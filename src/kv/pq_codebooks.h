@@ -78,7 +78,8 @@ struct PqLayerChoice {
 /// Choose m from proxies, then train the choice. Every candidate m (pq_m_candidates; one batched
 /// call per m over every head, keys and values) is trained briefly (3 k-means iterations, plain
 /// k-means++ seeds) on the even rows of the version's own rows (keys without their RoPE-rotated
-/// copies) and scored by pq_relative_error on the odd rows, which it did not train on. Allocation is greedy:
+/// copies) and scored by pq_relative_error on those rows, or on the odd rows, which it did not
+/// train on, where the even ones are fewer than 2 per centroid (8-bit codebooks). Allocation is greedy:
 /// every stream (a KV head's keys or values) starts at the smallest m; while an upgrade fits
 /// `share` code bytes per token, take the one with the largest weighted error reduction per byte
 /// (weights 1 for keys, p.v_weight for values). The chosen quantizers are then trained as
