@@ -101,6 +101,12 @@ public:
     /// codes [n][M], one byte per sub-code (value < ksub): nearest centroid of each subvector of
     /// forward(x) (ties: lowest index).
     void encode(const float* x, std::int64_t n, std::uint8_t* codes) const;
+    /// encode() against `centroids` [M][ksub][dsub] and their squared `norms` [M][ksub] (this
+    /// quantizer's own transform): a caller that keeps the codebooks in another form (the KV
+    /// cache's f16/int8 ones, widened per call) passes them, and `scratch` (grown to at most
+    /// 256 x D floats and kept), so that coding a row per decode step allocates nothing.
+    void encode_with(const float* centroids, const float* norms, const float* x, std::int64_t n, std::uint8_t* codes,
+                     AlignedBuffer<float>& scratch) const;
     /// x [n][D] in the original space: inverse() of the concatenated centroids. Throws
     /// aqpim::Error on a code >= ksub.
     void decode(const std::uint8_t* codes, std::int64_t n, float* x) const;

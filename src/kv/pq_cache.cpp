@@ -292,11 +292,6 @@ private:
     void train_version(Sequence& s, LayerState& l, int il, int j);
     void encode(Sequence& s, LayerState& l, std::int64_t c0, std::int64_t c1);
     void release_large_scratch();
-    /// q.encode(x, n, codes) with the cache's scratch (encode() allocates a 256-row buffer per call,
-    /// which a decode step would pay for every stream): q's transform and the nearest-centroid kernel
-    /// over `centroids` / `norms` (q's own, or its f16 codebooks widened with cb=f16).
-    void encode_rows(const ProductQuantizer& q, const float* centroids, const float* norms, const float* x,
-                     std::int64_t n, std::uint8_t* codes);
     void ensure_pages(std::vector<std::int32_t>& pages, PagePool& pool, std::int64_t n_pages);
 
     std::uint8_t* code_region(const Sequence& s, const LayerState& l, std::int64_t i, int ih, bool value) const {
@@ -336,8 +331,7 @@ private:
     // append scratch (append runs on one thread)
     std::vector<float> xk_, xv_;           ///< [n_kv][rows][D] f32 training or encoding rows
     std::vector<std::uint8_t> codes_;      ///< [rows][M]
-    std::vector<float> y_;                 ///< [rows][D] rows in quantizer space
-    std::vector<std::int32_t> idx_;        ///< [rows] nearest centroids of one subspace
+    AlignedBuffer<float> y_;               ///< ProductQuantizer::encode_with's rows in quantizer space
     std::vector<std::vector<float>> aug_;  ///< [n_kv] RoPE-augmented key training rows
     std::vector<float> wide_centroids_, wide_norms_;  ///< cb=f16: one quantizer's codebooks widened, their norms
     std::optional<RowCodec> window_codec_; ///< wq=: codec of the tail rows (none: f16)
@@ -457,16 +451,14 @@ void PqKvCache::release_large_scratch() {
     // The scratch of a long prefill is as large as the prefill; memory() does not count it, so it is
     // not kept past the call that needed it (the small scratch of decode steps is).
     constexpr std::size_t kKeepBytes = std::size_t(16) << 20;
-    std::size_t bytes = (xk_.capacity() + xv_.capacity() + y_.capacity()) * sizeof(float) + codes_.capacity() +
-                        idx_.capacity() * sizeof(std::int32_t);
+    std::size_t bytes = (xk_.capacity() + xv_.capacity() + y_.size()) * sizeof(float) + codes_.capacity();
     for (const auto& a : aug_) bytes += a.capacity() * sizeof(float);
     if (bytes <= kKeepBytes) return;
     // (x = {} would keep the capacity: it assigns an empty initializer list)
     std::vector<float>().swap(xk_);
     std::vector<float>().swap(xv_);
-    std::vector<float>().swap(y_);
+    y_ = AlignedBuffer<float>();
     std::vector<std::uint8_t>().swap(codes_);
-    std::vector<std::int32_t>().swap(idx_);
     std::vector<std::vector<float>>().swap(aug_);
 }
 
@@ -573,28 +565,11 @@ void PqKvCache::encode(Sequence& s, LayerState& l, std::int64_t c0, std::int64_t
                 rows.read(S + a, cnt, xk_.data());
                 const int M = q.M();
                 codes_.resize(std::size_t(cnt) * M);
-                encode_rows(q, centroids, norms, xk_.data(), cnt, codes_.data());
+                q.encode_with(centroids, norms, xk_.data(), cnt, codes_.data(), y_);
                 for (std::int64_t i = a; i < b; ++i)
                     store_token_code(code_region(s, l, i, ih, value), i % P, M, nbits, codes_.data() + (i - a) * M);
             }
         a = b;
-    }
-}
-
-void PqKvCache::encode_rows(const ProductQuantizer& q, const float* centroids, const float* norms, const float* x,
-                            std::int64_t n, std::uint8_t* codes) {
-    const int D = q.D(), M = q.M(), K = q.ksub(), ds = q.dsub();
-    const float* y = x;
-    if (!q.is_identity_transform()) {
-        y_.resize(std::size_t(n) * D);
-        q.forward(x, y_.data(), n);
-        y = y_.data();
-    }
-    idx_.resize(std::size_t(n));
-    for (int m = 0; m < M; ++m) {
-        nearest_centroid(y + m * ds, n, D, ds, centroids + std::int64_t(m) * K * ds, norms + std::int64_t(m) * K, K,
-                         idx_.data(), nullptr);
-        for (std::int64_t i = 0; i < n; ++i) codes[i * M + m] = std::uint8_t(idx_[std::size_t(i)]);
     }
 }
 
@@ -722,16 +697,16 @@ void PqKvCache::attend(int il, int seq_id, int ih, const KvQuery& qr) const {
     }
     const bool tail_f16 = L_.dense[il] || l.tail_k[ih].is_f16();
     if (c_hi > 0) {
-        // The parameters of every version and the f16 rows at the end are requested ahead of use: a
-        // decode call reads each once, and one by one they were cold misses in a row
+        // The parameters of every version and the rows at the end (f16, or wq='s codes) are requested
+        // ahead of use: a decode call reads each once, and one by one they were cold misses in a row
         // (docs/pq-kernels.md). The first two versions' parameters here; version j + 2's while
         // version j is widened (compact codebooks, prepare_versions) or scanned (attend_codes).
         const int n_versions = L_.sched.version_of(c_hi - 1) + 1;
         for (int j = 0; j < std::min(n_versions, 2); ++j) l.versions[std::size_t(j)].prefetch(ih);
-        if (tail_f16 && p_hi >= f_lo) {
-            const std::size_t bytes = std::size_t(p_hi + 1 - f_lo) * D * sizeof(f16_t);
-            prefetch_l2(l.tail_k[ih].f16_row(f_lo), bytes);
-            prefetch_l2(l.tail_v[ih].f16_row(f_lo), bytes);
+        if (p_hi >= f_lo) {  // as stored; wq='s rows are widened below, after the tables
+            const std::size_t bytes = std::size_t(p_hi + 1 - f_lo) * l.tail_k[ih].row_bytes();
+            prefetch_l2(l.tail_k[ih].stored_rows(f_lo), bytes);
+            prefetch_l2(l.tail_v[ih].stored_rows(f_lo), bytes);
         }
         prepare_versions(l, ih, n_versions, qr.n_rows > 1, ws);
     }

@@ -401,28 +401,36 @@ void ProductQuantizer::inverse(const float* y, float* x, std::int64_t n) const {
 
 void ProductQuantizer::encode(const float* x, std::int64_t n, std::uint8_t* codes) const {
     AQPIM_CHECK(trained_ && has_centroids(), "encode: the ProductQuantizer is not trained or has no codebooks");
-    AQPIM_CHECK(n >= 0, "encode: n={}: expected >= 0", n);
-    const int D = params_.D, M = params_.M, K = ksub(), ds = dsub();
-    AlignedBuffer<float> y(identity_ ? 0 : std::size_t(kChunk) * D);  // [kChunk][D] quantizer space
-    std::int32_t idx[kChunk];
     AlignedBuffer<float> own_norms;  // released norms: computed for this call
     const float* norms = centroid_norms();
     if (!norms) {
-        own_norms.resize(std::size_t(M) * K);
-        squared_norms(centroids_.data(), std::int64_t(M) * K, ds, own_norms.data());
+        own_norms.resize(std::size_t(params_.M) * ksub());
+        squared_norms(centroids_.data(), std::int64_t(own_norms.size()), dsub(), own_norms.data());
         norms = own_norms.data();
     }
+    AlignedBuffer<float> scratch;
+    encode_with(centroids_.data(), norms, x, n, codes, scratch);
+}
+
+void ProductQuantizer::encode_with(const float* centroids, const float* norms, const float* x, std::int64_t n,
+                                   std::uint8_t* codes, AlignedBuffer<float>& scratch) const {
+    AQPIM_CHECK(trained_, "encode: the ProductQuantizer is not trained");
+    AQPIM_CHECK(n >= 0, "encode: n={}: expected >= 0", n);
+    const int D = params_.D, M = params_.M, K = ksub(), ds = dsub();
+    const std::size_t y_size = identity_ ? 0 : std::size_t(std::min(kChunk, n)) * D;  // [chunk][D] quantizer space
+    if (scratch.size() < y_size) scratch.resize(y_size);
+    std::int32_t idx[kChunk];
     for (std::int64_t i0 = 0; i0 < n; i0 += kChunk) {
         const std::int64_t nc = std::min(kChunk, n - i0);
         const float* src = x + i0 * D;
         if (!identity_) {
-            forward(src, y.data(), nc);
-            src = y.data();
+            forward(src, scratch.data(), nc);
+            src = scratch.data();
         }
         std::uint8_t* out = codes + i0 * M;
         for (int m = 0; m < M; ++m) {
-            nearest_centroid(src + m * ds, nc, D, ds, centroids_.data() + std::int64_t(m) * K * ds,
-                             norms + std::int64_t(m) * K, K, idx, nullptr);
+            nearest_centroid(src + m * ds, nc, D, ds, centroids + std::int64_t(m) * K * ds, norms + std::int64_t(m) * K,
+                             K, idx, nullptr);
             for (std::int64_t i = 0; i < nc; ++i) out[i * M + m] = std::uint8_t(idx[i]);
         }
     }
