@@ -76,6 +76,10 @@ struct ServeBenchOptions {
     /// then of decodes); later rounds are staggered as a server's load is. On austen-13m one
     /// round measured f16 at 0.70-0.93x and pq:bits=2 at 1.05-1.19x of their 4-round rates.
     int rounds = 4;
+    /// Requests per scheme in all (0: clients x rounds): every scheme serves the same number,
+    /// handed to whichever client finishes, so a scheme that fits few sequences runs about as long
+    /// as one that fits many (one that finished in seconds measured this VM's noise more than itself).
+    int requests = 0;
     int prefill_chunk = 256;
 };
 /// The serving engine under a closed-loop load per scheme: sequences that fit, output tokens/s,

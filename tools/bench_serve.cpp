@@ -29,17 +29,27 @@ double percentile(std::vector<double> x, double p) {
     return x[std::min(x.size() - 1, std::size_t(p * double(x.size() - 1) + 0.5))];
 }
 
-/// The load of one scheme: clients closed-loop, `rounds` requests each.
+/// The load of one scheme: clients closed-loop, `rounds` requests each or `requests` in all.
 struct Load {
     std::mutex mu;
     std::condition_variable cv;
-    int remaining = 0;
+    int remaining = 0;  ///< requests not finished
+    int unissued = 0;   ///< with --requests: requests not yet submitted
     int peak_active = 0;
     std::uint64_t peak_kv = 0;
     std::vector<double> ttft, tpot;
     std::uint64_t tokens = 0;
     std::string error;
 };
+
+/// Whether the client that finished its request of `round` sends another.
+bool issue_another(Load& load, const ServeBenchOptions& opt, int round) {
+    if (opt.requests == 0) return round + 1 < opt.rounds;
+    std::lock_guard<std::mutex> lk(load.mu);
+    if (load.unissued == 0) return false;
+    --load.unissued;
+    return true;
+}
 
 void submit_next(serve::Engine& e, Load& load, const ServeBenchOptions& opt, int n_vocab, int client, int round) {
     serve::GenerationRequest r;
@@ -71,7 +81,7 @@ void submit_next(serve::Engine& e, Load& load, const ServeBenchOptions& opt, int
             std::lock_guard<std::mutex> lk(load.mu);
             load.error = fmt::format("a request ended with {}: {}", serve::finish_reason_name(ev.finish), ev.error);
         }
-        if (round + 1 < opt.rounds) submit_next(e, load, opt, n_vocab, client, round + 1);
+        if (issue_another(load, opt, round)) submit_next(e, load, opt, n_vocab, client, round + 1);
         std::lock_guard<std::mutex> lk(load.mu);
         if (--load.remaining == 0) load.cv.notify_all();
         return false;
@@ -106,12 +116,14 @@ json bench_serve(const ServeBenchOptions& opt) {
         }
         AQPIM_CHECK(fit > 0, "bench serve: not one sequence of {} tokens fits {} bytes under {}", eo.ctx,
                     opt.kv_budget_bytes, eo.kv);
-        const int clients = opt.clients > 0 ? opt.clients : int(std::min<std::int64_t>(fit, 4096));
+        int clients = opt.clients > 0 ? opt.clients : int(std::min<std::int64_t>(fit, 4096));
+        if (opt.requests > 0) clients = std::min(clients, opt.requests);
         eo.parallel = clients;
         eo.queue_capacity = clients;
         serve::Engine e(m.weights, eo);
         Load load;
-        load.remaining = clients * opt.rounds;
+        load.remaining = opt.requests > 0 ? opt.requests : clients * opt.rounds;
+        load.unissued = load.remaining - clients;
         Timer wall;
         for (int c = 0; c < clients; ++c) submit_next(e, load, opt, n_vocab, c, 0);
         {
@@ -128,7 +140,9 @@ json bench_serve(const ServeBenchOptions& opt) {
                         {"fit", fit},
                         {"fit_vs_" + schemes[0].name, double(fit) / base_fit},
                         {"clients", clients},
+                        {"requests", opt.requests > 0 ? opt.requests : clients * opt.rounds},
                         {"peak_active", load.peak_active},
+                        {"out_tokens", load.tokens},
                         {"out_tok_s", tps},
                         {"tok_s_vs_" + schemes[0].name, tps / base_tps},
                         {"ttft_p50_s", percentile(load.ttft, 0.5)},

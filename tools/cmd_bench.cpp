@@ -181,8 +181,10 @@ void add_bench_command(CLI::App& app) {
         ->capture_default_str()->check(CLI::Range(1, 1 << 20));
     serve->add_option("--shared-prefixes", store->shared_prefixes, "--kv-store: system prompts the workload shares")
         ->capture_default_str()->check(CLI::Range(1, 1 << 16));
-    serve->add_option("--requests", store->requests, "--kv-store: requests of the workload")->capture_default_str()
-        ->check(CLI::Range(1, 1 << 20));
+    serve->add_option("--requests", sopt->requests,
+                      "requests per scheme in all, to whichever client is free, instead of --rounds (with --kv-store: "
+                      "requests of the workload, default 24)")
+        ->check(CLI::Range(1, 1 << 20))->excludes("--rounds");
     serve->callback([serve, sopt, sbudget, sjson, store] {
         sopt->kv_budget_bytes = parse_byte_size(*sbudget, "--kv-budget");
         if (!store->kv_store.empty()) {
@@ -193,6 +195,7 @@ void add_bench_command(CLI::App& app) {
             if (serve->count("--output-tokens") > 0) store->output_tokens = sopt->output_tokens;
             if (serve->count("--clients") > 0) store->clients = sopt->clients;
             if (serve->count("--prefill-chunk") > 0) store->prefill_chunk = sopt->prefill_chunk;
+            if (serve->count("--requests") > 0) store->requests = sopt->requests;
             const json rows = bench_serve_store(*store);
             if (*sjson)
                 fmt::print("{}\n", json{{"simd", simd_level_name(active_simd_level())}, {"rows", rows}}.dump(2));

@@ -1,0 +1,43 @@
+// `aqpim bench serve` without a store: --requests gives every scheme the same number of requests
+// (handed to whichever client is free), whatever number of sequences the scheme fits.
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "support/cli.h"
+
+using aqpim::test::run_cli;
+using aqpim::test::shared_dir;
+
+namespace {
+
+const std::string kStoriesGguf = shared_dir() + "/models/stories260K/stories260K.gguf";
+
+TEST(BenchServeCli, RequestsAreTheSameForEverySchemeWhateverItFits) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+    // 24 tokens a sequence: 64 KiB holds 4 of f16, 5 of int8 (measured); 7 requests each
+    const auto r = run_cli("-t 1 bench serve -m " + kStoriesGguf +
+                           " --kv 'f16;int8:g=8' --kv-budget 64KiB --prompt-tokens 16 -n 8 --requests 7 --json 2>/dev/null");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    ASSERT_EQ(j["rows"].size(), 2u);
+    const auto& f16 = j["rows"][0];
+    const auto& int8 = j["rows"][1];
+    ASSERT_LT(f16["fit"].get<int>(), int8["fit"].get<int>()) << "the budget must fit more int8 sequences than f16";
+    ASSERT_LT(int8["fit"].get<int>(), 7) << "every scheme must fit fewer sequences than the requests";
+    for (const auto& row : {f16, int8}) {
+        EXPECT_EQ(row["requests"], 7) << row.dump();
+        EXPECT_EQ(row["out_tokens"], 7 * 8) << row.dump();  // served: 7 requests of 8 tokens
+        EXPECT_EQ(row["clients"], row["fit"]) << row.dump();
+        EXPECT_GT(row["out_tok_s"].get<double>(), 0.0);
+    }
+}
+
+TEST(BenchServeCli, RequestsAndRoundsExcludeEachOther) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+    const auto r = run_cli("bench serve -m " + kStoriesGguf + " --requests 4 --rounds 2");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("--rounds excludes --requests"), std::string::npos) << r.output;
+}
+
+}  // namespace
