@@ -86,6 +86,25 @@ void nearest_impl(const float* x, std::int64_t n, std::int64_t x_stride, int dim
 
 }  // namespace
 
+void nearest_row16_avx512(const float* y, int M, int dsub, const float* centroids, const float* c_norms,
+                          std::uint8_t* codes) {
+    // Centroid j in lane j: d_j = ||c_j||^2 + sum_d (-2 y_d) c_jd, the FMAs in nearest16's order on
+    // the same operands (so the same bits), with coordinate d of the 16 centroids gathered into
+    // one register; the lowest lane holding the minimum is nearest16's lowest index on ties.
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i offsets = _mm512_mullo_epi32(lane, _mm512_set1_epi32(dsub));
+    for (int m = 0; m < M; ++m) {
+        const float* c = centroids + std::int64_t(m) * 16 * dsub;
+        const float* x = y + std::int64_t(m) * dsub;
+        __m512 acc = _mm512_loadu_ps(c_norms + std::int64_t(m) * 16);
+        for (int d = 0; d < dsub; ++d)
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(x[d] * -2.0f), _mm512_i32gather_ps(offsets, c + d, 4), acc);
+        const float best = _mm512_reduce_min_ps(acc);
+        const __mmask16 at = _mm512_cmp_ps_mask(acc, _mm512_set1_ps(best), _CMP_EQ_OQ);
+        codes[m] = std::uint8_t(__builtin_ctz(unsigned(at)));
+    }
+}
+
 void nearest_avx512(const float* x, std::int64_t n, std::int64_t x_stride, int dim, const float* centroids,
                     const float* c_norms, int k, std::int32_t* idx, float* dist) {
     return with_constant<1, 2, 3, 4, 5, 6, 7, 8, 16>(

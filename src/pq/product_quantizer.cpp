@@ -10,6 +10,7 @@
 #include "aqpim/error.h"
 #include "aqpim/pq.h"
 #include "aqpim/threads.h"
+#include "pq/nearest_kernels.h"
 #include "pq/pq_transform.h"
 #include "pq/rotation.h"
 #include "pq/subspace_plan.h"
@@ -428,6 +429,10 @@ void ProductQuantizer::encode_with(const float* centroids, const float* norms, c
             src = scratch.data();
         }
         std::uint8_t* out = codes + i0 * M;
+        if (nc == 1 && K == 16 && active_simd_level() == SimdLevel::avx512) {
+            nearest_row16_avx512(src, M, ds, centroids, norms, out);
+            continue;
+        }
         for (int m = 0; m < M; ++m) {
             nearest_centroid(src + m * ds, nc, D, ds, centroids + std::int64_t(m) * K * ds, norms + std::int64_t(m) * K,
                              K, idx, nullptr);

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "kv/pq_compact_centroids.h"
+#include "support/simd_guard.h"
 
 namespace aqpim::kv {
 namespace {
@@ -46,9 +47,12 @@ TEST(CompactCentroids, Int8KeepsEveryValueWithinHalfAStepOfItsDimension) {
 }
 
 TEST(CompactCentroids, Int8WidensToEachCodeTimesTheScaleOfItsDimension) {
-    // The widening's fast path (dsub dividing 16) and its general one, 4- and 8-bit codebooks.
+    // The widening's fast path (dsub dividing 16; a kernel per SIMD level) and its general one, 4-
+    // and 8-bit codebooks: every level gives each value's one product, bit for bit.
+    for (const SimdLevel level : supported_simd_levels())
     for (const int ksub : {16, 256})
         for (const int dsub : {1, 2, 3, 4, 8, 16, 32}) {
+            test::SimdLevelGuard guard(level);
             const int M = 3;
             const std::vector<float> c = random_centroids(M, ksub, dsub, 11);
             const CompactCentroids r = CompactCentroids::round(CodebookStorage::int8, c.data(), M, ksub, dsub);
@@ -60,7 +64,7 @@ TEST(CompactCentroids, Int8WidensToEachCodeTimesTheScaleOfItsDimension) {
                     for (int j = 0; j < dsub; ++j) {
                         const std::size_t i = (std::size_t(m) * ksub + k) * dsub + j;
                         ASSERT_EQ(wide[i], float(r.i8[i]) * r.scale[std::size_t(m) * dsub + j])
-                            << "ksub " << ksub << " dsub " << dsub << " value " << i;
+                            << simd_level_name(level) << " ksub " << ksub << " dsub " << dsub << " value " << i;
                     }
         }
 }

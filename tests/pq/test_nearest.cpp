@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -111,6 +112,44 @@ TEST(Nearest, TiesGoToTheLowestIndex) {
         std::vector<std::int32_t> idx(n, -1);
         nearest_kernels(level).nearest(t.x.data(), n, dim, dim, t.c.data(), t.cn.data(), k, idx.data(), nullptr);
         for (int i = 0; i < n; ++i) EXPECT_EQ(idx[i], 0) << simd_level_name(level);
+    }
+}
+
+// The one-row kernel of decode steps gives nearest_avx512's index, bit for bit, in every subspace:
+// random rows, centroids that tie (8..15 repeat 0..7 in reverse), and a row equal to a centroid.
+TEST(Nearest, OneRowOf16CentroidsEqualsTheBlockKernel) {
+    const auto levels = supported_simd_levels();
+    if (std::find(levels.begin(), levels.end(), SimdLevel::avx512) == levels.end())
+        GTEST_SKIP() << "no AVX-512 on this CPU: nearest_row16_avx512 cannot run";
+    for (const int dsub : {1, 2, 3, 4, 8, 16, 32}) {
+        const int M = 5, K = 16;
+        std::vector<float> c, cn, y;
+        std::mt19937 rng(dsub);
+        std::normal_distribution<float> g(0, 1);
+        for (int m = 0; m < M; ++m) {
+            const Case t(1, dsub, K, dsub, std::uint32_t(100 * dsub + m));
+            std::vector<float> cm = t.c, nm = t.cn;
+            if (m % 2 == 1)  // ties
+                for (int j = 8; j < K; ++j) {
+                    std::copy_n(cm.begin() + (15 - j) * dsub, dsub, cm.begin() + j * dsub);
+                    nm[j] = nm[15 - j];
+                }
+            c.insert(c.end(), cm.begin(), cm.end());
+            cn.insert(cn.end(), nm.begin(), nm.end());
+        }
+        for (int row = 0; row < 50; ++row) {
+            y.resize(std::size_t(M) * dsub);
+            for (float& v : y) v = 0.5f + 1.2f * g(rng);
+            if (row == 0) std::copy_n(c.begin() + 3 * dsub, dsub, y.begin());  // subspace 0: centroid 3 exactly
+            std::vector<std::uint8_t> got(M);
+            nearest_row16_avx512(y.data(), M, dsub, c.data(), cn.data(), got.data());
+            for (int m = 0; m < M; ++m) {
+                std::int32_t want = -1;
+                nearest_avx512(y.data() + m * dsub, 1, dsub, dsub, c.data() + std::size_t(m) * K * dsub,
+                               cn.data() + std::size_t(m) * K, K, &want, nullptr);
+                ASSERT_EQ(int(got[m]), want) << "dsub " << dsub << " row " << row << " subspace " << m;
+            }
+        }
     }
 }
 
