@@ -101,7 +101,7 @@ void nearest_row16_avx512(const float* y, int M, int dsub, const float* centroid
             acc = _mm512_fmadd_ps(_mm512_set1_ps(x[d] * -2.0f), _mm512_i32gather_ps(offsets, c + d, 4), acc);
         const float best = _mm512_reduce_min_ps(acc);
         const __mmask16 at = _mm512_cmp_ps_mask(acc, _mm512_set1_ps(best), _CMP_EQ_OQ);
-        codes[m] = std::uint8_t(__builtin_ctz(unsigned(at)));
+        codes[m] = std::uint8_t(at ? __builtin_ctz(unsigned(at)) : 0);  // no lane equal: NaNs, index 0 as nearest16
     }
 }
 
