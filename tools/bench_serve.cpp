@@ -122,8 +122,9 @@ json bench_serve(const ServeBenchOptions& opt) {
         eo.queue_capacity = clients;
         serve::Engine e(m.weights, eo);
         Load load;
-        load.remaining = opt.requests > 0 ? opt.requests : clients * opt.rounds;
-        load.unissued = load.remaining - clients;
+        const int n_requests = opt.requests > 0 ? opt.requests : clients * opt.rounds;
+        load.remaining = n_requests;
+        load.unissued = n_requests - clients;
         Timer wall;
         for (int c = 0; c < clients; ++c) submit_next(e, load, opt, n_vocab, c, 0);
         {
@@ -140,7 +141,7 @@ json bench_serve(const ServeBenchOptions& opt) {
                         {"fit", fit},
                         {"fit_vs_" + schemes[0].name, double(fit) / base_fit},
                         {"clients", clients},
-                        {"requests", opt.requests > 0 ? opt.requests : clients * opt.rounds},
+                        {"requests", n_requests},
                         {"peak_active", load.peak_active},
                         {"out_tokens", load.tokens},
                         {"out_tok_s", tps},

@@ -61,8 +61,9 @@ void CompactCentroids::widen(std::vector<float>& out) const {
     AQPIM_ASSERT(storage == CodebookStorage::int8);
     // Value i of subspace m is i8[i] * scale[m][i % dsub]. Where dsub divides 16, a run of 16
     // values repeats one pattern of scales: one 16-wide product per run, in the ISA's kernel
-    // (attention and encoding widen every codebook they read, per call; in the baseline ISA this
-    // loop was 8% of a decode step at batch 32 x 8K, docs/pq-kernels.md).
+    // (attention and encoding widen every codebook they read, per call: with the pattern built by a
+    // division per lane and the products in the baseline ISA, this was 8% of a decode step at batch
+    // 64 x 1K, docs/pq-kernels.md).
     const std::size_t per_m = std::size_t(ksub) * dsub;
     for (int m = 0; m < M; ++m) {
         const float* s = scale.data() + std::size_t(m) * dsub;
