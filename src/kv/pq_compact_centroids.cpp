@@ -10,6 +10,19 @@
 
 namespace aqpim::kv {
 
+namespace {
+
+using WidenBy16 = void (*)(const std::int8_t* q, const float* pattern, float* out, std::size_t n);
+
+void widen_int8_by16_ref(const std::int8_t* q, const float* pattern, float* out, std::size_t n) {
+    for (std::size_t i = 0; i < n; i += 16)
+        for (int l = 0; l < 16; ++l) out[i + l] = float(q[i + l]) * pattern[l];
+}
+
+const WidenBy16 kWidenBy16[3] = {widen_int8_by16_ref, widen_int8_by16_avx2, widen_int8_by16_avx512};
+
+}  // namespace
+
 std::size_t centroid_bytes(CodebookStorage storage, std::size_t ksub, std::size_t D) {
     switch (storage) {
     case CodebookStorage::f32: return ksub * D * 4;
@@ -65,6 +78,7 @@ void CompactCentroids::widen(std::vector<float>& out) const {
     // division per lane and the products in the baseline ISA, this was 8% of a decode step at batch
     // 64 x 1K, docs/pq-kernels.md).
     const std::size_t per_m = std::size_t(ksub) * dsub;
+    const WidenBy16 by16 = dispatch(kWidenBy16);
     for (int m = 0; m < M; ++m) {
         const float* s = scale.data() + std::size_t(m) * dsub;
         const std::int8_t* q = i8.data() + std::size_t(m) * per_m;
@@ -72,13 +86,7 @@ void CompactCentroids::widen(std::vector<float>& out) const {
         if (16 % dsub == 0 && per_m % 16 == 0) {
             float pattern[16];
             for (int l = 0, j = 0; l < 16; ++l, j = j + 1 == dsub ? 0 : j + 1) pattern[l] = s[j];  // not s[l % dsub]: a division a value
-            switch (active_simd_level()) {
-                case SimdLevel::avx512: widen_int8_by16_avx512(q, pattern, o, per_m); break;
-                case SimdLevel::avx2: widen_int8_by16_avx2(q, pattern, o, per_m); break;
-                default:
-                    for (std::size_t i = 0; i < per_m; i += 16)
-                        for (int l = 0; l < 16; ++l) o[i + l] = float(q[i + l]) * pattern[l];
-            }
+            by16(q, pattern, o, per_m);
         } else {
             for (std::size_t i = 0; i < per_m; i += std::size_t(dsub))
                 for (int j = 0; j < dsub; ++j) o[i + j] = float(q[i + j]) * s[j];
