@@ -56,6 +56,9 @@ void single_threaded_blas() {
 /// Weight bytes of one tile of rows in matmul_rows: small enough to stay in L1/L2 while every
 /// activation of the batch passes over it (32 KB: 32 f16 rows of 512 columns, 4 of 4096).
 constexpr std::size_t kRowTileBytes = std::size_t(32) << 10;
+/// Rows per tile of dot_rows_batch: the kernel passes a 1024-value chunk of every row of the tile
+/// (128 KB of f16 at 64 rows, from L2) per block of 3 activations (12 KB of x, from L1).
+constexpr std::int64_t kBatchTileRows = 64;
 
 /// Every activation row through the decode kernel, exactly as matvec computes it (same kernel,
 /// same x preparation, so a row's result does not depend on the batch), with the loops tiled: a
@@ -75,14 +78,25 @@ void matmul_rows(const WeightMatrix& W, const float* X, std::int64_t n, float* Y
     thread_local std::vector<QuantizedX> scratch;
     std::vector<QuantizedX>& qxs = scratch;
     const bool prepared = quantizes_x(W.type);
+    const std::size_t rb = W.row_bytes();
+    if (!prepared && k.dot_rows_batch != nullptr) {  // every activation against a tile of rows at once
+        const std::int64_t n_tiles = (W.rows + kBatchTileRows - 1) / kBatchTileRows;
+        parallel_for(
+            n_tiles,
+            [&](std::int64_t t) {
+                const std::int64_t r0 = t * kBatchTileRows, nr = std::min(kBatchTileRows, W.rows - r0);
+                k.dot_rows_batch(W.type, W.row(r0), rb, nr, W.cols, X, n, Y + r0, W.rows);
+            },
+            gemm_threads(W, n, n_tiles, n_threads));
+        return;
+    }
+    const std::int64_t tile = std::max<std::int64_t>(1, std::int64_t(kRowTileBytes / std::max<std::size_t>(rb, 1)));
+    const std::int64_t n_tiles = (W.rows + tile - 1) / tile;
     if (prepared) {
         if (qxs.size() < std::size_t(n)) qxs.resize(std::size_t(n));
         for (std::int64_t i = 0; i < n; ++i) k.prepare_x(W.type, X + i * W.cols, W.cols, qxs[std::size_t(i)]);
     }
     static const QuantizedX unused;
-    const std::size_t rb = W.row_bytes();
-    const std::int64_t tile = std::max<std::int64_t>(1, std::int64_t(kRowTileBytes / std::max<std::size_t>(rb, 1)));
-    const std::int64_t n_tiles = (W.rows + tile - 1) / tile;
     parallel_for(
         n_tiles,
         [&](std::int64_t t) {

@@ -28,6 +28,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
+#include "aqpim/aligned.h"
 #include "aqpim/error.h"
 #include "model/quant_blocks.h"
 #include "simd/avx2_util.h"
@@ -365,6 +366,97 @@ float dot_float(const std::uint8_t* row, const float* x, std::int64_t n) {
     return hsum(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
+/// dot_float's arithmetic for R rows of W against C rows of x at once, over values [k0, k1) of a
+/// row of n: each of the R x C outputs keeps its own four accumulators, fed in dot_float's order
+/// (64 values per step; the masked tail, in the chunk that reaches n, into the first) and reduced
+/// by the same hsum, so every output is bit-identical to dot_float's. A converted weight vector
+/// is used C times and an x vector R times (R + C loads per R x C FMAs instead of two per FMA).
+/// Between chunks the accumulators wait in `saved` ([R][C][4] vectors of 16 floats, aligned).
+template <GgmlType T, int R, int C>
+void dot_float_block(const std::uint8_t* const* rows, const float* const* xs, std::int64_t k0, std::int64_t k1,
+                     std::int64_t n, float* saved, float* const* ys) {
+    __m512 acc[R][C][4];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c)
+#pragma GCC unroll 16
+            for (int s = 0; s < 4; ++s) acc[r][c][s] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(saved + 16 * ((r * C + c) * 4 + s));
+    std::int64_t i = k0;
+    for (; i + 64 <= std::min(k1, n); i += 64)
+#pragma GCC unroll 16
+        for (int s = 0; s < 4; ++s) {
+            __m512 w[R];
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) w[r] = load16<T>(rows[r], i + 16 * s);
+#pragma GCC unroll 16
+            for (int c = 0; c < C; ++c) {
+                const __m512 x = opaque(_mm512_loadu_ps(xs[c] + i + 16 * s));  // one load, not one per row
+#pragma GCC unroll 16
+                for (int r = 0; r < R; ++r) acc[r][c][s] = _mm512_fmadd_ps(w[r], x, acc[r][c][s]);
+            }
+        }
+    if (k1 < n) {
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+            for (int c = 0; c < C; ++c)
+#pragma GCC unroll 16
+                for (int s = 0; s < 4; ++s) _mm512_store_ps(saved + 16 * ((r * C + c) * 4 + s), acc[r][c][s]);
+        return;
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+        __m512 w[R];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) w[r] = load16<T>(rows[r], i, m);
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) {
+            const __m512 x = _mm512_maskz_loadu_ps(m, xs[c] + i);
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) acc[r][c][0] = _mm512_fmadd_ps(w[r], x, acc[r][c][0]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c)
+            ys[c][r] = hsum(_mm512_add_ps(_mm512_add_ps(acc[r][c][0], acc[r][c][1]), _mm512_add_ps(acc[r][c][2], acc[r][c][3])));
+}
+
+/// Y[c][r] = row r . X[c] for n_rows rows and n_x activations, each as dot_float computes it, in
+/// blocks of 2 rows x 3 activations (24 accumulators). Per block of 3 activations, the values go
+/// in chunks of kKc (a multiple of dot_float's 64-value step): the block's 3 x 4 KB of x and a
+/// chunk of every row of the tile stay in L1 while the row pairs pass.
+template <GgmlType T>
+void dot_float_rows_batch(const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows, std::int64_t cols,
+                          const float* X, std::int64_t n_x, float* Y, std::int64_t ldy) {
+    constexpr int kR = 2, kC = 3;
+    constexpr std::int64_t kKc = 1024;
+    constexpr std::int64_t kPairFloats = kR * kC * 4 * 16;
+    thread_local AlignedBuffer<float> saved;  // [row pair][kR][kC][4][16] accumulators between chunks
+    const std::int64_t n_pairs = (n_rows + kR - 1) / kR;
+    if (cols > kKc && saved.size() < std::size_t(n_pairs * kPairFloats)) saved.resize(std::size_t(n_pairs * kPairFloats));
+    for (std::int64_t c0 = 0; c0 < n_x; c0 += kC) {
+        const int nc = int(std::min<std::int64_t>(kC, n_x - c0));
+        const float* xs[kC];
+        float* ys[kC];
+        for (std::int64_t k0 = 0; k0 < cols; k0 += kKc) {
+            const std::int64_t k1 = std::min(cols, k0 + kKc);
+            for (std::int64_t r0 = 0; r0 < n_rows; r0 += kR) {
+                const int nr = int(std::min<std::int64_t>(kR, n_rows - r0));
+                const std::uint8_t* rows[kR];
+                for (int r = 0; r < nr; ++r) rows[r] = w + std::size_t(r0 + r) * row_bytes;
+                for (int c = 0; c < nc; ++c) xs[c] = X + (c0 + c) * cols, ys[c] = Y + (c0 + c) * ldy + r0;
+                float* acc = cols > kKc ? saved.data() + (r0 / kR) * kPairFloats : nullptr;
+                with_count<kR>(nr, [&](auto RR) {
+                    with_count<kC>(nc, [&](auto CC) { dot_float_block<T, RR, CC>(rows, xs, k0, k1, cols, acc, ys); });
+                });
+            }
+        }
+    }
+}
+
 template <class RowDot>
 void for_rows(const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows, float* y, RowDot dot) {
     for (std::int64_t r = 0; r < n_rows; ++r) y[r] = dot(w + std::size_t(r) * row_bytes);
@@ -543,6 +635,16 @@ void dot_rows_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes
             return for_rows(w, row_bytes, n_rows, y, [&](const std::uint8_t* r) { return dot_q4_k(r, qx, cols / QK_K); });
         case GgmlType::Q6_K:
             return for_rows(w, row_bytes, n_rows, y, [&](const std::uint8_t* r) { return dot_q6_k(r, qx, cols / QK_K); });
+        default: AQPIM_ASSERT(false);
+    }
+}
+
+void dot_rows_batch_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
+                           std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy) {
+    switch (type) {
+        case GgmlType::F32: return dot_float_rows_batch<GgmlType::F32>(w, row_bytes, n_rows, cols, X, n_x, Y, ldy);
+        case GgmlType::F16: return dot_float_rows_batch<GgmlType::F16>(w, row_bytes, n_rows, cols, X, n_x, Y, ldy);
+        case GgmlType::BF16: return dot_float_rows_batch<GgmlType::BF16>(w, row_bytes, n_rows, cols, X, n_x, Y, ldy);
         default: AQPIM_ASSERT(false);
     }
 }

@@ -119,6 +119,10 @@ struct QuantKernels {
     /// y[r] = row r · x for r < n_rows; rows of `cols` values, `row_bytes` apart.
     void (*dot_rows)(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
                      std::int64_t cols, const float* x, const QuantizedX& qx, float* y);
+    /// F32/F16/BF16 only, null where the level has none: Y[i * ldy + r] = row r . X[i] for the
+    /// n_x rows of X (cols values each, contiguous), every output bit-identical to dot_rows'.
+    void (*dot_rows_batch)(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
+                           std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy) = nullptr;
 };
 
 #define AQPIM_DECLARE_QUANT_KERNELS(isa)                                                                  \
@@ -130,6 +134,8 @@ struct QuantKernels {
 AQPIM_DECLARE_QUANT_KERNELS(ref)
 AQPIM_DECLARE_QUANT_KERNELS(avx2)
 AQPIM_DECLARE_QUANT_KERNELS(avx512)
+void dot_rows_batch_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
+                           std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy);
 
 #undef AQPIM_DECLARE_QUANT_KERNELS
 

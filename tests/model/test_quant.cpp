@@ -525,6 +525,33 @@ TEST(Matmul, TheRowsPathIsMatvecBitForBitAtEveryBatchSizeAndThreadCount) {
         }
 }
 
+TEST(Matmul, TheRowsPathIsMatvecBitForBitOnLongRowsAndOddShapes) {
+    // Float rows go through a blocked kernel (2 rows x 3 activations, 1024-value chunks whose
+    // accumulators wait between chunks): rows longer than a chunk, a chunk holding only the tail
+    // (1025), a tail after whole chunks (2100), an odd row count (a lone last row) and activation
+    // counts that leave 1 or 2 of a block of 3.
+    const std::int64_t rows = 131;
+    for (GgmlType type : {GgmlType::F16, GgmlType::F32, GgmlType::BF16})
+        for (std::int64_t c : {1025, 2048, 2100})
+            for (SimdLevel level : supported_simd_levels()) {
+                test::SimdLevelGuard g(level);
+                const auto data = make_weights(type, rows, c, 73);
+                const WeightMatrix W{type, rows, c, data.data()};
+                const std::int64_t max_n = 7;
+                const auto X = test::gaussian(std::size_t(max_n * c), 74);
+                std::vector<float> alone(std::size_t(max_n * rows));
+                for (std::int64_t i = 0; i < max_n; ++i) matvec(W, X.data() + i * c, alone.data() + i * rows, 1);
+                for (std::int64_t n : {2, 4, 7})
+                    for (int threads : {1, 2}) {
+                        std::vector<float> Y(std::size_t(n * rows), -1.0f);
+                        quant::matmul_with(W, X.data(), n, Y.data(), threads, quant::MatmulPath::rows);
+                        ASSERT_EQ(std::memcmp(Y.data(), alone.data(), Y.size() * 4), 0)
+                            << tname(type) << " c=" << c << " " << simd_level_name(level) << " n=" << n
+                            << " threads=" << threads;
+                    }
+            }
+}
+
 TEST(Matmul, ForcedPathsAgreeAndThreadsDoNotMatter) {
     const std::int64_t rows = 300, n = 17;  // 300 = 9 panels of 32 + 12 rows
     for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F32, GgmlType::BF16, GgmlType::F16}) {
