@@ -65,9 +65,13 @@ private:
         std::uint64_t draws_ = 0;
     };
 
+    /// keys_ into ascending order (from any permutation of it).
+    void sort_keys();
+
     SamplerParams params_;
     CountingEngine rng_;
-    std::vector<std::pair<float, std::int32_t>> candidates_;
+    std::vector<std::uint64_t> keys_;     ///< per token: ~bits(probability) << 32 | id
+    std::vector<std::uint64_t> scratch_;  ///< sort_keys' second buffer
 };
 
 /// Index of the largest value (lowest index on ties).

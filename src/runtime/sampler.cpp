@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <utility>
 
 #include "aqpim/byte_io.h"
 #include "aqpim/error.h"
@@ -65,39 +66,63 @@ std::int32_t Sampler::sample(const float* logits, int n_vocab) {
     if (params_.temperature == 0.0f) return argmax(logits, n_vocab);
 
     // Softmax at temperature T, then the nucleus: most probable tokens until top_p is covered.
+    // Most probable first, ties by lowest id: the ascending order of the 64-bit keys
+    // (~bits(p) << 32 | id), p >= 0 so its bits order as its value.
     const float mx = logits[argmax(logits, n_vocab)];
-    candidates_.resize(n_vocab);
+    const std::size_t n = std::size_t(n_vocab);
+    keys_.resize(n);
     double total = 0.0;
-    for (int i = 0; i < n_vocab; ++i) {
+    for (std::size_t i = 0; i < n; ++i) {
         const float p = std::exp((logits[i] - mx) / params_.temperature);
-        candidates_[i] = {p, i};
+        keys_[i] = std::uint64_t(~std::bit_cast<std::uint32_t>(p)) << 32 | std::uint32_t(i);
         total += p;
     }
-    // Most probable first (ties: lowest id), sorted only as far as the nucleus reaches: the top k
-    // by partial sort, k growing 8x while the nucleus is not covered (the first k of a partial
-    // sort are those of a full one, the order being total), so a 128K vocabulary is not sorted
-    // whole for a nucleus of a few hundred tokens.
-    const auto more_probable = [](const auto& a, const auto& b) {
-        return a.first > b.first || (a.first == b.first && a.second < b.second);
-    };
+    const auto prob = [](std::uint64_t key) { return std::bit_cast<float>(~std::uint32_t(key >> 32)); };
+    // The first kPartial by a partial sort (a peaked distribution's nucleus is a few tokens); a
+    // nucleus beyond them sorts everything by radix: a heap-based partial sort of the whole
+    // vocabulary took 0.5 ms at 4096 tokens and 21 ms at 128256 (bench_sampler).
+    constexpr std::size_t kPartial = 256;
+    std::size_t n_sorted = std::min(n, kPartial);
+    std::partial_sort(keys_.begin(), keys_.begin() + std::ptrdiff_t(n_sorted), keys_.end());
     double kept = 0.0;
-    std::size_t n_keep = 0, n_sorted = 0;
-    while (n_keep < candidates_.size() && (n_keep == 0 || kept < params_.top_p * total)) {
+    std::size_t n_keep = 0;
+    while (n_keep < n && (n_keep == 0 || kept < params_.top_p * total)) {
         if (n_keep == n_sorted) {
-            n_sorted = std::min(candidates_.size(), std::max<std::size_t>(256, 8 * n_sorted));
-            std::partial_sort(candidates_.begin() + n_keep, candidates_.begin() + n_sorted, candidates_.end(),
-                              more_probable);
+            sort_keys();
+            n_sorted = n;
         }
-        kept += candidates_[n_keep++].first;
+        kept += prob(keys_[n_keep++]);
     }
 
     const double u = std::uniform_real_distribution<double>(0.0, kept)(rng_);
     double acc = 0.0;
     for (std::size_t i = 0; i < n_keep; ++i) {
-        acc += candidates_[i].first;
-        if (u < acc) return candidates_[i].second;
+        acc += prob(keys_[i]);
+        if (u < acc) return std::int32_t(keys_[i] & 0xFFFFFFFFu);
     }
-    return candidates_[n_keep - 1].second;
+    return std::int32_t(keys_[n_keep - 1] & 0xFFFFFFFFu);
+}
+
+void Sampler::sort_keys() {
+    // Back to id order (a partial sort moved them), then a stable LSD radix sort on the upper 32
+    // bits, 11 bits per pass: equal probabilities keep their id order, so the result is the full
+    // ascending order of the keys. A pass whose digit is the same for every key is skipped.
+    const std::size_t n = keys_.size();
+    scratch_.resize(n);
+    for (const std::uint64_t k : keys_) scratch_[k & 0xFFFFFFFFu] = k;
+    keys_.swap(scratch_);
+    constexpr int kDigitBits = 11;
+    constexpr std::size_t kBuckets = std::size_t(1) << kDigitBits;
+    std::vector<std::size_t> count(kBuckets);
+    for (int shift = 32; shift < 64; shift += kDigitBits) {
+        std::fill(count.begin(), count.end(), 0);
+        for (const std::uint64_t k : keys_) ++count[(k >> shift) & (kBuckets - 1)];
+        if (count[(keys_[0] >> shift) & (kBuckets - 1)] == n) continue;
+        std::size_t at = 0;
+        for (std::size_t& c : count) at += std::exchange(c, at);
+        for (const std::uint64_t k : keys_) scratch_[count[(k >> shift) & (kBuckets - 1)]++] = k;
+        keys_.swap(scratch_);
+    }
 }
 
 }  // namespace aqpim

@@ -20,6 +20,7 @@
 #include "aqpim/kv_pq.h"
 #include "aqpim/kv_scheme.h"
 #include "aqpim/kv_state.h"
+#include "aqpim/threads.h"
 #include "aqpim/timer.h"
 #include "aqpim/transformer.h"
 #include "serve/engine_store.h"
@@ -108,6 +109,7 @@ struct Engine::Impl {
     std::size_t prefill_cursor = 0;
     std::uint64_t parked_count = 0;
     std::vector<float> logits;
+    std::vector<TokenEvent> draws;  ///< decode_all: each sequence's token of the step
 
     // Shared state, under mu.
     mutable std::mutex mu;
@@ -567,11 +569,18 @@ struct Engine::Impl {
         Timer t;
         if (!forward(batch, true)) return;
         record_phase(false, t.seconds(), batch.size());
-        const int n_vocab = weights.config.n_vocab;
+        const std::size_t n_vocab = std::size_t(weights.config.n_vocab);
+        // Every sequence draws on the pool's threads (its own sampler: which thread draws changes
+        // nothing), then the tokens are reported in slot order on this thread.
+        draws.resize(batch.size());
+        parallel_for(
+            std::int64_t(batch.size()),
+            [&](std::int64_t i) { draws[std::size_t(i)] = draw(slots[std::size_t(batch[std::size_t(i)].seq_id)], logits.data() + std::size_t(i) * n_vocab); },
+            opt.threads);
         for (std::size_t i = 0; i < batch.size(); ++i) {
             Slot& s = slots[std::size_t(batch[i].seq_id)];
             s.n_cached += 1;
-            accept(s, logits.data() + i * std::size_t(n_vocab));
+            report(s, std::move(draws[i]));
         }
     }
 
@@ -598,16 +607,25 @@ struct Engine::Impl {
         if (prefill) published.prompt_tokens += n_tokens;
     }
 
-    /// Sample the next token of s from its logits, report it, and finish s when it is done.
-    void accept(Slot& s, const float* lg) {
+    /// The next token of s from its logits, with its log probabilities: touches only s's sampler.
+    TokenEvent draw(Slot& s, const float* lg) const {
         const int n_vocab = weights.config.n_vocab;
-        const std::int32_t next = s.sampler->sample(lg, n_vocab);
+        TokenEvent ev;
+        ev.token = s.sampler->sample(lg, n_vocab);
+        if (ev.token != opt.eos_token)
+            ev.logprob = log_probabilities(lg, n_vocab, ev.token, s.request.top_logprobs, ev.top_logprobs);
+        return ev;
+    }
+
+    /// Sample the next token of s from its logits, report it, and finish s when it is done.
+    void accept(Slot& s, const float* lg) { report(s, draw(s, lg)); }
+
+    /// Report the token s drew, and finish s when it is done.
+    void report(Slot& s, TokenEvent ev) {
+        const std::int32_t next = ev.token;
         s.tokens.push_back(next);  // fed by the next step
         if (next == opt.eos_token) return finish(s, FinishReason::stop);
-        TokenEvent ev;
         ev.request_id = s.request_id;
-        ev.token = next;
-        ev.logprob = log_probabilities(lg, n_vocab, next, s.request.top_logprobs, ev.top_logprobs);
         ev.n_prompt = s.n_prompt;
         ev.n_generated = ++s.n_generated;
         {

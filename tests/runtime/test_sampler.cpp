@@ -37,13 +37,17 @@ TEST(Sampler, SameSeedSameTokensAndNucleusCutsTheTail) {
     for (int i = 0; i < 50; ++i) EXPECT_EQ(c.sample(l.data(), 50) % 7, 6);
 }
 
-// The nucleus is found by partial sorts that grow; the tokens drawn must be those of a full sort.
+// The nucleus is found by a partial sort of the first 256, then a radix sort of everything; the
+// tokens drawn must be those of a full sort. The second logits have thousands of ties (integer
+// logits), which the radix sort must leave in id order after the partial sort moved them.
 TEST(Sampler, PartialSortsDrawWhatAFullSortDraws) {
     std::mt19937 gen(5);
     std::normal_distribution<float> normal(0.0f, 3.0f);
-    std::vector<float> l(20000);
-    for (float& x : l) x = normal(gen);
-    l[7] = l[9];  // a tie, broken by the lower id
+    std::vector<float> smooth(20000), tied(20000);
+    for (float& x : smooth) x = normal(gen);
+    smooth[7] = smooth[9];  // a tie, broken by the lower id
+    for (float& x : tied) x = std::round(normal(gen));
+    for (const std::vector<float>& l : {smooth, tied})
     for (float top_p : {0.01f, 0.5f, 0.95f, 0.999f, 1.0f}) {
         const SamplerParams params{1.3f, top_p, 11};
         Sampler s(params);
