@@ -219,16 +219,20 @@ void BM_MatvecF32x(benchmark::State& state) {
 
 // ---- matmul ----------------------------------------------------------------------------------------
 
-// args: type index, n, path (0 rows, 1 sgemm), threads
+/// W shapes of BM_Matmul (rows x cols): a Llama-7B projection, austen-13m's FFN up and down.
+constexpr std::int64_t kMatmulShapes[][2] = {{4096, 4096}, {1408, 512}, {512, 1408}};
+
+// args: type index, n, path (0 rows, 1 sgemm, 2 own), threads, shape index (kMatmulShapes)
 void BM_Matmul(benchmark::State& state) {
     const GgmlType type = kTypes[state.range(0)];
-    const std::int64_t n = state.range(1), rows = 4096, cols = 4096;
+    const std::int64_t n = state.range(1), rows = kMatmulShapes[state.range(4)][0], cols = kMatmulShapes[state.range(4)][1];
+    if (cols % ggml_type_traits(type).block_size != 0) return state.SkipWithError("columns not a multiple of the type's block");
     const quant::MatmulPath paths[] = {quant::MatmulPath::rows, quant::MatmulPath::sgemm, quant::MatmulPath::own};
     const auto path = paths[state.range(2)];
     const int nt = int(state.range(3));
     MatrixArena& m = matrices(type, rows, cols, false);
     const char* names[] = {"/rows", "/sgemm", "/own"};
-    state.SetLabel(ggml_type_name(type) + names[state.range(2)]);
+    state.SetLabel(ggml_type_name(type) + names[state.range(2)] + "/" + std::to_string(rows) + "x" + std::to_string(cols));
     const auto X = values(std::size_t(n * cols), 9, 1.0f);
     std::vector<float> Y(std::size_t(n * rows));
     for (auto _ : state) {
@@ -266,7 +270,7 @@ BENCHMARK(BM_Matvec)->Apply(matvec_args)->Unit(benchmark::kMillisecond)->UseReal
 BENCHMARK(BM_MatvecHot)->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {2, 1, 0}})->Apply(best_of)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MatvecF32x)->ArgsProduct({{3, 4}, {1, 2}})->Apply(best_of)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Matmul)
-    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {1, 4, 8, 16, 64, 256}, {0, 1, 2}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {1, 4, 8, 16, 64, 256}, {0, 1, 2}, {1, 2}, {0, 1, 2}})
     ->Apply(best_of)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
