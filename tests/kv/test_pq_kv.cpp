@@ -719,6 +719,36 @@ TEST(PqKv, RopeAugmentShiftsEveryPairByOnePosition) {
     }
 }
 
+TEST(PqKv, RopeAugmentRotatesToFloatPrecisionAtLongShifts) {
+    // Shifts up to 2^17 positions turn the fastest pairs by 10^5 radians: the rotation must still
+    // be the double-precision one to float precision (its sines and cosines are reduced by pi/2
+    // in double, then evaluated in float). The shifts are the function's own draws: one per pass
+    // and row, in that order, from std::mt19937_64(seed).
+    const int D = 128, n = 64, copies = 3;
+    const double span = 131072.0;
+    const std::vector<float> x = test::gaussian(n * D, 8);
+    std::vector<float> freq;
+    for (int i = 0; i < D / 2; ++i) freq.push_back(float(std::pow(10000.0, -2.0 * i / D)));
+    std::vector<float> out;
+    kv::rope_augment(x.data(), n, D, RopePairs::interleaved, freq, copies, span, 3, out);
+    std::mt19937_64 rng(3);
+    std::uniform_real_distribution<double> shift(0.0, span);
+    double worst = 0;
+    for (int c = 1; c <= copies; ++c)
+        for (int t = 0; t < n; ++t) {
+            const double delta = shift(rng);
+            const float* s = x.data() + t * D;
+            const float* r = out.data() + (std::size_t(c) * n + t) * D;
+            for (int i = 0; i < D / 2; ++i) {
+                const double a = delta * double(freq[i]), cs = std::cos(a), sn = std::sin(a);
+                const double ra = s[2 * i] * cs - s[2 * i + 1] * sn, rb = s[2 * i] * sn + s[2 * i + 1] * cs;
+                const double norm = std::hypot(double(s[2 * i]), double(s[2 * i + 1]));
+                worst = std::max({worst, std::abs(r[2 * i] - ra) / norm, std::abs(r[2 * i + 1] - rb) / norm});
+            }
+        }
+    EXPECT_LT(worst, 1e-6);
+}
+
 // ---- bits= ---------------------------------------------------------------------------------------------
 
 TEST(PqKv, TheBitsChoiceTrainsTheChosenMAsAnyVersion) {
