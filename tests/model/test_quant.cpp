@@ -500,29 +500,35 @@ TEST(Matmul, MatchesMatvecForSeveralBatchSizes) {
     }
 }
 
+/// matmul's rows path on `rows` x c weights of `type`, at every SIMD level, each batch size of
+/// `batches` and 1-2 threads, is bit for bit matvec row by row.
+void expect_rows_path_is_matvec(GgmlType type, std::int64_t rows, std::int64_t c, std::uint64_t seed,
+                                std::initializer_list<std::int64_t> batches) {
+    const std::int64_t max_n = std::max(batches);
+    for (SimdLevel level : supported_simd_levels()) {
+        test::SimdLevelGuard g(level);
+        const auto data = make_weights(type, rows, c, seed);
+        const WeightMatrix W{type, rows, c, data.data()};
+        const auto X = test::gaussian(std::size_t(max_n * c), seed + 1);
+        std::vector<float> alone(std::size_t(max_n * rows));
+        for (std::int64_t i = 0; i < max_n; ++i) matvec(W, X.data() + i * c, alone.data() + i * rows, 1);
+        for (std::int64_t n : batches)
+            for (int threads : {1, 2}) {
+                std::vector<float> Y(std::size_t(n * rows), -1.0f);
+                quant::matmul_with(W, X.data(), n, Y.data(), threads, quant::MatmulPath::rows);
+                ASSERT_EQ(std::memcmp(Y.data(), alone.data(), Y.size() * 4), 0)
+                    << tname(type) << " c=" << c << " " << simd_level_name(level) << " n=" << n << " threads=" << threads;
+            }
+    }
+}
+
 TEST(Matmul, TheRowsPathIsMatvecBitForBitAtEveryBatchSizeAndThreadCount) {
     // The batch-invariant path the server decodes with: tiled over W's rows so a tile is reused
     // by every activation, yet each output must be exactly what matvec gives for that row alone.
-    // 1100 rows: tiles (32 KB of W) do not divide the rows, and 2 threads split an odd tile count.
-    const std::int64_t rows = 1100;
+    // 1100 rows: tiles (32 KB of W; 64 rows of float W) do not divide the rows, and 2 threads
+    // split an odd tile count.
     for (GgmlType type : {GgmlType::F16, GgmlType::F32, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K})
-        for (SimdLevel level : supported_simd_levels()) {
-            test::SimdLevelGuard g(level);
-            const std::int64_t c = block_of(type) == 256 ? 512 : 160;
-            const auto data = make_weights(type, rows, c, 71);
-            const WeightMatrix W{type, rows, c, data.data()};
-            const std::int64_t max_n = 70;
-            const auto X = test::gaussian(std::size_t(max_n * c), 72);
-            std::vector<float> alone(std::size_t(max_n * rows));
-            for (std::int64_t i = 0; i < max_n; ++i) matvec(W, X.data() + i * c, alone.data() + i * rows, 1);
-            for (std::int64_t n : {1, 2, 5, 33, 70})
-                for (int threads : {1, 2}) {
-                    std::vector<float> Y(std::size_t(n * rows), -1.0f);
-                    quant::matmul_with(W, X.data(), n, Y.data(), threads, quant::MatmulPath::rows);
-                    ASSERT_EQ(std::memcmp(Y.data(), alone.data(), Y.size() * 4), 0)
-                        << tname(type) << " " << simd_level_name(level) << " n=" << n << " threads=" << threads;
-                }
-        }
+        expect_rows_path_is_matvec(type, 1100, block_of(type) == 256 ? 512 : 160, 71, {1, 2, 5, 33, 70});
 }
 
 TEST(Matmul, TheRowsPathIsMatvecBitForBitOnLongRowsAndOddShapes) {
@@ -530,26 +536,8 @@ TEST(Matmul, TheRowsPathIsMatvecBitForBitOnLongRowsAndOddShapes) {
     // accumulators wait between chunks): rows longer than a chunk, a chunk holding only the tail
     // (1025), a tail after whole chunks (2100), an odd row count (a lone last row) and activation
     // counts that leave 1 or 2 of a block of 3.
-    const std::int64_t rows = 131;
     for (GgmlType type : {GgmlType::F16, GgmlType::F32, GgmlType::BF16})
-        for (std::int64_t c : {1025, 2048, 2100})
-            for (SimdLevel level : supported_simd_levels()) {
-                test::SimdLevelGuard g(level);
-                const auto data = make_weights(type, rows, c, 73);
-                const WeightMatrix W{type, rows, c, data.data()};
-                const std::int64_t max_n = 7;
-                const auto X = test::gaussian(std::size_t(max_n * c), 74);
-                std::vector<float> alone(std::size_t(max_n * rows));
-                for (std::int64_t i = 0; i < max_n; ++i) matvec(W, X.data() + i * c, alone.data() + i * rows, 1);
-                for (std::int64_t n : {2, 4, 7})
-                    for (int threads : {1, 2}) {
-                        std::vector<float> Y(std::size_t(n * rows), -1.0f);
-                        quant::matmul_with(W, X.data(), n, Y.data(), threads, quant::MatmulPath::rows);
-                        ASSERT_EQ(std::memcmp(Y.data(), alone.data(), Y.size() * 4), 0)
-                            << tname(type) << " c=" << c << " " << simd_level_name(level) << " n=" << n
-                            << " threads=" << threads;
-                    }
-            }
+        for (std::int64_t c : {1025, 2048, 2100}) expect_rows_path_is_matvec(type, 131, c, 73, {2, 4, 7});
 }
 
 TEST(Matmul, ForcedPathsAgreeAndThreadsDoNotMatter) {
