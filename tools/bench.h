@@ -57,6 +57,7 @@ struct DecodeBenchOptions {
     std::vector<std::int64_t> contexts;  ///< tokens per sequence before the timed steps
     std::vector<int> batches{1};         ///< sequences advanced together by each step
     std::string kv = "f16;pq";           ///< schemes; the first is the baseline of the ratio
+    bool batch_invariant = false;        ///< decode as the server does (Transformer::set_batch_invariant)
 };
 /// Prefill tokens/s and GFLOP/s; decode tokens/s, GB/s of weights + KV read, and the fraction of
 /// the streaming-read roof measured in the same run.

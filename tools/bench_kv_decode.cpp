@@ -3,7 +3,7 @@
 // default). Caches are filled with generated keys and values (outlier channels, low rank, RoPE;
 // see aqpim/kv_capture.h synthetic_attention), so compressed schemes learn their codebooks on the
 // fill, then after one untimed step `decode_tokens` real forward steps are timed (each advances
-// every sequence by one).
+// every sequence by one), with the batched GEMM or, with --batch-invariant, as the server decodes.
 
 #include <fmt/format.h>
 
@@ -41,6 +41,7 @@ void fill_sequence(KvCache& cache, int seq, std::int64_t n, const KvShape& shape
 json bench_kv_decode(const DecodeBenchOptions& opt) {
     const LoadedModel m = load_model(opt.model);
     Transformer t(m.weights);
+    t.set_batch_invariant(opt.batch_invariant);
     const KvShape shape = t.kv_shape();
     const std::vector<KvSchemeSpec> schemes = parse_kv_schemes(opt.kv);
     json rows = json::array();
@@ -81,7 +82,8 @@ json bench_kv_decode(const DecodeBenchOptions& opt) {
                 if (is == 0) base_tps = tps;
                 const KvMemory mem = cache->memory();
                 rows.push_back({{"section", "kv decode"}, {"batch", batch}, {"context", ctx}, {"kv", schemes[is].text},
-                                {"threads", default_threads()}, {"tokens_per_s", tps},
+                                {"threads", default_threads()}, {"batch_invariant", opt.batch_invariant},
+                                {"tokens_per_s", tps},
                                 {"vs_" + schemes[0].name, tps / base_tps},
                                 {"kv_gbytes_per_s", double(kv_bytes) / secs / 1e9},
                                 {"kv_mib", double(mem.bytes) / 1048576.0},

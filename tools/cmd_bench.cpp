@@ -142,6 +142,10 @@ void add_bench_command(CLI::App& app) {
     decode->add_option("--kv", dopt->kv, "KV-dominated mode: schemes, ';'-separated, the first is the baseline")
         ->capture_default_str()
         ->needs(contexts);
+    decode->add_flag("--batch-invariant", dopt->batch_invariant,
+                     "KV-dominated mode: decode as `aqpim serve` does, each projection row with matvec's arithmetic "
+                     "(a sequence's tokens do not depend on the batch) instead of the faster batched GEMM")
+        ->needs(contexts);
     decode->callback([dopt, djson] {
         const json rows = dopt->contexts.empty() ? bench_decode(*dopt) : bench_kv_decode(*dopt);
         if (*djson)

@@ -126,4 +126,20 @@ TEST(RuntimeCli, BenchDecodeComparesSchemesWhereTheCacheDominates) {
         EXPECT_DOUBLE_EQ(bits, row["kv"] == "f16" ? 16.0 : 12.0) << row.dump();  // int8 g=8: 8 + 2x16/8
     }
     EXPECT_DOUBLE_EQ(j["rows"][0]["vs_f16"].get<double>(), 1.0);
+    EXPECT_FALSE(j["rows"][0]["batch_invariant"].get<bool>());
+}
+
+TEST(RuntimeCli, BenchDecodeDecodesAsTheServerWhenAsked) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+    const auto r = run_cli("bench decode -m " + kStoriesGguf +
+                           " --contexts 64 --batch 4 --kv 'f16;pq' -n 2 --batch-invariant --json 2>/dev/null");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    ASSERT_EQ(j["rows"].size(), 2u);
+    for (const auto& row : j["rows"]) {
+        EXPECT_TRUE(row["batch_invariant"].get<bool>()) << row.dump();
+        EXPECT_GT(row["tokens_per_s"].get<double>(), 0.0);
+    }
+    // Without KV-dominated mode the flag has nothing to act on: an error, not a silent no-op.
+    EXPECT_NE(run_cli("bench decode -m " + kStoriesGguf + " --batch-invariant 2>&1").exit_code, 0);
 }
