@@ -575,7 +575,10 @@ struct Engine::Impl {
         draws.resize(batch.size());
         parallel_for(
             std::int64_t(batch.size()),
-            [&](std::int64_t i) { draws[std::size_t(i)] = draw(slots[std::size_t(batch[std::size_t(i)].seq_id)], logits.data() + std::size_t(i) * n_vocab); },
+            [&](std::int64_t i) {
+                const std::size_t at = std::size_t(i);
+                draws[at] = draw(slots[std::size_t(batch[at].seq_id)], logits.data() + at * n_vocab);
+            },
             opt.threads);
         for (std::size_t i = 0; i < batch.size(); ++i) {
             Slot& s = slots[std::size_t(batch[i].seq_id)];
