@@ -15,6 +15,14 @@ using aqpim::test::shared_dir;
 namespace {
 const std::string kStoriesBin = shared_dir() + "/models/stories260K/stories260K.bin";
 const std::string kStoriesGguf = shared_dir() + "/models/stories260K/stories260K.gguf";
+
+/// The rows of `aqpim bench decode -m stories260K.gguf ARGS --json` (none, reported, if it failed).
+nlohmann::json bench_decode_rows(const std::string& args) {
+    const auto r = run_cli("bench decode -m " + kStoriesGguf + " " + args + " --json 2>/dev/null");
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+    if (r.exit_code != 0) return nlohmann::json::array();
+    return nlohmann::json::parse(r.output.substr(r.output.find('{')))["rows"];
+}
 }  // namespace
 
 TEST(RuntimeCli, RunStreamsTextAndReportsSpeed) {
@@ -105,38 +113,30 @@ TEST(RuntimeCli, BadInputFailsWithOneClearLine) {
 
 TEST(RuntimeCli, BenchDecodeReportsTheRoof) {
     AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
-    const auto r = run_cli("bench decode --quick -m " + kStoriesGguf + " --prompt-tokens 16 -n 8 --json");
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
-    ASSERT_EQ(j["rows"].size(), 3u);
-    EXPECT_GT(j["rows"][0]["gbytes_per_s"].get<double>(), 0.0);
-    EXPECT_GT(j["rows"][2]["tokens_per_s"].get<double>(), 0.0);
+    const auto rows = bench_decode_rows("--quick --prompt-tokens 16 -n 8");
+    ASSERT_EQ(rows.size(), 3u);
+    EXPECT_GT(rows[0]["gbytes_per_s"].get<double>(), 0.0);
+    EXPECT_GT(rows[2]["tokens_per_s"].get<double>(), 0.0);
 }
 
 TEST(RuntimeCli, BenchDecodeComparesSchemesWhereTheCacheDominates) {
     AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
-    const auto r = run_cli("bench decode -m " + kStoriesGguf +
-                           " --contexts 64,160 --batch 1,2 --kv 'f16;int8:g=8' -n 2 --json 2>/dev/null");
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
-    ASSERT_EQ(j["rows"].size(), 8u);  // 2 batches x 2 contexts x 2 schemes
-    for (const auto& row : j["rows"]) {
+    const auto rows = bench_decode_rows("--contexts 64,160 --batch 1,2 --kv 'f16;int8:g=8' -n 2");
+    ASSERT_EQ(rows.size(), 8u);  // 2 batches x 2 contexts x 2 schemes
+    for (const auto& row : rows) {
         EXPECT_GT(row["tokens_per_s"].get<double>(), 0.0);
         const double bits = row["bits_per_element"].get<double>();
         EXPECT_DOUBLE_EQ(bits, row["kv"] == "f16" ? 16.0 : 12.0) << row.dump();  // int8 g=8: 8 + 2x16/8
     }
-    EXPECT_DOUBLE_EQ(j["rows"][0]["vs_f16"].get<double>(), 1.0);
-    EXPECT_FALSE(j["rows"][0]["batch_invariant"].get<bool>());
+    EXPECT_DOUBLE_EQ(rows[0]["vs_f16"].get<double>(), 1.0);
+    EXPECT_FALSE(rows[0]["batch_invariant"].get<bool>());
 }
 
 TEST(RuntimeCli, BenchDecodeDecodesAsTheServerWhenAsked) {
     AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
-    const auto r = run_cli("bench decode -m " + kStoriesGguf +
-                           " --contexts 64 --batch 4 --kv 'f16;pq' -n 2 --batch-invariant --json 2>/dev/null");
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
-    ASSERT_EQ(j["rows"].size(), 2u);
-    for (const auto& row : j["rows"]) {
+    const auto rows = bench_decode_rows("--contexts 64 --batch 4 --kv 'f16;pq' -n 2 --batch-invariant");
+    ASSERT_EQ(rows.size(), 2u);
+    for (const auto& row : rows) {
         EXPECT_TRUE(row["batch_invariant"].get<bool>()) << row.dump();
         EXPECT_GT(row["tokens_per_s"].get<double>(), 0.0);
     }
