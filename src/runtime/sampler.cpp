@@ -3,6 +3,7 @@
 #include "aqpim/sampler.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <utility>
@@ -113,7 +114,7 @@ void Sampler::sort_keys() {
     keys_.swap(scratch_);
     constexpr int kDigitBits = 11;
     constexpr std::size_t kBuckets = std::size_t(1) << kDigitBits;
-    std::vector<std::size_t> count(kBuckets);
+    std::array<std::size_t, kBuckets> count;
     for (int shift = 32; shift < 64; shift += kDigitBits) {
         std::fill(count.begin(), count.end(), 0);
         for (const std::uint64_t k : keys_) ++count[(k >> shift) & (kBuckets - 1)];
