@@ -18,6 +18,7 @@
 #include "aqpim/page_pool.h"
 #include "aqpim/pq_codes.h"
 #include "aqpim/pq_kernels.h"
+#include "aqpim/threads.h"
 #include "kv/kv_state_io.h"
 #include "kv/pq_codebooks.h"
 #include "kv/pq_layout.h"
@@ -30,10 +31,28 @@ namespace kv {
 namespace {
 
 constexpr float kF16Max = 65504.0f;
+
+/// The first of x[0, n) that is not a finite f16 value (|x| > 65504 or NaN), or -1: one pass
+/// without early exit (it vectorizes), then the search only when one is there.
+std::int64_t first_outside_f16(const float* x, std::int64_t n) {
+    bool bad = false;
+    for (std::int64_t i = 0; i < n; ++i) bad |= !(std::fabs(x[i]) <= kF16Max);
+    if (!bad) return -1;
+    for (std::int64_t i = 0; i < n; ++i)
+        if (!(std::fabs(x[i]) <= kF16Max)) return i;
+    return -1;
+}
+
 /// Blocks of the next codebook version's codes a decode call requests into L2 while it scans the
 /// current version: one tile of the scan (1024 tokens, 32 KiB at M = 32 for keys and values).
 constexpr std::int64_t kNextVersionPrefetchBlocks = 32;
 constexpr double kAugSpanUnknownContext = 4096;  // positions the last version's key rotations reach when no context is stated
+/// append() encodes in tasks of this many positions of one stream (a multiple of kCodeBlock)...
+constexpr std::int64_t kEncodeBlockTokens = 64;
+/// ...side by side on the pool's threads from this many rows (positions x streams) in one call: a
+/// decode step's one or two tokens are cheaper than waking a thread.
+constexpr std::int64_t kParallelAppendRows = 64;
+static_assert(kEncodeBlockTokens % kCodeBlock == 0);
 
 /// Rows of one stream (a layer's keys or values of one KV head) for positions [first, end), stored as
 /// f16 or, with wq=, as a scalar row codec; contiguous; rows are appended at the end and dropped at
@@ -168,6 +187,19 @@ AttendScratch& attend_scratch() {
     return s;
 }
 
+/// Per-thread scratch of the encode tasks of append() (a block of tokens at a time: small).
+struct EncodeScratch {
+    std::vector<float> rows;             ///< [tokens][D] the stream's rows read back
+    std::vector<std::uint8_t> codes;     ///< [tokens][M]
+    AlignedBuffer<float> y;              ///< ProductQuantizer::encode_with's rows in quantizer space
+    std::vector<float> wide_centroids;   ///< cb=f16/int8: the quantizer's codebooks widened
+    std::vector<float> norms;            ///< their squared norms
+};
+EncodeScratch& encode_scratch() {
+    thread_local EncodeScratch s;
+    return s;
+}
+
 class PqKvCache final : public KvCache {
 public:
     PqKvCache(const PqKvParams& params, const KvShape& shape, const KvCacheOptions& options,
@@ -290,7 +322,11 @@ private:
     void charge(const Sequence& s, int seq_id, int il, std::int64_t n_new, std::int64_t n1) const;
 
     void train_version(Sequence& s, LayerState& l, int il, int j);
+    /// Codes of positions [c0, c1) (after the sinks) of every stream, blocks of streams side by side.
     void encode(Sequence& s, LayerState& l, std::int64_t c0, std::int64_t c1);
+    /// Codes of positions [c0, c1) of one stream: the keys (value = false) or values of KV head ih.
+    void encode_stream(const Sequence& s, const LayerState& l, int ih, bool value, std::int64_t c0,
+                       std::int64_t c1) const;
     void release_large_scratch();
     void ensure_pages(std::vector<std::int32_t>& pages, PagePool& pool, std::int64_t n_pages);
 
@@ -328,12 +364,9 @@ private:
     PqAttentionOptions attn_opts_;
     std::unique_ptr<PagePool> code_pool_, dense_pool_;
     std::map<int, Sequence> seqs_;
-    // append scratch (append runs on one thread)
-    std::vector<float> xk_, xv_;           ///< [n_kv][rows][D] f32 training or encoding rows
-    std::vector<std::uint8_t> codes_;      ///< [rows][M]
-    AlignedBuffer<float> y_;               ///< ProductQuantizer::encode_with's rows in quantizer space
+    // training scratch (append is called on one thread; its encode tasks have encode_scratch())
+    std::vector<float> xk_, xv_;           ///< [n_kv][rows][D] f32 training rows
     std::vector<std::vector<float>> aug_;  ///< [n_kv] RoPE-augmented key training rows
-    std::vector<float> wide_centroids_, wide_norms_;  ///< cb=f16: one quantizer's codebooks widened, their norms
     std::optional<RowCodec> window_codec_; ///< wq=: codec of the tail rows (none: f16)
     // key calibration augmentation (aug=)
     int aug_copies_ = 0;
@@ -383,11 +416,12 @@ void PqKvCache::append(int il, int seq_id, std::int64_t n, const float* k, const
     const int n_kv = shape().n_kv_head, D = shape().head_dim;
     // Rows are stored as f16 (or straight from f32 in the wq= codec) and everything (training, codes,
     // attention) reads the stored values, so a token is coded the same whichever call appended it.
-    for (auto [x, what] : {std::pair{k, "key"}, std::pair{v, "value"}})
-        for (std::int64_t i = 0; i < n * n_kv * D; ++i)
-            if (!(std::fabs(x[i]) <= kF16Max))
-                AQPIM_FAIL("kv cache {}: {} of token {} (KV head {}, dim {}) of layer {} is {}: not a finite f16 value",
-                           scheme(), what, l.n + i / (n_kv * D), (i / D) % n_kv, i % D, il, x[i]);
+    for (auto [x, what] : {std::pair{k, "key"}, std::pair{v, "value"}}) {
+        const std::int64_t i = first_outside_f16(x, n * n_kv * D);
+        if (i >= 0)
+            AQPIM_FAIL("kv cache {}: {} of token {} (KV head {}, dim {}) of layer {} is {}: not a finite f16 value",
+                       scheme(), what, l.n + i / (n_kv * D), (i / D) % n_kv, i % D, il, x[i]);
+    }
     const std::int64_t n0 = l.n, n1 = n0 + n;
     charge(s, seq_id, il, n, n1);
     const std::int64_t row_stride = std::int64_t(n_kv) * D;
@@ -419,11 +453,15 @@ void PqKvCache::append(int il, int seq_id, std::int64_t n, const float* k, const
             f32_to_fp16(v + src, l.sink_v[ih].data() + t * D, std::size_t(D));
         }
     const std::int64_t t0 = std::max(n0, S);
-    if (n1 > t0)
-        for (int ih = 0; ih < n_kv; ++ih) {
-            l.tail_k[ih].push(k + (t0 - n0) * row_stride + ih * D, n1 - t0, row_stride);
-            l.tail_v[ih].push(v + (t0 - n0) * row_stride + ih * D, n1 - t0, row_stride);
-        }
+    if (n1 > t0)  // each stream on its own (wq= codes them): side by side when there are many rows
+        parallel_for(
+            2 * n_kv,
+            [&](std::int64_t stream) {
+                const int ih = int(stream % n_kv);
+                const float* src = (stream < n_kv ? k : v) + (t0 - n0) * row_stride + ih * D;
+                (stream < n_kv ? l.tail_k : l.tail_v)[ih].push(src, n1 - t0, row_stride);
+            },
+            (n1 - t0) * 2 * n_kv >= kParallelAppendRows ? 0 : 1);
 
     // 2. Codebook versions whose training point falls in this append.
     const PqSchedule& sc = L_.sched;
@@ -451,14 +489,12 @@ void PqKvCache::release_large_scratch() {
     // The scratch of a long prefill is as large as the prefill; memory() does not count it, so it is
     // not kept past the call that needed it (the small scratch of decode steps is).
     constexpr std::size_t kKeepBytes = std::size_t(16) << 20;
-    std::size_t bytes = (xk_.capacity() + xv_.capacity() + y_.size()) * sizeof(float) + codes_.capacity();
+    std::size_t bytes = (xk_.capacity() + xv_.capacity()) * sizeof(float);
     for (const auto& a : aug_) bytes += a.capacity() * sizeof(float);
     if (bytes <= kKeepBytes) return;
     // (x = {} would keep the capacity: it assigns an empty initializer list)
     std::vector<float>().swap(xk_);
     std::vector<float>().swap(xv_);
-    y_ = AlignedBuffer<float>();
-    std::vector<std::uint8_t>().swap(codes_);
     std::vector<std::vector<float>>().swap(aug_);
 }
 
@@ -485,11 +521,12 @@ void PqKvCache::train_version(Sequence& s, LayerState& l, int il, int j) {
         else if (aug_context_ > 0)
             span = double(std::max<std::int64_t>(aug_context_ - first, nt));
         aug_.resize(std::size_t(n_kv));
-        for (int ih = 0; ih < n_kv; ++ih) {
+        parallel_for(n_kv, [&](std::int64_t h) {  // each head from its own seed
+            const int ih = int(h);
             const std::uint64_t seed = p_.seed * 0x9E3779B97F4A7C15ull + std::uint64_t(il) * 1000003u + std::uint64_t(j) * 7919u + std::uint64_t(ih);
             rope_augment(pk[ih], nt, D, p_.key_pairs(shape()), inv_freq_, aug_copies_, span, seed, aug_[ih]);
             pk[ih] = aug_[ih].data();
-        }
+        });
         nk = nt * (1 + aug_copies_);
     }
     const PqTrainSet tk{pk, nk}, tv{pv, nt};
@@ -540,8 +577,28 @@ void PqKvCache::train_version(Sequence& s, LayerState& l, int il, int j) {
 }
 
 void PqKvCache::encode(Sequence& s, LayerState& l, std::int64_t c0, std::int64_t c1) {
-    const int n_kv = shape().n_kv_head, D = shape().head_dim, nbits = p_.nbits;
+    if (c1 <= c0) return;
+    const int n_kv = shape().n_kv_head, n_streams = 2 * n_kv;
+    // Tasks: one stream (a KV head's keys or values) of one aligned block of kEncodeBlockTokens
+    // positions, so no two tasks write the same code block (4-bit codes share bytes within one).
+    const std::int64_t b0 = c0 / kEncodeBlockTokens, n_blocks = (c1 - 1) / kEncodeBlockTokens + 1 - b0;
+    const std::int64_t n_tasks = n_blocks * n_streams;
+    parallel_for(
+        n_tasks,
+        [&](std::int64_t task) {
+            const std::int64_t blk = b0 + task / n_streams;
+            const int stream = int(task % n_streams);
+            encode_stream(s, l, stream % n_kv, stream >= n_kv, std::max(c0, blk * kEncodeBlockTokens),
+                          std::min(c1, (blk + 1) * kEncodeBlockTokens));
+        },
+        (c1 - c0) * n_streams >= kParallelAppendRows ? 0 : 1);
+}
+
+void PqKvCache::encode_stream(const Sequence& s, const LayerState& l, int ih, bool value, std::int64_t c0,
+                              std::int64_t c1) const {
+    const int D = shape().head_dim, nbits = p_.nbits;
     const std::int64_t S = p_.sinks, P = p_.page;
+    EncodeScratch& ws = encode_scratch();
     for (std::int64_t a = c0; a < c1;) {
         // A run coded by one version.
         const int j = L_.sched.version_of(a);
@@ -549,26 +606,22 @@ void PqKvCache::encode(Sequence& s, LayerState& l, std::int64_t c0, std::int64_t
         if (j + 1 < L_.sched.versions) b = std::min(b, L_.sched.version_start(j + 1));
         const std::int64_t cnt = b - a;
         const PqLayerVersion& ver = l.versions[std::size_t(j)];
-        xk_.resize(std::size_t(cnt) * D);
-        for (int ih = 0; ih < n_kv; ++ih)
-            for (const bool value : {false, true}) {
-                const ProductQuantizer& q = (value ? ver.v : ver.k)[std::size_t(ih)];  // its transform
-                // The codebooks (cb=f16: widened) and their squared norms, computed here: the
-                // cache keeps no norms (they are not counted; PqLayerVersion::keep_counted_only).
-                const float* centroids = ver.widened_centroids(value, ih, wide_centroids_);
-                if (!centroids) centroids = q.centroids();
-                wide_norms_.resize(std::size_t(q.M()) * q.ksub());
-                squared_norms(centroids, std::int64_t(wide_norms_.size()), q.dsub(), wide_norms_.data());
-                const float* norms = wide_norms_.data();
-                const TailRows& rows = value ? l.tail_v[ih] : l.tail_k[ih];
-                AQPIM_ASSERT(rows.first() <= S + a && rows.end() >= S + b);
-                rows.read(S + a, cnt, xk_.data());
-                const int M = q.M();
-                codes_.resize(std::size_t(cnt) * M);
-                q.encode_with(centroids, norms, xk_.data(), cnt, codes_.data(), y_);
-                for (std::int64_t i = a; i < b; ++i)
-                    store_token_code(code_region(s, l, i, ih, value), i % P, M, nbits, codes_.data() + (i - a) * M);
-            }
+        const ProductQuantizer& q = (value ? ver.v : ver.k)[std::size_t(ih)];  // its transform
+        // The codebooks (cb=f16: widened) and their squared norms, computed here: the cache keeps
+        // no norms (they are not counted; PqLayerVersion::keep_counted_only).
+        const float* centroids = ver.widened_centroids(value, ih, ws.wide_centroids);
+        if (!centroids) centroids = q.centroids();
+        ws.norms.resize(std::size_t(q.M()) * q.ksub());
+        squared_norms(centroids, std::int64_t(ws.norms.size()), q.dsub(), ws.norms.data());
+        const TailRows& rows = value ? l.tail_v[ih] : l.tail_k[ih];
+        AQPIM_ASSERT(rows.first() <= S + a && rows.end() >= S + b);
+        ws.rows.resize(std::size_t(cnt) * D);
+        rows.read(S + a, cnt, ws.rows.data());
+        const int M = q.M();
+        ws.codes.resize(std::size_t(cnt) * M);
+        q.encode_with(centroids, ws.norms.data(), ws.rows.data(), cnt, ws.codes.data(), ws.y);
+        for (std::int64_t i = a; i < b; ++i)
+            store_token_code(code_region(s, l, i, ih, value), i % P, M, nbits, ws.codes.data() + (i - a) * M);
         a = b;
     }
 }

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "aqpim/error.h"
+#include "aqpim/threads.h"
 #include "kv/pq_layout.h"
 #include "simd/prefetch.h"
 
@@ -237,9 +238,10 @@ void measure_candidates(const PqKvParams& p, const KvShape& shape, std::vector<S
             owner.emplace_back(&st, std::size_t(at - st.ms.begin()));
         }
         train_batched(pqs, xs, ns);
-        for (std::size_t i = 0; i < pqs.size(); ++i)
+        parallel_for(std::int64_t(pqs.size()), [&](std::int64_t i) {  // each candidate's own error
             owner[i].first->err[owner[i].second] =
                 pq_relative_error({&pqs[i], 1}, {&es[i], 1}, owner[i].first->value ? ev.n : ek.n);
+        });
     }
 }
 
