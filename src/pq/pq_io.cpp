@@ -119,7 +119,7 @@ void check_size(std::size_t got, std::size_t want, const char* field, std::strin
 }  // namespace
 
 std::size_t ProductQuantizer::parameter_bytes() const {
-    bool perm = !perm_.empty() && !is_identity_permutation(perm_);
+    const bool perm = !perm_identity_;  // set with perm_ (set_derived_): the memory accounting asks per step
     return std::size_t(section_bytes(params_.D, params_.nbits, params_.scale_folding, perm, params_.rotation).total());
 }
 
