@@ -58,6 +58,9 @@ struct DecodeBenchOptions {
     std::vector<int> batches{1};         ///< sequences advanced together by each step
     std::string kv = "f16;pq";           ///< schemes; the first is the baseline of the ratio
     bool batch_invariant = false;        ///< decode as the server does (Transformer::set_batch_invariant)
+    /// Fill and time one scheme after another (peak memory: the largest cache) instead of holding
+    /// every scheme's cache and interleaving their timed steps (peak: the sum; robust ratios).
+    bool sequential = false;
 };
 /// Prefill tokens/s and GFLOP/s; decode tokens/s, GB/s of weights + KV read, and the fraction of
 /// the streaming-read roof measured in the same run.

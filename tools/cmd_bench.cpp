@@ -146,6 +146,11 @@ void add_bench_command(CLI::App& app) {
                      "KV-dominated mode: decode as `aqpim serve` does, each projection row with matvec's arithmetic "
                      "(a sequence's tokens do not depend on the batch) instead of the faster batched GEMM")
         ->needs(contexts);
+    decode->add_flag("--sequential", dopt->sequential,
+                     "KV-dominated mode: fill and time one scheme after another (holds one cache at a time) instead "
+                     "of interleaving every scheme's steps (holds all caches; drift on a shared machine cancels in "
+                     "the ratios)")
+        ->needs(contexts);
     decode->callback([dopt, djson] {
         const json rows = dopt->contexts.empty() ? bench_decode(*dopt) : bench_kv_decode(*dopt);
         if (*djson)

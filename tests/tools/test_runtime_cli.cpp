@@ -132,6 +132,27 @@ TEST(RuntimeCli, BenchDecodeComparesSchemesWhereTheCacheDominates) {
     EXPECT_FALSE(rows[0]["batch_invariant"].get<bool>());
 }
 
+TEST(RuntimeCli, BenchDecodeInterleavesSchemesUnlessSequential) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+    // 5 steps: a round of 4 and a partial one; both timings must run every step of every scheme,
+    // so each cache ends holding the same tokens (64 filled + 1 untimed + 5 timed).
+    const std::string args = "--contexts 64 --batch 2 --kv 'f16;int8:g=8' -n 5";
+    const auto interleaved = bench_decode_rows(args);
+    const auto sequential = bench_decode_rows(args + " --sequential");
+    ASSERT_EQ(interleaved.size(), 2u);
+    ASSERT_EQ(sequential.size(), 2u);
+    for (std::size_t i = 0; i < 2; ++i) {
+        EXPECT_EQ(interleaved[i]["timing"], "interleaved");
+        EXPECT_EQ(sequential[i]["timing"], "sequential");
+        EXPECT_EQ(interleaved[i]["kv"], sequential[i]["kv"]);
+        EXPECT_GT(interleaved[i]["tokens_per_s"].get<double>(), 0.0);
+        EXPECT_DOUBLE_EQ(interleaved[i]["kv_mib"].get<double>(), sequential[i]["kv_mib"].get<double>()) << i;
+    }
+    // 2 sequences x 70 tokens x 2 (K, V) x layers x kv heads x head_dim f16 elements
+    const double f16_mib = 2.0 * 70 * 2 * 5 * 4 * 8 * 2 / 1048576.0;
+    EXPECT_DOUBLE_EQ(interleaved[0]["kv_mib"].get<double>(), f16_mib);
+}
+
 TEST(RuntimeCli, BenchDecodeDecodesAsTheServerWhenAsked) {
     AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
     const auto rows = bench_decode_rows("--contexts 64 --batch 4 --kv 'f16;pq' -n 2 --batch-invariant");
