@@ -4,7 +4,9 @@
 // see aqpim/kv_capture.h synthetic_attention), so compressed schemes learn their codebooks on the
 // fill, then after one untimed step `decode_tokens` real forward steps are timed (each advances
 // every sequence by one), with the batched GEMM or, with --batch-invariant, as the server decodes.
-// The schemes' steps are interleaved (all caches held at once) unless --sequential.
+// The schemes' steps are interleaved (all caches held at once, filled from one generated context)
+// unless --sequential. fill_s: the seconds a scheme's cache spent appending the context (coding and
+// codebook training included, the generator not).
 
 #include <fmt/format.h>
 
@@ -27,15 +29,22 @@ namespace {
 /// Decode steps a scheme runs back to back in one round of the interleaved timing.
 constexpr int kInterleaveSteps = 4;
 
-/// Append n generated tokens to every layer of sequence seq, in chunks (bounded memory).
-void fill_sequence(KvCache& cache, int seq, std::int64_t n, const KvShape& shape, std::uint64_t seed) {
+/// Append n generated tokens to every layer of sequence seq of each cache, in chunks (bounded
+/// memory), each chunk generated once for all of them; fill_s[i] gains the seconds caches[i] spent
+/// in its appends (coding and training included, the generator not).
+void fill_sequence(const std::vector<KvCache*>& caches, int seq, std::int64_t n, const KvShape& shape,
+                   std::uint64_t seed, std::vector<double>& fill_s) {
     constexpr int kChunk = 2048;
     for (std::int64_t t0 = 0; t0 < n; t0 += kChunk) {
         const int m = int(std::min<std::int64_t>(kChunk, n - t0));
         for (int il = 0; il < shape.n_layer; ++il) {
             const CapturedAttention a =
                 synthetic_attention(m, shape.n_kv_head, shape.n_kv_head, shape.head_dim, seed + 7919 * il + t0);
-            cache.append(il, seq, m, a.k.data(), a.v.data());
+            for (std::size_t i = 0; i < caches.size(); ++i) {
+                Timer timer;
+                caches[i]->append(il, seq, m, a.k.data(), a.v.data());
+                fill_s[i] += timer.seconds();
+            }
         }
     }
 }
@@ -69,22 +78,29 @@ json bench_kv_decode(const DecodeBenchOptions& opt) {
                 for (int s = 0; s < batch; ++s) step[s] = BatchSequence{s, {&ids[s], 1}, false};
                 return t.forward(step, cache, logits).kv_bytes;
             };
-            const auto fill = [&](std::size_t is) {
-                KvCacheOptions ko;
-                ko.context = ctx + 1 + opt.decode_tokens;
-                caches[is] = make_kv_cache(schemes[is], shape, ko);
-                Timer fill_timer;
-                for (int s = 0; s < batch; ++s) {
-                    caches[is]->add_sequence(s);
-                    fill_sequence(*caches[is], s, ctx, shape, 1000 + 17 * s);
+            // Fill the caches [first, last) with the same generated context, then one untimed step
+            // each: the first append after the fill can grow a cache's buffers (the f16 cache's
+            // vectors double, copying the whole context: 1.6 s at 32 x 8K on one thread), a cost
+            // amortized over the whole generation in real use that a window of decode_tokens steps
+            // would charge hundreds of times over.
+            const auto fill = [&](std::size_t first, std::size_t last) {
+                std::vector<KvCache*> live;
+                std::vector<double> appends(last - first, 0.0);
+                for (std::size_t is = first; is < last; ++is) {
+                    KvCacheOptions ko;
+                    ko.context = ctx + 1 + opt.decode_tokens;
+                    caches[is] = make_kv_cache(schemes[is], shape, ko);
+                    live.push_back(caches[is].get());
                 }
-                fill_s[is] = fill_timer.seconds();
-                // One untimed step: the first append after the fill can grow a cache's buffers
-                // (the f16 cache's vectors double, copying the whole context: 1.6 s at 32 x 8K on
-                // one thread), a cost amortized over the whole generation in real use that a
-                // window of decode_tokens steps would charge hundreds of times over.
+                for (int s = 0; s < batch; ++s) {
+                    for (KvCache* c : live) c->add_sequence(s);
+                    fill_sequence(live, s, ctx, shape, 1000 + 17 * s, appends);
+                }
                 new_ids();
-                decode_step(*caches[is]);
+                for (std::size_t is = first; is < last; ++is) {
+                    fill_s[is] = appends[is - first];
+                    decode_step(*caches[is]);
+                }
             };
             const auto timed_step = [&](std::size_t is) {
                 Timer timer;
@@ -97,7 +113,7 @@ json bench_kv_decode(const DecodeBenchOptions& opt) {
             };
             if (opt.sequential) {
                 for (std::size_t is = 0; is < n_schemes; ++is) {
-                    fill(is);
+                    fill(is, is + 1);
                     for (int i = 0; i < opt.decode_tokens; ++i) new_ids(), timed_step(is);
                     finish(is);
                 }
@@ -106,7 +122,7 @@ json bench_kv_decode(const DecodeBenchOptions& opt) {
                 // rotated each round, so the machine's drift over the run (10-20% on a shared VM)
                 // falls on every scheme alike instead of on whichever ran last; a scheme's steps
                 // within a round find the caches as its own previous step left them.
-                for (std::size_t is = 0; is < n_schemes; ++is) fill(is);
+                fill(0, n_schemes);
                 std::vector<std::int32_t> round_ids;
                 for (int i0 = 0, round = 0; i0 < opt.decode_tokens; i0 += kInterleaveSteps, ++round) {
                     const int n = std::min(kInterleaveSteps, opt.decode_tokens - i0);
