@@ -12,11 +12,12 @@ namespace aqpim::kv {
 
 namespace {
 
-using WidenBy16 = void (*)(const std::int8_t* q, const float* pattern, float* out, std::size_t n);
+using WidenBy16 = void (*)(const std::int8_t* q, const float* scale, int M, std::size_t per_m, int dsub, float* out);
 
-void widen_int8_by16_ref(const std::int8_t* q, const float* pattern, float* out, std::size_t n) {
-    for (std::size_t i = 0; i < n; i += 16)
-        for (int l = 0; l < 16; ++l) out[i + l] = float(q[i + l]) * pattern[l];
+void widen_int8_by16_ref(const std::int8_t* q, const float* scale, int M, std::size_t per_m, int dsub, float* out) {
+    for (int m = 0; m < M; ++m, q += per_m, out += per_m)
+        for (std::size_t i = 0; i < per_m; i += std::size_t(dsub))
+            for (int j = 0; j < dsub; ++j) out[i + j] = float(q[i + j]) * scale[std::size_t(m) * dsub + j];
 }
 
 const WidenBy16 kWidenBy16[3] = {widen_int8_by16_ref, widen_int8_by16_avx2, widen_int8_by16_avx512};
@@ -73,25 +74,14 @@ void CompactCentroids::widen(std::vector<float>& out) const {
     if (storage == CodebookStorage::f16) return fp16_to_f32(f16.data(), out.data(), n);
     AQPIM_ASSERT(storage == CodebookStorage::int8);
     // Value i of subspace m is i8[i] * scale[m][i % dsub]. Where dsub divides 16, a run of 16
-    // values repeats one pattern of scales: one 16-wide product per run, in the ISA's kernel
-    // (attention and encoding widen every codebook they read, per call: with the pattern built by a
-    // division per lane and the products in the baseline ISA, this was 8% of a decode step at batch
-    // 64 x 1K, docs/pq-kernels.md).
+    // values repeats one pattern of scales: one 16-wide product per run, in the ISA's kernel, every
+    // subspace in one call (attention and encoding widen every codebook they read, per call: with
+    // the pattern built by a division per lane and the products in the baseline ISA this was 8% of
+    // a decode step at batch 64 x 1K, and with the pattern built by a scalar loop per subspace and
+    // a kernel call each, 4.7% of one at batch 32 x 8K; docs/pq-kernels.md).
     const std::size_t per_m = std::size_t(ksub) * dsub;
-    const WidenBy16 by16 = dispatch(kWidenBy16);
-    for (int m = 0; m < M; ++m) {
-        const float* s = scale.data() + std::size_t(m) * dsub;
-        const std::int8_t* q = i8.data() + std::size_t(m) * per_m;
-        float* o = out.data() + std::size_t(m) * per_m;
-        if (16 % dsub == 0 && per_m % 16 == 0) {
-            float pattern[16];
-            for (int l = 0, j = 0; l < 16; ++l, j = j + 1 == dsub ? 0 : j + 1) pattern[l] = s[j];  // not s[l % dsub]: a division a value
-            by16(q, pattern, o, per_m);
-        } else {
-            for (std::size_t i = 0; i < per_m; i += std::size_t(dsub))
-                for (int j = 0; j < dsub; ++j) o[i + j] = float(q[i + j]) * s[j];
-        }
-    }
+    if (16 % dsub == 0 && per_m % 16 == 0) return dispatch(kWidenBy16)(i8.data(), scale.data(), M, per_m, dsub, out.data());
+    widen_int8_by16_ref(i8.data(), scale.data(), M, per_m, dsub, out.data());
 }
 
 }  // namespace aqpim::kv

@@ -30,10 +30,11 @@ struct CompactCentroids {
     void widen(std::vector<float>& out) const;
 };
 
-/// out[i] = float(q[i]) * pattern[i % 16] for n a multiple of 16, per ISA (one product each: every
-/// level gives the same bits). widen() runs it on every int8 codebook a decode call reads.
-void widen_int8_by16_avx2(const std::int8_t* q, const float* pattern, float* out, std::size_t n);
-void widen_int8_by16_avx512(const std::int8_t* q, const float* pattern, float* out, std::size_t n);
+/// out[m][i] = float(q[m][i]) * scale[m][i % dsub] for M subspaces of `per_m` values each (a
+/// multiple of 16) with dsub dividing 16, per ISA (one product each: every level gives the same
+/// bits). widen() runs it on every int8 codebook a decode call reads.
+void widen_int8_by16_avx2(const std::int8_t* q, const float* scale, int M, std::size_t per_m, int dsub, float* out);
+void widen_int8_by16_avx512(const std::int8_t* q, const float* scale, int M, std::size_t per_m, int dsub, float* out);
 
 /// Bytes of the centroids of a quantizer with `ksub` centroids of D dimensions stored as `storage`.
 std::size_t centroid_bytes(CodebookStorage storage, std::size_t ksub, std::size_t D);
