@@ -153,9 +153,7 @@ void matmul_own(const WeightMatrix& W, const float* X, std::int64_t n, float* Y,
                 dequantize(W.type, W.row(r0), rows.data(), nr * W.cols);
                 pack_panel_avx512(rows.data(), int(nr), W.cols, panel.data());
             }
-            const std::int64_t next_rows = std::min<std::int64_t>(kPanelRows, W.rows - r0 - nr);
-            gemm_panel_avx512(X, n, W.cols, panel.data(), int(nr), Y + r0, W.rows, W.row(r0 + nr),
-                              std::size_t(next_rows) * W.row_bytes());
+            gemm_panel_avx512(X, n, W.cols, panel.data(), int(nr), Y + r0, W.rows);
         },
         gemm_threads(W, n, n_panels, n_threads));
 }

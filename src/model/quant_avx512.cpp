@@ -465,15 +465,13 @@ void for_rows(const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
 // ---- f32 GEMM on packed panels (matmul's prefill path) ------------------------------------------
 
 /// y[i][0..n_cols) (+)= sum_k X[i][k] * panel[k][0..n_cols) for MR rows of X: MR x 32 outputs in
-/// 2 MR registers; per k two panel loads, MR broadcasts, 2 MR FMAs, and one prefetch into L2 of
-/// the next `pf_lines` cache lines from `pf` while any are left.
+/// 2 MR registers; per k two panel loads, MR broadcasts, 2 MR FMAs.
 template <int MR>
 void panel_kernel(const float* X, std::int64_t ldx, const float* panel, std::int64_t k0, std::int64_t k1, float* Y,
-                  std::int64_t ldy, int n_cols, bool accumulate, const char* pf, std::int64_t pf_lines) {
+                  std::int64_t ldy, int n_cols, bool accumulate) {
     __m512 acc[MR][2];
     for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     for (std::int64_t k = k0; k < k1; ++k) {
-        if (k - k0 < pf_lines) _mm_prefetch(pf + 64 * (k - k0), _MM_HINT_T1);
         const __m512 p0 = _mm512_load_ps(panel + 32 * k), p1 = _mm512_load_ps(panel + 32 * k + 16);
         for (int i = 0; i < MR; ++i) {
             const __m512 x = _mm512_set1_ps(X[i * ldx + k]);
@@ -551,20 +549,14 @@ void pack_panel_f16_avx512(const f16_t* rows, int n_rows, std::int64_t K, float*
 }
 
 void gemm_panel_avx512(const float* X, std::int64_t n, std::int64_t K, const float* panel, int n_cols, float* Y,
-                       std::int64_t ldy, const void* next, std::size_t next_bytes) {
+                       std::int64_t ldy) {
     constexpr std::int64_t kc = 2048;  // K chunk: the panel's 256 KB of it stays in L2 across X rows
-    const char* pf = static_cast<const char*>(next);
-    std::int64_t pf_left = std::int64_t((next_bytes + 63) / 64);  // lines of `next` not yet prefetched
     for (std::int64_t k0 = 0; k0 < K; k0 += kc) {
         const std::int64_t k1 = std::min(K, k0 + kc);
-        for (std::int64_t i = 0; i < n; i += 6) {
-            const std::int64_t lines = std::min(pf_left, k1 - k0);
+        for (std::int64_t i = 0; i < n; i += 6)
             with_count<6>(int(std::min<std::int64_t>(6, n - i)), [&](auto MR) {
-                panel_kernel<MR>(X + i * K, K, panel, k0, k1, Y + i * ldy, ldy, n_cols, k0 > 0, pf, lines);
+                panel_kernel<MR>(X + i * K, K, panel, k0, k1, Y + i * ldy, ldy, n_cols, k0 > 0);
             });
-            pf += 64 * lines;
-            pf_left -= lines;
-        }
     }
 }
 

@@ -165,11 +165,8 @@ void pack_panel_avx512(const float* rows, int n_rows, std::int64_t K, float* pan
 /// pack_panel_avx512 from f16 rows, widened as they are packed (one pass over the rows instead of a
 /// dequantize pass and a pack pass).
 void pack_panel_f16_avx512(const f16_t* rows, int n_rows, std::int64_t K, float* panel);
-/// `next` (optional): bytes the caller reads next (the following panel's weight rows), prefetched
-/// into L2 a line per k step while this panel is multiplied, so their memory reads overlap this
-/// panel's arithmetic instead of stalling the next pack.
 void gemm_panel_avx512(const float* X, std::int64_t n, std::int64_t K, const float* panel, int n_cols, float* Y,
-                       std::int64_t ldy, const void* next = nullptr, std::size_t next_bytes = 0);
+                       std::int64_t ldy);
 
 /// How matmul computes. automatic: per-row matvec below gemm_min_batch(type) activations, else
 /// `own` (dequantized 32-row panels through gemm_panel_avx512; `sgemm` below AVX-512). rows /
