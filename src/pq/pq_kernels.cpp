@@ -7,6 +7,7 @@
 
 #include <smmintrin.h>
 
+#include "aqpim/simd.h"
 #include "pq/pq_kernels_isa.h"
 #include "simd/sse_util.h"
 
@@ -83,6 +84,7 @@ void interleave_luts_by4(const float* lut, int n_q, int M, float* lut4) {
 }
 
 void quantize_luts(const float* lut, int n_q, int M, std::uint8_t* qlut, Int8LutParams* params) {
+    if (active_simd_level() == SimdLevel::avx512) return quantize_luts_avx512(lut, n_q, M, qlut, params);
     // SSE4.1 (in the x86-64-v2 baseline), one subspace's 16 entries in four registers; the same
     // arithmetic as the scalar definition (min, max, nearbyint in the current rounding mode, clamp).
     using sse::hmax, sse::hmin;

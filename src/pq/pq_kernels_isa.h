@@ -9,6 +9,11 @@ namespace aqpim {
 // (simd/prefetch.h): the scan alone runs at several GB/s, and the hardware prefetcher alone leaves
 // it waiting on DRAM.
 
+/// quantize_luts with one 16-entry subspace per register (its SSE4.1 form, four registers and
+/// shuffle reductions per subspace, was 2.1% of a batch-32 x 8K decode step: every codebook
+/// version's tables are quantized per call).
+void quantize_luts_avx512(const float* lut, int n_q, int M, std::uint8_t* qlut, Int8LutParams* params);
+
 #define AQPIM_DECLARE_PQ_KERNELS(isa)                                                                            \
     void build_lut_##isa(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut); \
     void scan_f32_##isa(const float* lut, int n_q, int M, int nbits, const std::uint8_t* blocks,                 \

@@ -11,6 +11,7 @@
 #include "aqpim/pq_kernels.h"
 #include "aqpim/simd.h"
 #include "support/random.h"
+#include "support/simd_guard.h"
 
 namespace aqpim {
 namespace {
@@ -206,11 +207,14 @@ TEST(PqKernels, ScanI8WithinDocumentedBound) {
     }
 }
 
-// quantize_luts (SSE4.1) is its scalar definition bit for bit: per head one step for every
-// subspace, entries rounded with nearbyint from the subspace's minimum, the minima summed in bias.
+// quantize_luts (SSE4.1; AVX-512 at that level) is its scalar definition bit for bit: per head one
+// step for every subspace, entries rounded with nearbyint from the subspace's minimum, the minima
+// summed in bias.
 TEST(PqKernels, QuantizeLutsIsTheScalarDefinition) {
+    for (const SimdLevel level : supported_simd_levels())
     for (const Shape& s : kShapes) {
         if (s.nbits != 4) continue;
+        test::SimdLevelGuard guard(level);
         Data d = make_data(s, 43);
         for (int c = 0; c < 16; ++c) d.lut[std::size_t(c)] = 0.25f;  // a flat subspace (range 0)
         std::vector<std::uint8_t> qlut(std::size_t(s.n_q) * s.M * 16);
@@ -225,8 +229,8 @@ TEST(PqKernels, QuantizeLutsIsTheScalarDefinition) {
                 max_range = std::max(max_range, *hi - *lo);
             }
             const float scale = max_range > 0 ? max_range / 255.0f : 1.0f, inv = 1.0f / scale;
-            ASSERT_EQ(prm[h].scale, scale) << name(s);
-            ASSERT_EQ(prm[h].bias, bias) << name(s);
+            ASSERT_EQ(prm[h].scale, scale) << simd_level_name(level) << " " << name(s);
+            ASSERT_EQ(prm[h].bias, bias) << simd_level_name(level) << " " << name(s);
             for (int m = 0; m < s.M; ++m) {
                 const float lo = *std::min_element(l + m * 16, l + m * 16 + 16);
                 for (int c = 0; c < 16; ++c) {
