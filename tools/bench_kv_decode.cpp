@@ -35,11 +35,17 @@ constexpr int kInterleaveSteps = 4;
 void fill_sequence(const std::vector<KvCache*>& caches, int seq, std::int64_t n, const KvShape& shape,
                    std::uint64_t seed, std::vector<double>& fill_s) {
     constexpr int kChunk = 2048;
+    std::vector<CapturedAttention> layers(std::size_t(shape.n_layer));
     for (std::int64_t t0 = 0; t0 < n; t0 += kChunk) {
         const int m = int(std::min<std::int64_t>(kChunk, n - t0));
-        for (int il = 0; il < shape.n_layer; ++il) {
-            const CapturedAttention a =
+        // The layers' chunks generated side by side (each from its own seed: the same values as
+        // one after another; the generator was most of a long fill's time), appended in order.
+        parallel_for(shape.n_layer, [&](std::int64_t il) {
+            layers[std::size_t(il)] =
                 synthetic_attention(m, shape.n_kv_head, shape.n_kv_head, shape.head_dim, seed + 7919 * il + t0);
+        });
+        for (int il = 0; il < shape.n_layer; ++il) {
+            const CapturedAttention& a = layers[std::size_t(il)];
             for (std::size_t i = 0; i < caches.size(); ++i) {
                 Timer timer;
                 caches[i]->append(il, seq, m, a.k.data(), a.v.data());
