@@ -9,6 +9,7 @@
 
 #include "aqpim/simd.h"
 #include "pq/pq_kernels_isa.h"
+#include "pq/quantize_luts.h"
 #include "simd/sse_util.h"
 
 namespace aqpim {
@@ -85,42 +86,27 @@ void interleave_luts_by4(const float* lut, int n_q, int M, float* lut4) {
 
 void quantize_luts(const float* lut, int n_q, int M, std::uint8_t* qlut, Int8LutParams* params) {
     if (active_simd_level() == SimdLevel::avx512) return quantize_luts_avx512(lut, n_q, M, qlut, params);
-    // SSE4.1 (in the x86-64-v2 baseline), one subspace's 16 entries in four registers; the same
-    // arithmetic as the scalar definition (min, max, nearbyint in the current rounding mode, clamp).
+    // SSE4.1 (in the x86-64-v2 baseline), one subspace's 16 entries in four registers.
     using sse::hmax, sse::hmin;
-    thread_local std::vector<float> mins;  // each subspace's minimum, from the first pass to the second
-    mins.resize(std::size_t(M));
-    for (int h = 0; h < n_q; ++h) {
-        const float* l = lut + std::int64_t(h) * M * 16;
-        float bias = 0, max_range = 0;
-        for (int m = 0; m < M; ++m) {
-            const float* row = l + m * 16;
+    quantize_luts_with(
+        lut, n_q, M, qlut, params,
+        [](const float* row, float& lo, float& hi) {
             const __m128 a = _mm_loadu_ps(row), b = _mm_loadu_ps(row + 4), c = _mm_loadu_ps(row + 8),
                          d = _mm_loadu_ps(row + 12);
-            const float lo = hmin(_mm_min_ps(_mm_min_ps(a, b), _mm_min_ps(c, d)));
-            const float hi = hmax(_mm_max_ps(_mm_max_ps(a, b), _mm_max_ps(c, d)));
-            mins[std::size_t(m)] = lo;
-            bias += lo;
-            max_range = std::max(max_range, hi - lo);
-        }
-        // One grid step for every subspace (so the u8 sums add up on one scale); 255 levels.
-        const float scale = max_range > 0 ? max_range / 255.0f : 1.0f;
-        const __m128 inv = _mm_set1_ps(1.0f / scale), zero = _mm_setzero_ps(), top = _mm_set1_ps(255.0f);
-        for (int m = 0; m < M; ++m) {
-            const float* row = l + m * 16;
-            __m128 v[4];
-            for (int i = 0; i < 4; ++i) v[i] = _mm_loadu_ps(row + 4 * i);
-            const __m128 lo = _mm_set1_ps(mins[std::size_t(m)]);
+            lo = hmin(_mm_min_ps(_mm_min_ps(a, b), _mm_min_ps(c, d)));
+            hi = hmax(_mm_max_ps(_mm_max_ps(a, b), _mm_max_ps(c, d)));
+        },
+        [](const float* row, float lo, float inv, std::uint8_t* out) {
+            const __m128 vlo = _mm_set1_ps(lo), vinv = _mm_set1_ps(inv), zero = _mm_setzero_ps(), top = _mm_set1_ps(255.0f);
             __m128i q[4];
             for (int i = 0; i < 4; ++i) {
-                const __m128 r = _mm_round_ps(_mm_mul_ps(_mm_sub_ps(v[i], lo), inv), _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC);
+                const __m128 r = _mm_round_ps(_mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(row + 4 * i), vlo), vinv),
+                                              _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC);
                 q[i] = _mm_cvtps_epi32(_mm_min_ps(_mm_max_ps(r, zero), top));
             }
-            const __m128i bytes = _mm_packus_epi16(_mm_packus_epi32(q[0], q[1]), _mm_packus_epi32(q[2], q[3]));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(qlut + (std::int64_t(h) * M + m) * 16), bytes);
-        }
-        params[h] = {scale, bias};
-    }
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
+                             _mm_packus_epi16(_mm_packus_epi32(q[0], q[1]), _mm_packus_epi32(q[2], q[3])));
+        });
 }
 
 void subspace_columns(const float* cb, int ksub, int dsub, float* col) {

@@ -14,6 +14,7 @@
 #include "simd/avx512_util.h"
 #include "simd/static_dispatch.h"
 #include "pq/pq_kernels_isa.h"
+#include "pq/quantize_luts.h"
 #include "simd/prefetch.h"
 
 namespace aqpim {
@@ -135,30 +136,19 @@ void values_perm_heads(const float* p, std::int64_t p_stride, int M, int dsub, c
 }  // namespace
 
 void quantize_luts_avx512(const float* lut, int n_q, int M, std::uint8_t* qlut, Int8LutParams* params) {
-    // quantize_luts' arithmetic (min, max, one grid step per head, nearbyint in the current
-    // rounding mode, clamp), 16 entries at once.
-    thread_local std::vector<float> mins;  // each subspace's minimum, from the first pass to the second
-    mins.resize(std::size_t(M));
-    for (int h = 0; h < n_q; ++h) {
-        const float* l = lut + std::int64_t(h) * M * 16;
-        float bias = 0, max_range = 0;
-        for (int m = 0; m < M; ++m) {
-            const __m512 v = _mm512_loadu_ps(l + m * 16);
-            const float lo = _mm512_reduce_min_ps(v), hi = _mm512_reduce_max_ps(v);
-            mins[std::size_t(m)] = lo;
-            bias += lo;
-            max_range = std::max(max_range, hi - lo);
-        }
-        const float scale = max_range > 0 ? max_range / 255.0f : 1.0f;
-        const __m512 inv = _mm512_set1_ps(1.0f / scale), zero = _mm512_setzero_ps(), top = _mm512_set1_ps(255.0f);
-        for (int m = 0; m < M; ++m) {
-            const __m512 x = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(l + m * 16), _mm512_set1_ps(mins[std::size_t(m)])), inv);
+    quantize_luts_with(
+        lut, n_q, M, qlut, params,
+        [](const float* row, float& lo, float& hi) {
+            const __m512 v = _mm512_loadu_ps(row);
+            lo = _mm512_reduce_min_ps(v);
+            hi = _mm512_reduce_max_ps(v);
+        },
+        [](const float* row, float lo, float inv, std::uint8_t* out) {
+            const __m512 x = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(row), _mm512_set1_ps(lo)), _mm512_set1_ps(inv));
             const __m512 r = _mm512_roundscale_ps(x, _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC);
-            const __m512i q = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(r, zero), top));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(qlut + (std::int64_t(h) * M + m) * 16), _mm512_cvtusepi32_epi8(q));
-        }
-        params[h] = {scale, bias};
-    }
+            const __m512i q = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(r, _mm512_setzero_ps()), _mm512_set1_ps(255.0f)));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtusepi32_epi8(q));
+        });
 }
 
 void build_lut_avx512(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut) {
