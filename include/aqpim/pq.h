@@ -157,7 +157,9 @@ private:
 
     /// The transform, its gains (scale, Hadamard signs and normalisation folded: pq_transform.h)
     /// computed into `gains` [2 D]: derived per call, so a quantizer holds only what it counts.
-    PqTransform transform_view_(float* gains) const;
+    /// Without key_gain (queries and the inverse) and without Hadamard signs, the query gain is
+    /// the scale itself and nothing is computed (attention transforms every version per call).
+    PqTransform transform_view_(float* gains, bool key_gain) const;
     KMeansParams kmeans_params_() const;  ///< params_.kmeans with k = ksub
     void set_derived_();
     /// Fit scale, rotation (or take `rotation` [D][D] when not null) and plan on x [n][D]; write the

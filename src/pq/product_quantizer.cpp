@@ -116,11 +116,13 @@ KMeansParams ProductQuantizer::kmeans_params_() const {
     return kp;
 }
 
-PqTransform ProductQuantizer::transform_view_(float* gains) const {
+PqTransform ProductQuantizer::transform_view_(float* gains, bool key_gain) const {
     PqTransform t;
     const int D = t.D = params_.D;
     const bool scaled = !scale_.empty(), hadamard = !hadamard_signs_.empty();
-    if (scaled || hadamard) {  // computed per call, not kept: they are not counted in parameter_bytes()
+    if (scaled && !hadamard && !key_gain) {  // the query gain is the scale itself (c = sign = 1)
+        t.query_gain = scale_.data();
+    } else if (scaled || hadamard) {  // computed per call, not kept: they are not counted in parameter_bytes()
         const float c = hadamard ? float(1.0 / std::sqrt(double(D))) : 1.0f;
         for (int d = 0; d < D; ++d) {
             const float sign = hadamard ? hadamard_signs_[d] : 1.0f, s = scaled ? scale_[d] : 1.0f;
@@ -176,7 +178,7 @@ void ProductQuantizer::prepare_training_(const float* x, std::int64_t n, const f
     // src: z = R · (x / s) [n][D] when rotated; else x itself, with gain 1/s applied on the way
     const float* src = x;
     std::vector<float> gains(2 * std::size_t(D));
-    PqTransform tf = transform_view_(gains.data());  // perm_ is empty: z, not y
+    PqTransform tf = transform_view_(gains.data(), true);  // perm_ is empty: z, not y
     const float* gain = tf.key_gain;                 // [D] 1/s or null
     if (rotated) {
         std::vector<float> scratch(2 * std::size_t(D));
@@ -383,7 +385,7 @@ void ProductQuantizer::forward(const float* x, float* y, std::int64_t n) const {
     }
     const int D = params_.D;
     float* scratch = transform_scratch(D);
-    PqTransform tf = transform_view_(scratch + 2 * D);
+    PqTransform tf = transform_view_(scratch + 2 * D, true);
     for (std::int64_t i = 0; i < n; ++i) tf.forward_one(x + i * D, tf.key_gain, y + i * D, scratch);
 }
 
@@ -395,7 +397,7 @@ void ProductQuantizer::transform_query(const float* q, float* qy, std::int64_t n
     }
     const int D = params_.D;
     float* scratch = transform_scratch(D);
-    PqTransform tf = transform_view_(scratch + 2 * D);
+    PqTransform tf = transform_view_(scratch + 2 * D, false);
     for (std::int64_t i = 0; i < n; ++i) tf.forward_one(q + i * D, tf.query_gain, qy + i * D, scratch);
 }
 
@@ -407,7 +409,7 @@ void ProductQuantizer::inverse(const float* y, float* x, std::int64_t n) const {
     }
     const int D = params_.D;
     float* scratch = transform_scratch(D);
-    PqTransform tf = transform_view_(scratch + 2 * D);
+    PqTransform tf = transform_view_(scratch + 2 * D, false);
     for (std::int64_t i = 0; i < n; ++i) tf.inverse_one(y + i * D, x + i * D, scratch);
 }
 
