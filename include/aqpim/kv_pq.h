@@ -64,6 +64,9 @@ struct PqKvParams {
     /// v_weight: weight of value error against key error when bits= allocates (chosen on
     /// austen-13m by KL divergence, docs/kv-pq.md) [4]
     double v_weight = 4;
+    /// aniso: weight of the error of each key's score against a query along itself, beside its
+    /// squared distance, when keys are coded (pq/anisotropic_codes.h; 0 = nearest centroid) [0]
+    double aniso = 0;
     int page = 256;      ///< page: tokens per page, a multiple of 32 [256]
     /// pairs: RoPE pair layout of the keys, model|none|interleaved|neox [model = KvShape::rope_pairs]
     bool pairs_from_model = true;

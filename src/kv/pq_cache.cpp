@@ -23,6 +23,7 @@
 #include "kv/pq_codebooks.h"
 #include "kv/pq_layout.h"
 #include "kv/pq_state.h"
+#include "pq/anisotropic_codes.h"
 #include "simd/prefetch.h"
 
 namespace aqpim {
@@ -620,6 +621,7 @@ void PqKvCache::encode_stream(const Sequence& s, const LayerState& l, int ih, bo
         const int M = q.M();
         ws.codes.resize(std::size_t(cnt) * M);
         q.encode_with(centroids, ws.norms.data(), ws.rows.data(), cnt, ws.codes.data(), ws.y);
+        if (!value) refine_codes_anisotropic(q, centroids, ws.rows.data(), cnt, p_.aniso, ws.codes.data());
         for (std::int64_t i = a; i < b; ++i)
             store_token_code(code_region(s, l, i, ih, value), i % P, M, nbits, ws.codes.data() + (i - a) * M);
         a = b;

@@ -142,6 +142,14 @@ const std::vector<PqKey>& key_table() {
                                      s.text, p.v_weight);
                      },
                      [](const PqKvParams& p) { return p.v_weight != kDefaults.v_weight ? number_text(p.v_weight) : ""; }});
+        t.push_back({"aniso", "number", "0..1e6", number_text(kDefaults.aniso),
+                     "weight of each key's self-score error beside its distance when keys are coded (0 = nearest centroid)",
+                     [](PqKvParams& p, const KvSchemeSpec& s, const KvShape&) {
+                         p.aniso = s.get_float("aniso", kDefaults.aniso);
+                         AQPIM_CHECK(std::isfinite(p.aniso) && p.aniso >= 0 && p.aniso <= 1e6,
+                                     "--kv {}: aniso={} must be a number in 0..1e6", s.text, p.aniso);
+                     },
+                     [](const PqKvParams& p) { return p.aniso != kDefaults.aniso ? number_text(p.aniso) : ""; }});
         t.push_back(int_key("page", &PqKvParams::page, 32, 1 << 20, "tokens per page, a multiple of the 32-token code block"));
         t.push_back(choice_key(
             "pairs", {"none", "interleaved", "neox", "model"},

@@ -25,7 +25,7 @@ TEST(PqKeys, EveryListedKeyIsAcceptedAndPrintedBack) {
     const std::string listing = PqKvParams::key_listing();
     for (const std::string& key : PqKvParams::keys()) EXPECT_NE(listing.find("| `" + key + "` |"), std::string::npos) << key;
     // A value other than the default for a sample of keys of every type comes back in the canonical text.
-    for (const std::string spec : {"pq:m=16", "pq:k_scale=0", "pq:wq=int4", "pq:f16_layers=1+2", "pq:v_weight=2",
+    for (const std::string spec : {"pq:m=16", "pq:k_scale=0", "pq:wq=int4", "pq:f16_layers=1+2", "pq:v_weight=2", "pq:aniso=8",
                                    "pq:pairs=neox", "pq:aug=0", "pq:seed=7", "pq:bits=3"})
         EXPECT_EQ(PqKvParams::from_spec(parse_kv_scheme(spec), shape).to_string(), spec);
 }

@@ -185,6 +185,9 @@ TEST(PqKvSpec, BadSpecsAreErrorsNamingTheKey) {
         {"pq:cb=f8", "cb=f8"},
         {"pq:trials=9", "trials"},
         {"pq:wq=q5_1", "wq=q5_1"},
+        {"pq:aniso=-1", "aniso"},
+        {"pq:aniso=nan", "aniso"},
+        {"pq:aniso=lots", "aniso"},
     };
     for (const auto& [spec, needle] : bad) {
         try {
@@ -287,6 +290,7 @@ TEST(PqKv, AttentionStaysCloseToF16) {
         {"pq:m=16,calib=256,refresh=512,versions=3", kTolPq4},
         {"pq:m=16,calib=256,refresh=0,rotation=hadamard", kTolPq4},
         {"pq:m=16,calib=256,refresh=0,order=contiguous,k_scale=0", kTolPq4},
+        {"pq:m=16,calib=256,refresh=0,aniso=8", kTolPq4},
         {"pq:m=32,nbits=8,calib=256,refresh=0", kTolPq8},
     };
     for (const Case& c : cases) {
@@ -298,6 +302,55 @@ TEST(PqKv, AttentionStaysCloseToF16) {
             EXPECT_LT(e, c.tol) << c.spec << " head " << ih;
             RecordProperty(c.spec + " head " + std::to_string(ih), std::to_string(e));
         }
+    }
+}
+
+// aniso= (pq/anisotropic_codes.h) reaches the cache's key codes and only them: on the same rows the
+// coded keys score themselves closer to x·x than nearest-centroid codes do, the values' codes are
+// the same bytes.
+TEST(PqKv, AnisoCodesKeysForTheirSelfScore) {
+    const KvShape shape = neox_shape(1, 2, 64);
+    const int n = 1200, D = 64;
+    const Data d = synthetic(shape, n, 2, 13);
+    const std::string base = "pq:m=16,calib=256,refresh=0,sinks=4,window=64";
+    std::vector<PqLayerReadView> views;
+    std::vector<std::unique_ptr<KvCache>> caches;
+    for (const std::string& spec : {base, base + ",aniso=16"}) {
+        caches.push_back(pq_cache(spec, shape));
+        caches.back()->add_sequence(0);
+        append_all_layers(*caches.back(), d, 0, 0, n);
+        views.push_back(pq_layer_read_view(*caches.back(), 0, 0));
+    }
+    ASSERT_EQ(views[0].n_coded, views[1].n_coded);
+    ASSERT_GT(views[0].n_coded, 512);
+    for (int ih = 0; ih < 2; ++ih) {
+        double self[2] = {0, 0};
+        int value_diffs = 0;
+        for (int c = 0; c < 2; ++c) {
+            const PqLayerReadView& w = views[std::size_t(c)];
+            const ProductQuantizer &qk = w.k[0][std::size_t(ih)], &qv = w.v[0][std::size_t(ih)];
+            std::vector<std::uint8_t> code(static_cast<std::size_t>(qk.M()));
+            std::vector<float> xr(static_cast<std::size_t>(D));
+            for (std::int64_t i = 0; i < w.n_coded; ++i) {
+                const std::uint8_t* page = w.pages[std::size_t(i / w.page_tokens)];
+                for (int m = 0; m < qk.M(); ++m)
+                    code[std::size_t(m)] = code_at(page + w.k_off[std::size_t(ih)], i % w.page_tokens, qk.M(), w.nbits, m);
+                qk.decode(code.data(), 1, xr.data());
+                const float* x = d.k.data() + ((4 + i) * 2 + ih) * D;  // coded index i is token sinks + i
+                double xx = 0, xxr = 0;
+                for (int j = 0; j < D; ++j) xx += double(x[j]) * x[j], xxr += double(x[j]) * xr[std::size_t(j)];
+                self[c] += std::abs(xx - xxr);
+                if (c == 1) {
+                    const std::uint8_t* page0 = views[0].pages[std::size_t(i / w.page_tokens)];
+                    for (int m = 0; m < qv.M(); ++m)
+                        value_diffs += code_at(page + w.v_off[std::size_t(ih)], i % w.page_tokens, qv.M(), w.nbits, m) !=
+                                       code_at(page0 + views[0].v_off[std::size_t(ih)], i % w.page_tokens, qv.M(), w.nbits, m);
+                }
+            }
+        }
+        EXPECT_LT(self[1], 0.7 * self[0]) << "head " << ih;
+        EXPECT_EQ(value_diffs, 0) << "head " << ih;
+        RecordProperty("self_ratio_head" + std::to_string(ih), std::to_string(self[1] / self[0]));
     }
 }
 
