@@ -153,10 +153,18 @@ struct LayerState {
     std::vector<AlignedBuffer<f16_t>> sink_k, sink_v;  ///< [n_kv] of [sinks][D]
     std::vector<TailRows> tail_k, tail_v;              ///< [n_kv] rows from sinks on not (yet) read as codes
     std::vector<PqLayerVersion> versions;              ///< trained codebook versions, oldest first
+    std::uint64_t codebook_bytes = 0;                  ///< Σ versions' parameter_bytes() (add_version)
     std::vector<int> Mk, Mv;                           ///< [n_kv] subspaces, set when version 0 is trained
     std::vector<std::size_t> k_off, v_off;             ///< [n_kv] byte offset of the head's codes in a code page
     std::size_t token_bytes = 0;                       ///< code bytes of one token over the layer's heads
 };
+
+/// Appends a trained (counted-only) version and its bytes: memory(), called on every forward pass,
+/// then sums one number per layer instead of every version's quantizers.
+void add_version(LayerState& l, PqLayerVersion v) {
+    l.codebook_bytes += v.parameter_bytes();
+    l.versions.push_back(std::move(v));
+}
 
 struct Sequence {
     std::vector<LayerState> layers;
@@ -532,11 +540,13 @@ void PqKvCache::train_version(Sequence& s, LayerState& l, int il, int j) {
     }
     const PqTrainSet tk{pk, nk}, tv{pv, nt};
     if (j > 0) {
-        l.versions.push_back(train_pq_layer_version(p_, shape(), l.Mk, l.Mv, tk, tv));
-        l.versions.back().keep_counted_only(p_.codebooks);
+        PqLayerVersion v = train_pq_layer_version(p_, shape(), l.Mk, l.Mv, tk, tv);
+        v.keep_counted_only(p_.codebooks);
+        add_version(l, std::move(v));
         return;
     }
     // Version 0 fixes the layer's m and its place in the code pages.
+    PqLayerVersion v0;
     const bool pinned = p_.bits > 0 && std::size_t(il) < pinned_.k_m.size() && !pinned_.k_m[std::size_t(il)].empty();
     if (pinned) {
         l.Mk = pinned_.k_m[std::size_t(il)];
@@ -547,20 +557,21 @@ void PqKvCache::train_version(Sequence& s, LayerState& l, int il, int j) {
         AQPIM_CHECK(bytes <= L_.width - s.assigned,
                     "kv cache {}: the pinned m of layer {} take {} code bytes per token, {} are left", scheme(), il, bytes,
                     L_.width - s.assigned);
-        l.versions.push_back(train_pq_layer_version(p_, shape(), l.Mk, l.Mv, tk, tv));
+        v0 = train_pq_layer_version(p_, shape(), l.Mk, l.Mv, tk, tv);
     } else if (p_.bits > 0) {
         const int left = L_.n_coded_layers - s.n_calibrated;
         const std::size_t share = (L_.width - s.assigned) / std::size_t(left);
         PqLayerChoice c = choose_pq_layer(p_, shape(), share, tk, tv);
         l.Mk = c.Mk;
         l.Mv = c.Mv;
-        l.versions.push_back(std::move(c.version));
+        v0 = std::move(c.version);
     } else {
         l.Mk.assign(n_kv, L_.Mk);
         l.Mv.assign(n_kv, L_.Mv);
-        l.versions.push_back(train_pq_layer_version(p_, shape(), l.Mk, l.Mv, tk, tv));
+        v0 = train_pq_layer_version(p_, shape(), l.Mk, l.Mv, tk, tv);
     }
-    l.versions.back().keep_counted_only(p_.codebooks);
+    v0.keep_counted_only(p_.codebooks);
+    add_version(l, std::move(v0));
     const std::size_t P = std::size_t(p_.page);
     std::size_t off = s.assigned * P;
     l.k_off.resize(n_kv);
@@ -817,7 +828,7 @@ KvMemory PqKvCache::memory() const {
             }
             const std::int64_t c = parts.add_layer_rows(L_.sched, l.n, n_kv * 2, row, tail_row);
             parts.codes += std::uint64_t(c) * l.token_bytes;
-            for (const PqLayerVersion& v : l.versions) parts.codebooks += v.parameter_bytes();
+            parts.codebooks += l.codebook_bytes;
         }
         const std::uint64_t pages = std::uint64_t(s.code_pages.size()) * (code_pool_ ? code_pool_->page_bytes() : 0) +
                                     std::uint64_t(s.dense_pages.size()) * (dense_pool_ ? dense_pool_->page_bytes() : 0);
@@ -1045,7 +1056,7 @@ void PqKvCache::restore_coded_layer(Sequence& s, int il, ByteReader& in) {
                                 s.assigned, L_.width));
     }
     for (std::uint32_t j = 0; j < n_versions; ++j)
-        l.versions.push_back(read_pq_version(in, p_, shape(), l.Mk, l.Mv, fmt::format("{} version {}", at, j)));
+        add_version(l, read_pq_version(in, p_, shape(), l.Mk, l.Mv, fmt::format("{} version {}", at, j)));
     std::uint64_t code_bytes = 0;  // pages only for codes the input holds
     for (int ih = 0; ih < n_kv && c > 0; ++ih)
         code_bytes += std::uint64_t(code_blocks_for(c)) *
