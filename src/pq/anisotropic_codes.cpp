@@ -11,37 +11,46 @@ void refine_codes_anisotropic(const ProductQuantizer& q, const float* centroids,
     AQPIM_CHECK(lambda >= 0, "refine_codes_anisotropic: lambda={} must be >= 0", lambda);
     if (lambda == 0 || n == 0) return;
     const int D = q.D(), M = q.M(), K = q.ksub(), ds = q.dsub();
-    thread_local std::vector<float> y, u, dist, dot;
-    y.resize(std::size_t(D));
-    u.resize(std::size_t(D));
+    // The codebooks as columns [m][j][K] (every centroid's j-th dimension side by side), so that
+    // the per-centroid sums below run over contiguous lanes; the rows' transforms, all at once.
+    thread_local std::vector<float> columns, y, u, dist, dot, loss;
+    columns.resize(std::size_t(M) * ds * K);
+    for (int m = 0; m < M; ++m)
+        for (int k = 0; k < K; ++k)
+            for (int j = 0; j < ds; ++j)
+                columns[(std::size_t(m) * ds + j) * K + k] = centroids[(std::size_t(m) * K + k) * ds + j];
+    y.resize(std::size_t(n) * D);
+    u.resize(std::size_t(n) * D);
+    q.forward(x, y.data(), n);
+    q.transform_query(x, u.data(), n);
     dist.resize(std::size_t(M) * K);
     dot.resize(std::size_t(M) * K);
+    loss.resize(std::size_t(K));
     for (std::int64_t i = 0; i < n; ++i) {
-        q.forward(x + i * D, y.data(), 1);
-        q.transform_query(x + i * D, u.data(), 1);
+        const float* yi = y.data() + i * D;
+        const float* ui = u.data() + i * D;
         double uu = 0, uy = 0;
-        for (int d = 0; d < D; ++d) uu += double(u[d]) * u[d], uy += double(u[d]) * y[d];
+        for (int d = 0; d < D; ++d) uu += double(ui[d]) * ui[d], uy += double(ui[d]) * yi[d];
         if (uu == 0) continue;  // a zero key scores 0 whatever its code
         // Per subspace and centroid: its squared distance to y and its dot with u.
         for (int m = 0; m < M; ++m) {
-            const float* ym = y.data() + m * ds;
-            const float* um = u.data() + m * ds;
-            for (int k = 0; k < K; ++k) {
-                const float* c = centroids + (std::size_t(m) * K + k) * ds;
-                float d2 = 0, du = 0;
-                for (int j = 0; j < ds; ++j) {
-                    const float e = ym[j] - c[j];
-                    d2 += e * e;
-                    du += um[j] * c[j];
+            float* dm = dist.data() + std::size_t(m) * K;
+            float* um = dot.data() + std::size_t(m) * K;
+            for (int k = 0; k < K; ++k) dm[k] = 0, um[k] = 0;
+            for (int j = 0; j < ds; ++j) {
+                const float yj = yi[m * ds + j], uj = ui[m * ds + j];
+                const float* c = columns.data() + (std::size_t(m) * ds + j) * K;
+                for (int k = 0; k < K; ++k) {
+                    const float e = yj - c[k];
+                    dm[k] += e * e;
+                    um[k] += uj * c[k];
                 }
-                dist[std::size_t(m) * K + k] = d2;
-                dot[std::size_t(m) * K + k] = du;
             }
         }
         std::uint8_t* code = codes + i * M;
         double par = uy;  // u · (y - ŷ)
         for (int m = 0; m < M; ++m) par -= dot[std::size_t(m) * K + code[m]];
-        const double w = lambda / uu;
+        const float w = float(lambda / uu);
         for (int sweep = 0; sweep < max_sweeps; ++sweep) {
             bool changed = false;
             for (int m = 0; m < M; ++m) {
@@ -49,13 +58,14 @@ void refine_codes_anisotropic(const ProductQuantizer& q, const float* centroids,
                 const float* um = dot.data() + std::size_t(m) * K;
                 const int cur = code[m];
                 const double base = par + um[cur];  // the parallel error without subspace m's centroid
-                int best = cur;
-                double best_loss = double(dm[cur]) + w * (base - um[cur]) * (base - um[cur]);
+                const float base_f = float(base);
                 for (int k = 0; k < K; ++k) {
-                    const double p = base - um[k];
-                    const double loss = double(dm[k]) + w * p * p;
-                    if (loss < best_loss) best_loss = loss, best = k;
+                    const float p = base_f - um[k];
+                    loss[k] = dm[k] + w * p * p;
                 }
+                int best = cur;  // the lowest index of the least loss, if below the current code's
+                for (int k = 0; k < K; ++k)
+                    if (loss[k] < loss[best]) best = k;
                 if (best != cur) {
                     code[m] = std::uint8_t(best);
                     par = base - um[best];
