@@ -5,6 +5,9 @@
 //   (register permute or pair histograms);
 //   per call (us): query transform and tables, int8 tables, codebook columns, clearing and folding
 //   the pair histograms, histogram x codebook, inverse transform.
+// A tile stage's row also gives the bytes it reads and writes per token outside its registers and
+// tables (codes, scores, weights) and that rate: the whole call counts its key and value codes, as
+// the attention section does.
 
 #include <fmt/format.h>
 
@@ -56,14 +59,22 @@ json bench_stages(const BenchOptions& opt) {
     const PqKernels& k = pq_kernels();
     const AttnKernels& ak = attn_kernels(active_simd_level());
 
-    auto row = [&](const char* stage, const char* per, double seconds, int M = kM, int nbits = 4) {
+    // Per token: the key or value codes of one token, and the scores (or weights) of its GQA group.
+    const double code_bytes = double(bb) / kCodeBlock, score_bytes = double(kGroup) * sizeof(float);
+    auto row = [&](const char* stage, const char* per, double seconds, double bytes_per_token = 0, int M = kM,
+                   int nbits = 4) {
         const bool per_tile = std::string(per) == "tile";
         json r = {{"section", "stages"}, {"stage", stage}, {"per", per},
                   {"case", fmt::format("GQA {} heads, M={}, {}-bit, D={}", kGroup, M, nbits, kD)},
                   {"simd", simd_level_name(active_simd_level())}, {"threads", 1}};
-        if (per_tile)
-            r["ns_per_token"] = seconds / double(kTile) * 1e9;
-        else
+        if (per_tile) {
+            const double ns = seconds / double(kTile) * 1e9;
+            r["ns_per_token"] = ns;
+            if (bytes_per_token > 0) {
+                r["bytes_per_token"] = bytes_per_token;
+                r["gbytes_per_s"] = bytes_per_token / ns;
+            }
+        } else
             r["us_per_call"] = seconds * 1e6;
         rows.push_back(r);
     };
@@ -84,28 +95,34 @@ json bench_stages(const BenchOptions& opt) {
         row("query transform + f32 tables", "call", time([&] {
                 pq8.transform_query(q.data(), qy.data(), kGroup);
                 k.build_lut(qy.data(), kGroup, kM8, 256, kD / kM8, pq8.centroids(), lut8.data());
-            }), kM8, 8);
+            }), 0, kM8, 8);
     }
     // Per tile.
     row("scan, f32 tables", "tile",
-        time([&] { k.scan_f32(lut.data(), kGroup, kM, 4, kcodes.data(), nb, scores.data(), kTile); }));
+        time([&] { k.scan_f32(lut.data(), kGroup, kM, 4, kcodes.data(), nb, scores.data(), kTile); }),
+        code_bytes + score_bytes);
     row("scan, int8 tables", "tile",
-        time([&] { k.scan_i8(qlut.data(), qprm.data(), kGroup, kM, kcodes.data(), nb, scores.data(), kTile); }));
+        time([&] { k.scan_i8(qlut.data(), qprm.data(), kGroup, kM, kcodes.data(), nb, scores.data(), kTile); }),
+        code_bytes + score_bytes);
     row("softmax", "tile", time([&] {
             std::copy(scores.data(), scores.data() + scores.size(), p.data());
             std::fill_n(mx, kGroup, -INFINITY);
             std::fill_n(sm, kGroup, 0.0f);
             ak.softmax_tile(p.data(), kTile, kGroup, kTile, kTile, mx, sm, alpha);
-        }));
+        }),
+        4 * score_bytes);  // the copy's read and write, the softmax's read and write
     row("copy of the scores (in the softmax row)", "tile",
-        time([&] { std::copy(scores.data(), scores.data() + scores.size(), p.data()); }));
+        time([&] { std::copy(scores.data(), scores.data() + scores.size(), p.data()); }), 2 * score_bytes);
     row("values, register permute", "tile",
-        time([&] { k.values_perm(p.data(), kTile, kGroup, kM, dsub, vcodes.data(), nb, cols.data(), acc.data()); }));
+        time([&] { k.values_perm(p.data(), kTile, kGroup, kM, dsub, vcodes.data(), nb, cols.data(), acc.data()); }),
+        code_bytes + score_bytes);
     if (bf16_values_here())
         row("values, bf16 pairs of tokens", "tile",
-            time([&] { k.values_bf16(p.data(), kTile, kGroup, kM, dsub, vcodes.data(), nb, cols.data(), acc.data()); }));
+            time([&] { k.values_bf16(p.data(), kTile, kGroup, kM, dsub, vcodes.data(), nb, cols.data(), acc.data()); }),
+            code_bytes + score_bytes);
     row("values, pair histograms", "tile",
-        time([&] { k.values_pairs(p.data(), kTile, kGroup, kM, vcodes.data(), nb, pairs.data()); }));
+        time([&] { k.values_pairs(p.data(), kTile, kGroup, kM, vcodes.data(), nb, pairs.data()); }),
+        code_bytes + score_bytes);
     // Per call, value side.
     row("codebook columns (permute path)", "call",
         time([&] { codebook_columns(pq_v.centroids(), kM, dsub, cols.data()); }));
@@ -133,7 +150,7 @@ json bench_stages(const BenchOptions& opt) {
             });
             const std::string name = fmt::format("whole call, {} scores, {} values", sp == PqScorePath::int8 ? "int8" : "f32",
                                                  to_string(vp));
-            row(name.c_str(), "tile", s);
+            row(name.c_str(), "tile", s, 2 * code_bytes);
         }
     return rows;
 }

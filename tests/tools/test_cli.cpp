@@ -92,8 +92,8 @@ TEST(Cli, BenchQuickSectionEmitsJson) {
         EXPECT_LE(row["max_abs_err"].get<double>(), row["bound_M_scale_half"].get<double>());
 }
 
-// The stages section: every stage of one attention call timed, per tile in ns/token and per call in
-// us, and the whole call for each score and value path.
+// The stages section: every stage of one attention call timed, per tile in ns/token (with the bytes
+// it moves and their rate) and per call in us, and the whole call for each score and value path.
 TEST(Cli, BenchStagesCutsOneCallIntoItsStages) {
     auto r = run_cli("bench pq --quick --sections stages --json");
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -103,7 +103,12 @@ TEST(Cli, BenchStagesCutsOneCallIntoItsStages) {
         ASSERT_EQ(row["section"], "stages");
         const std::string stage = row["stage"];
         if (row["per"] == "tile") {
-            EXPECT_GT(row["ns_per_token"].get<double>(), 0.0) << stage;
+            const double ns = row["ns_per_token"].get<double>();
+            EXPECT_GT(ns, 0.0) << stage;
+            // Every tile stage states the bytes it moves per token, and its rate is those bytes / ns.
+            ASSERT_TRUE(row.contains("bytes_per_token")) << stage;
+            EXPECT_GE(row["bytes_per_token"].get<double>(), 16.0) << stage;  // at least one token's 4-bit codes (M = 32)
+            EXPECT_NEAR(row["gbytes_per_s"].get<double>(), row["bytes_per_token"].get<double>() / ns, 1e-9) << stage;
             ++per_tile;
             whole += stage.rfind("whole call", 0) == 0;
         } else {
