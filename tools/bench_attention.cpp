@@ -128,7 +128,7 @@ json bench_scan(const BenchOptions& opt) {
                     const std::int64_t nb = in_cache ? code_blocks_for(1024) : n_blocks;
                     auto scan = [&](const std::uint8_t* codes) {
                         if (int8)
-                            k.scan_i8(qlut.data(), &prm, 1, M, codes, nb, scores.data(), T);
+                            k.scan_i8(qlut.data(), &prm, 1, M, 4, codes, nb, scores.data(), T);
                         else
                             k.scan_f32(lut.data(), 1, M, nbits, codes, nb, scores.data(), T);
                     };
@@ -168,37 +168,54 @@ json bench_scan(const BenchOptions& opt) {
             }
         }
     // 8-bit codes for a GQA group: tables interleaved by four heads against scan_f32's per-head
-    // gathers, on the same codes in the same run (attention picks the first from 2 heads on).
+    // gathers and (where it is the fast path) int8 tables, on the same codes in the same run
+    // (attention picks int8 at the avx512 level, else by4 from 2 heads on).
     for (int M : Ms) {
         const std::size_t bytes = std::size_t(n_blocks) * code_block_bytes(M, 8);
         std::vector<float> lut(std::size_t(kGroup) * M * 256), scores(std::size_t(kGroup) * T);
         for (std::size_t i = 0; i < lut.size(); ++i) lut[i] = float(i % 97) * 0.01f;
         AlignedBuffer<float> lut4(std::size_t(M) * 256 * 4);
         interleave_luts_by4(lut.data(), kGroup, M, lut4.data());
+        std::vector<std::uint8_t> qlut(lut.size());
+        std::vector<Int8LutParams> prm(kGroup);
+        quantize_luts(lut.data(), kGroup, M, 256, qlut.data(), prm.data());
+        const bool int8 = int8_scores_8bit_fast();
         ColdArena cold(bytes, cold_bytes(opt.quick));
         const PqKernels& k = pq_kernels();
         for (bool in_cache : {true, false}) {
             const std::int64_t nb = in_cache ? code_blocks_for(1024) : n_blocks;
-            auto seconds = [&](bool by4) {
+            enum class Scan { gathers, by4, int8 };
+            auto seconds = [&](Scan scan) {
                 return time_per_call(
                     [&](std::int64_t i) {
                         const std::uint8_t* codes = cold.slot(in_cache ? 0 : i);
-                        if (by4)
+                        if (scan == Scan::by4)
                             k.scan_f32_8bit_by4(lut4.data(), kGroup, M, codes, nb, scores.data(), T);
+                        else if (scan == Scan::int8)
+                            k.scan_i8(qlut.data(), prm.data(), kGroup, M, 8, codes, nb, scores.data(), T);
                         else
                             k.scan_f32(lut.data(), kGroup, M, 8, codes, nb, scores.data(), T);
                     },
                     min_seconds(opt), reps(opt));
             };
-            const double s_gathers = seconds(false), s_by4 = seconds(true);
-            const double tokens = double(nb * kCodeBlock);
-            rows.push_back({{"section", "scan"}, {"case", fmt::format("M={} 8-bit f32 tables, GQA {}", M, kGroup)},
-                            {"M", M}, {"nbits", 8}, {"tables", "f32 by 4 heads"},
-                            {"data", in_cache ? "in cache" : "cold"}, {"threads", 1},
-                            {"simd", simd_level_name(active_simd_level())}, {"gtokens_per_s", tokens / s_by4 / 1e9},
-                            {"gbytes_per_s", tokens * code_block_bytes(M, 8) / kCodeBlock / s_by4 / 1e9},
-                            {"gathers_gtokens_per_s", tokens / s_gathers / 1e9},
-                            {"by4_over_gathers", s_gathers / s_by4}});
+            const double s_gathers = seconds(Scan::gathers), s_by4 = seconds(Scan::by4);
+            const double tokens = double(nb * kCodeBlock), bytes_per_token = double(code_block_bytes(M, 8)) / kCodeBlock;
+            json row = {{"section", "scan"}, {"case", fmt::format("M={} 8-bit f32 tables, GQA {}", M, kGroup)},
+                        {"M", M}, {"nbits", 8}, {"tables", "f32 by 4 heads"},
+                        {"data", in_cache ? "in cache" : "cold"}, {"threads", 1},
+                        {"simd", simd_level_name(active_simd_level())}, {"gtokens_per_s", tokens / s_by4 / 1e9},
+                        {"gbytes_per_s", tokens * bytes_per_token / s_by4 / 1e9},
+                        {"gathers_gtokens_per_s", tokens / s_gathers / 1e9},
+                        {"by4_over_gathers", s_gathers / s_by4}};
+            rows.push_back(row);
+            if (!int8) continue;
+            const double s_int8 = seconds(Scan::int8);
+            rows.push_back({{"section", "scan"}, {"case", fmt::format("M={} 8-bit int8 tables, GQA {}", M, kGroup)},
+                            {"M", M}, {"nbits", 8}, {"tables", "int8"}, {"data", in_cache ? "in cache" : "cold"},
+                            {"threads", 1}, {"simd", simd_level_name(active_simd_level())},
+                            {"gtokens_per_s", tokens / s_int8 / 1e9},
+                            {"gbytes_per_s", tokens * bytes_per_token / s_int8 / 1e9},
+                            {"int8_over_by4", s_by4 / s_int8}});
         }
     }
     return rows;
@@ -227,10 +244,10 @@ json bench_int8_error(const BenchOptions& opt) {
         for (auto& c : codes) c = std::uint8_t((s = s * 6364136223846793005ull + 1) >> 56);
         std::vector<std::uint8_t> qlut(std::size_t(M) * 16);
         Int8LutParams prm;
-        quantize_luts(lut.data(), 1, M, qlut.data(), &prm);
+        quantize_luts(lut.data(), 1, M, 16, qlut.data(), &prm);
         std::vector<float> exact(T), approx(T);
         pq_kernels().scan_f32(lut.data(), 1, M, 4, codes.data(), nb, exact.data(), T);
-        pq_kernels().scan_i8(qlut.data(), &prm, 1, M, codes.data(), nb, approx.data(), T);
+        pq_kernels().scan_i8(qlut.data(), &prm, 1, M, 4, codes.data(), nb, approx.data(), T);
         double max_err = 0, se = 0, mean = 0, var = 0;
         for (std::int64_t t = 0; t < T; ++t) mean += exact[t] / double(T);
         for (std::int64_t t = 0; t < T; ++t) {
@@ -387,7 +404,7 @@ json bench_attention(const BenchOptions& opt) {
                 const std::size_t code_bytes = std::size_t(code_blocks_for(T)) * code_block_bytes(M, nbits);
                 ColdArena cold(2 * code_bytes, cold_bytes(opt.quick));
                 for (bool int8 : {false, true}) {
-                    if (int8 && nbits != 4) continue;
+                    if (int8 && nbits == 8 && !int8_scores_8bit_fast()) continue;
                     PqAttentionOptions o;
                     o.scores = int8 ? PqScorePath::int8 : PqScorePath::f32;
                     for (bool in_cache : {true, false})

@@ -1,10 +1,12 @@
-// `aqpim bench pq --sections stages`: one GQA-group attention call on 4-bit codes cut into the
+// `aqpim bench pq --sections stages`: one GQA-group attention call on 4-bit codes (and 8-bit) cut into the
 // stages attend_pq_spans runs (src/attn/pq_attention.cpp), each timed alone on the data it sees,
 // beside the whole call in the same run. docs/pq-kernels.md sets each figure against its bound.
 //   per tile of 1024 tokens (ns per token): key scan (exact f32 or int8 tables), softmax, values
 //   (register permute or pair histograms);
 //   per call (us): query transform and tables, int8 tables, codebook columns, clearing and folding
-//   the pair histograms, histogram x codebook, inverse transform.
+//   the pair histograms, histogram x codebook, inverse transform;
+//   then the same for 8-bit codes at the same bytes (M = 16): tables, the by-4-heads and int8 key
+//   scans, the value histogram, and the whole call with either score path.
 // A tile stage's row also gives the bytes it reads and writes per token outside its registers and
 // tables (codes, scores, weights) and that rate: the whole call counts its key and value codes, as
 // the attention section does.
@@ -87,22 +89,13 @@ json bench_stages(const BenchOptions& opt) {
             pq_k.transform_query(q.data(), qy.data(), kGroup);
             k.build_lut(qy.data(), kGroup, kM, 16, dsub, pq_k.centroids(), lut.data());
         }));
-    row("int8 tables", "call", time([&] { quantize_luts(lut.data(), kGroup, kM, qlut.data(), qprm.data()); }));
-    {  // 8-bit codebooks (what bits= picks at long contexts): 256 centroids per subspace
-        constexpr int kM8 = 16;
-        const ProductQuantizer pq8 = bench_pq(kM8, 8, 3);
-        std::vector<float> lut8(std::size_t(kGroup) * kM8 * 256);
-        row("query transform + f32 tables", "call", time([&] {
-                pq8.transform_query(q.data(), qy.data(), kGroup);
-                k.build_lut(qy.data(), kGroup, kM8, 256, kD / kM8, pq8.centroids(), lut8.data());
-            }), 0, kM8, 8);
-    }
+    row("int8 tables", "call", time([&] { quantize_luts(lut.data(), kGroup, kM, 16, qlut.data(), qprm.data()); }));
     // Per tile.
     row("scan, f32 tables", "tile",
         time([&] { k.scan_f32(lut.data(), kGroup, kM, 4, kcodes.data(), nb, scores.data(), kTile); }),
         code_bytes + score_bytes);
     row("scan, int8 tables", "tile",
-        time([&] { k.scan_i8(qlut.data(), qprm.data(), kGroup, kM, kcodes.data(), nb, scores.data(), kTile); }),
+        time([&] { k.scan_i8(qlut.data(), qprm.data(), kGroup, kM, 4, kcodes.data(), nb, scores.data(), kTile); }),
         code_bytes + score_bytes);
     row("softmax", "tile", time([&] {
             std::copy(scores.data(), scores.data() + scores.size(), p.data());
@@ -152,6 +145,51 @@ json bench_stages(const BenchOptions& opt) {
                                                  to_string(vp));
             row(name.c_str(), "tile", s, 2 * code_bytes);
         }
+
+    // 8-bit codebooks (what bits= picks at long contexts), M = 16: the same bytes per token as 4-bit
+    // M = 32, 256 centroids per subspace; values only by histogram.
+    constexpr int kM8 = 16;
+    const ProductQuantizer pk8 = bench_pq(kM8, 8, 3), pv8 = bench_pq(kM8, 8, 4);
+    const std::size_t bb8 = code_block_bytes(kM8, 8);
+    std::vector<std::uint8_t> kcodes8(nb * bb8), vcodes8(nb * bb8), qlut8(std::size_t(kGroup) * kM8 * 256);
+    for (std::size_t i = 0; i < kcodes8.size(); ++i) {
+        kcodes8[i] = std::uint8_t(i * 2654435761u >> 13);
+        vcodes8[i] = std::uint8_t(i * 40503u >> 7);
+    }
+    std::vector<float> lut8(std::size_t(kGroup) * kM8 * 256), hist8(std::size_t(kM8) * 256 * kGroup);
+    AlignedBuffer<float> lut4(lut8.size());
+    const double code_bytes8 = double(bb8) / kCodeBlock;
+    row("query transform + f32 tables", "call", time([&] {
+            pk8.transform_query(q.data(), qy.data(), kGroup);
+            k.build_lut(qy.data(), kGroup, kM8, 256, kD / kM8, pk8.centroids(), lut8.data());
+        }), 0, kM8, 8);
+    row("tables interleaved by 4 heads", "call", time([&] { interleave_luts_by4(lut8.data(), kGroup, kM8, lut4.data()); }),
+        0, kM8, 8);
+    row("int8 tables", "call", time([&] { quantize_luts(lut8.data(), kGroup, kM8, 256, qlut8.data(), qprm.data()); }), 0,
+        kM8, 8);
+    row("scan, f32 tables by 4 heads", "tile",
+        time([&] { k.scan_f32_8bit_by4(lut4.data(), kGroup, kM8, kcodes8.data(), nb, scores.data(), kTile); }),
+        code_bytes8 + score_bytes, kM8, 8);
+    row("scan, int8 tables", "tile",
+        time([&] { k.scan_i8(qlut8.data(), qprm.data(), kGroup, kM8, 8, kcodes8.data(), nb, scores.data(), kTile); }),
+        code_bytes8 + score_bytes, kM8, 8);
+    row("values, histogram", "tile",
+        time([&] { k.values_hist(p.data(), kTile, kGroup, kM8, 8, vcodes8.data(), nb, hist8.data()); }),
+        code_bytes8 + score_bytes, kM8, 8);
+    row("histogram x codebook", "call", time([&] {
+            hist_times_codebook(hist8.data(), kGroup, kM8, 256, kD / kM8, pv8.centroids(), acc.data());
+        }), 0, kM8, 8);
+    for (PqScorePath sp : {PqScorePath::f32, PqScorePath::int8}) {
+        PqAttentionOptions o;
+        o.scores = sp;
+        AttentionPartial part(kGroup, kD);
+        const double s = time([&] {
+            part.reset(kGroup, kD);
+            attend_pq(q.data(), kGroup, pk8, pv8, kcodes8.data(), vcodes8.data(), kTile, 0.088f, o, part);
+        });
+        row(sp == PqScorePath::int8 ? "whole call, int8 scores, histogram values" : "whole call, f32 scores, histogram values",
+            "tile", s, 2 * code_bytes8, kM8, 8);
+    }
     return rows;
 }
 

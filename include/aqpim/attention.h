@@ -47,9 +47,10 @@ void attend_dense_f16(const float* q, int n_q, int D, const f16_t* K, const f16_
 
 enum class PqScorePath {
     f32,   ///< exact float tables (vpermps)
-    int8,  ///< u8 tables (pshufb), nbits 4 only; error bound in docs/pq-kernels.md
-    /// int8 where it applies (4-bit keys, M <= 256), else f32: the KV cache's default, its effect
-    /// on austen-13m within the tolerance named in docs/pq-kernels.md ("Int8 tables by default")
+    int8,  ///< u8 tables (byte permutes), M <= 256; error bound in docs/pq-kernels.md
+    /// int8 where it applies and is the faster scan (M <= 256; 4-bit keys, or 8-bit keys at the
+    /// avx512 level), else f32: the KV cache's default, its effect on austen-13m within the
+    /// tolerance named in docs/pq-kernels.md ("Int8 tables by default", "8-bit codes with int8 tables")
     automatic,
 };
 enum class PqValuePath {

@@ -4,7 +4,7 @@
 // codebooks). A GQA group's n_q query heads share one pass over the codes: codes are loaded and
 // unpacked once and looked up in every head's table.
 //
-// Shapes: lut [n_q][M][ksub] f32; qlut [n_q][M][16] u8; centroids [M][ksub][dsub];
+// Shapes: lut [n_q][M][ksub] f32; qlut [n_q][M][ksub] u8 (ksub 16 or 256); centroids [M][ksub][dsub];
 // scores/p [n_q][score_stride] with score_stride >= 32 * n_blocks; hist [M][ksub][n_q];
 // out [n_q][D] with D = M * dsub.
 
@@ -15,7 +15,7 @@
 
 namespace aqpim {
 
-/// Int8 tables for the pshufb fast path (4-bit codes only): per head h,
+/// Int8 tables for the byte-permute fast paths (4- and 8-bit codes): per head h,
 ///   lut[h][m][c] ≈ bias[h] / M + scale[h] * qlut[h][m][c]   (per-subspace minima folded in bias)
 /// so score ≈ bias[h] + scale[h] * Σ_m qlut[h][m][code_m]. Rounding error per token is at most
 /// M * scale[h] / 2 (see docs/pq-kernels.md for the measured error).
@@ -35,8 +35,11 @@ struct PqKernels {
     /// looks a code up for four heads, where the gather of scan_f32 takes one lane per head.
     void (*scan_f32_8bit_by4)(const float* lut4, int n_q, int M, const std::uint8_t* blocks, std::int64_t n_blocks,
                               float* scores, std::int64_t score_stride);
-    /// Same with int8 tables (nbits 4 only): scores[h][t] = bias[h] + scale[h] * Σ_m qlut[h][m][code].
-    void (*scan_i8)(const std::uint8_t* qlut, const Int8LutParams* params, int n_q, int M,
+    /// Same with int8 tables: scores[h][t] = bias[h] + scale[h] * Σ_m qlut[h][m][code], M <= 256 (u16
+    /// sums). 4-bit codes: one vpermb per 64 lookups (avx512), pshufb (avx2). 8-bit codes: two vpermi2b
+    /// and a blend per 64 lookups at the avx512 level (VBMI); the scalar reference at the others, where
+    /// scan_f32_8bit_by4 is the fast 8-bit scan (see int8_scores_8bit_fast).
+    void (*scan_i8)(const std::uint8_t* qlut, const Int8LutParams* params, int n_q, int M, int nbits,
                     const std::uint8_t* blocks, std::int64_t n_blocks, float* scores, std::int64_t score_stride);
     /// hist[m][c][h] += Σ_{t: code(t,m) = c} p[h][t] over the blocks' 32 * n_blocks tokens.
     void (*values_hist)(const float* p, std::int64_t p_stride, int n_q, int M, int nbits, const std::uint8_t* blocks,
@@ -62,8 +65,11 @@ const PqKernels& pq_kernels();  ///< active level
 /// lanes of heads past n_q zero.
 void interleave_luts_by4(const float* lut, int n_q, int M, float* lut4);
 
-/// Quantize float tables (ksub = 16) to the int8 path's u8 tables; qlut [n_q][M][16].
-void quantize_luts(const float* lut, int n_q, int M, std::uint8_t* qlut, Int8LutParams* params);
+/// Quantize float tables (ksub 16 or 256) to the int8 path's u8 tables; qlut [n_q][M][ksub].
+void quantize_luts(const float* lut, int n_q, int M, int ksub, std::uint8_t* qlut, Int8LutParams* params);
+/// Whether the active level scans 8-bit codes with int8 tables faster than with float ones (the
+/// avx512 level's VBMI kernel); elsewhere int8 tables for 8-bit codes take the scalar reference.
+bool int8_scores_8bit_fast();
 
 /// One subspace's centroids [ksub][dsub] as columns [dsub][ksub] (ksub a multiple of 4).
 void subspace_columns(const float* centroids, int ksub, int dsub, float* columns);

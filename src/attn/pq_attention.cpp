@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "aqpim/attention.h"
 #include "aqpim/error.h"
@@ -53,15 +54,27 @@ SpanScratch& span_scratch() {
     return scratch;
 }
 
+/// x[i] *= lane_alpha[i % period] for i < len: histograms whose bins interleave heads. One pattern
+/// of 16 periods, so the multiply vectorizes whatever the period (a bin-by-bin loop over the 8-bit
+/// histograms' 32K floats at GQA 4 was 7% of a 1 x 32K `pq:bits=2` decode step).
+void rescale_interleaved(float* x, std::size_t len, int period, const float* lane_alpha) {
+    thread_local std::vector<float> pattern;
+    const std::size_t P = 16 * std::size_t(period);
+    pattern.resize(P);
+    for (std::size_t j = 0; j < P; ++j) pattern[j] = lane_alpha[j % std::size_t(period)];
+    std::size_t i = 0;
+    for (; i + P <= len; i += P)
+        for (std::size_t j = 0; j < P; ++j) x[i + j] *= pattern[j];
+    for (; i < len; ++i) x[i] *= lane_alpha[i % std::size_t(period)];
+}
+
 /// pair_hist (pair_hist_floats(n_q, M) floats) times alpha[h] in head h's lanes.
 void rescale_pair_hist(float* pair_hist, int n_q, int M, const float* alpha) {
     const std::size_t per_group = pair_hist_floats(4, M);
     for (int hg = 0; hg < (n_q + 3) / 4; ++hg) {
         float a[4] = {1, 1, 1, 1};
         for (int j = 0; j < 4 && 4 * hg + j < n_q; ++j) a[j] = alpha[4 * hg + j];
-        float* ph = pair_hist + hg * per_group;
-        for (std::size_t i = 0; i < per_group; i += 4)
-            for (int j = 0; j < 4; ++j) ph[i + j] *= a[j];
+        rescale_interleaved(pair_hist + hg * per_group, per_group, 4, a);
     }
 }
 
@@ -123,12 +136,15 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
         n_tokens += spans[i].n_tokens;
     }
     const bool int8 = options.scores == PqScorePath::int8 ||
-                      (options.scores == PqScorePath::automatic && pq_k.nbits() == 4 && pq_k.M() <= 256);
-    AQPIM_CHECK(!int8 || pq_k.nbits() == 4, "int8 score tables need 4-bit key codes (nbits={})", pq_k.nbits());
+                      (options.scores == PqScorePath::automatic && pq_k.M() <= 256 &&
+                       (pq_k.nbits() == 4 || int8_scores_8bit_fast()));
     AQPIM_CHECK(!int8 || pq_k.M() <= 256, "int8 score tables support M <= 256 (u16 sums), got M={}", pq_k.M());
     AQPIM_CHECK(pq_v.M() <= 1024, "value quantizer M={} exceeds the supported 1024 subspaces", pq_v.M());
     const PqValuePath value_path = resolve_value_path(options.values, pq_v.nbits(), n_tokens, int8);
     const bool by_columns = value_path == PqValuePath::permute || value_path == PqValuePath::bf16;
+    // The 8-bit histogram pass reads its value codes where they are (runs of 32 blocks, 8 subspaces
+    // at a time, the first pass bringing the run into L2); the other value passes read a copy (below).
+    const bool values_in_place = value_path == PqValuePath::histogram && pq_v.nbits() == 8;
     if (n_tokens == 0) return;
 
     const PqKernels& k = pq_kernels();
@@ -146,16 +162,16 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
     const float* v_cb = options.v_centroids ? options.v_centroids : pq_v.centroids();
     AQPIM_CHECK(k_cb && v_cb, "attend_pq: a quantizer has no codebooks and none were given");
     k.build_lut(ws.q.data(), n_q, Mk, ksub_k, pq_k.dsub(), k_cb, ws.lut.data());
-    const bool by4 = pq_k.nbits() == 8 && n_q >= kMinHeadsBy4;
+    const bool by4 = !int8 && pq_k.nbits() == 8 && n_q >= kMinHeadsBy4;
     if (by4) {
         const std::size_t n = std::size_t((n_q + 3) / 4) * Mk * 256 * 4;
         if (ss.lut4.size() < n) ss.lut4.resize(n);
         interleave_luts_by4(ws.lut.data(), n_q, Mk, ss.lut4.data());
     }
     if (int8) {
-        if (ws.qlut.size() < std::size_t(n_q) * Mk * 16) ws.qlut.resize(std::size_t(n_q) * Mk * 16);
+        if (ws.qlut.size() < std::size_t(n_q) * Mk * ksub_k) ws.qlut.resize(std::size_t(n_q) * Mk * ksub_k);
         ss.qparams.resize(n_q);
-        quantize_luts(ws.lut.data(), n_q, Mk, ws.qlut.data(), ss.qparams.data());
+        quantize_luts(ws.lut.data(), n_q, Mk, ksub_k, ws.qlut.data(), ss.qparams.data());
     }
 
     // Value side accumulators (quantizer space of pq_v).
@@ -200,7 +216,7 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
     if (in_tile > 0) ss.tile_first.push_back(ss.segments.size());
     const std::size_t n_tiles = ss.tile_first.size() - 1;
     if (ss.v_tile.size() < kTileBlocks * vbb) ss.v_tile.resize(kTileBlocks * vbb);
-    if (pq_k.nbits() == 8 && ss.segments.size() > 1 && ss.k_tile.size() < kTileBlocks * kbb)
+    if (!int8 && pq_k.nbits() == 8 && ss.segments.size() > 1 && ss.k_tile.size() < kTileBlocks * kbb)
         ss.k_tile.resize(kTileBlocks * kbb);
     // Tile `t`'s codes into L2 ahead of use: all of them when it is made of several spans (short
     // runs the hardware prefetcher does not follow), else its first key blocks (the scan
@@ -234,17 +250,17 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
         // VM's noise of gathered ones at batch 32 x 8K, and save the copy.)
         const auto scan = [&](const std::uint8_t* kb, std::int64_t n_blocks, float* scores) {
             if (int8)
-                k.scan_i8(ws.qlut.data(), ss.qparams.data(), n_q, Mk, kb, n_blocks, scores, kTile);
+                k.scan_i8(ws.qlut.data(), ss.qparams.data(), n_q, Mk, pq_k.nbits(), kb, n_blocks, scores, kTile);
             else if (by4)
                 k.scan_f32_8bit_by4(ss.lut4.data(), n_q, Mk, kb, n_blocks, scores, kTile);
             else
                 k.scan_f32(ws.lut.data(), n_q, Mk, pq_k.nbits(), kb, n_blocks, scores, kTile);
         };
-        const bool gather_keys = pq_k.nbits() == 8 && b - a > 1;
+        const bool gather_keys = !int8 && pq_k.nbits() == 8 && b - a > 1;
         std::int64_t nb = 0;
         for (std::size_t i = a; i < b; ++i) {
             const Segment& sg = ss.segments[i];
-            std::memcpy(ss.v_tile.data() + nb * vbb, sg.v, std::size_t(sg.n_blocks) * vbb);
+            if (!values_in_place) std::memcpy(ss.v_tile.data() + nb * vbb, sg.v, std::size_t(sg.n_blocks) * vbb);
             if (gather_keys)
                 std::memcpy(ss.k_tile.data() + nb * kbb, sg.k, std::size_t(sg.n_blocks) * kbb);
             else
@@ -259,9 +275,13 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
         if (value_path == PqValuePath::histogram) {
             // (the first tile's histogram is still zero: 256-bin histograms are 32K floats at GQA 4)
             if (t > 0 && std::any_of(ws.alpha.begin(), ws.alpha.end(), [](float a) { return a != 1.0f; }))
-                for (std::size_t bin = 0; bin < hist_len; bin += n_q)
-                    for (int h = 0; h < n_q; ++h) ws.hist[bin + h] *= ws.alpha[h];
-            k.values_hist(ws.scores.data(), kTile, n_q, Mv, pq_v.nbits(), vb, nb, ws.hist.data());
+                rescale_interleaved(ws.hist.data(), hist_len, n_q, ws.alpha.data());
+            if (values_in_place)
+                for (std::size_t i = a, off = 0; i < b; off += std::size_t(ss.segments[i++].n_blocks))
+                    k.values_hist(ws.scores.data() + off * kCodeBlock, kTile, n_q, Mv, 8, ss.segments[i].v,
+                                  ss.segments[i].n_blocks, ws.hist.data());
+            else
+                k.values_hist(ws.scores.data(), kTile, n_q, Mv, pq_v.nbits(), vb, nb, ws.hist.data());
         } else if (value_path == PqValuePath::pairs) {
             if (t > 0 && std::any_of(ws.alpha.begin(), ws.alpha.end(), [](float a) { return a != 1.0f; }))
                 rescale_pair_hist(ss.pair_hist.data(), n_q, Mv, ws.alpha.data());

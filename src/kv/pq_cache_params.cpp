@@ -71,7 +71,6 @@ void PqKvParams::validate(const KvShape& shape) const {
     AQPIM_CHECK(bits >= 0 && std::isfinite(bits), "bits={} must be >= 0", bits);
     AQPIM_CHECK(ctx >= 0, "ctx={} must be >= 0", ctx);
     AQPIM_CHECK(std::isfinite(v_weight) && v_weight > 0, "v_weight={} must be positive", v_weight);
-    AQPIM_CHECK(scores != PqScorePath::int8 || nbits == 4, "scores=int8 needs nbits=4 (got {})", nbits);
     AQPIM_CHECK(values == PqValuePath::automatic || values == PqValuePath::histogram || nbits == 4,
                 "values={} needs nbits=4 (got {})", aqpim::to_string(values), nbits);
     AQPIM_CHECK(values != PqValuePath::bf16 || bf16_values_here(),

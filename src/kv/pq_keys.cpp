@@ -199,7 +199,7 @@ const std::vector<PqKey>& key_table() {
         t.push_back(choice_key(
             "scores", {"f32", "int8", "auto"}, [](const PqKvParams& p) { return int(p.scores); },
             [](PqKvParams& p, int i) { p.scores = PqScorePath(i); },
-            "score tables: exact f32, int8 (nbits 4), or auto: int8 where it applies"));
+            "score tables: exact f32, int8 (m <= 256), or auto: int8 where it is the faster scan (4-bit keys; 8-bit at avx512)"));
         t.push_back(choice_key(
             "values", {"auto", "histogram", "permute", "pairs", "bf16"}, [](const PqKvParams& p) { return int(p.values); },
             [](PqKvParams& p, int i) { p.values = PqValuePath(i); },

@@ -7,8 +7,10 @@
 
 #include <smmintrin.h>
 
+#include "aqpim/error.h"
 #include "aqpim/simd.h"
 #include "pq/pq_kernels_isa.h"
+#include "pq/hist_times_codebook.h"
 #include "pq/quantize_luts.h"
 #include "simd/sse_util.h"
 
@@ -25,6 +27,7 @@ const PqKernels kTables[3] = {AQPIM_PQ_TABLE(ref, values_pairs_ref, nullptr),
 
 const PqKernels& pq_kernels(SimdLevel level) { return kTables[static_cast<int>(level)]; }
 const PqKernels& pq_kernels() { return dispatch(kTables); }
+bool int8_scores_8bit_fast() { return active_simd_level() == SimdLevel::avx512; }
 
 std::size_t pair_hist_floats(int n_q, int M) { return std::size_t((n_q + 3) / 4) * 2 * ((M + 3) / 4) * 256 * 4; }
 
@@ -84,28 +87,35 @@ void interleave_luts_by4(const float* lut, int n_q, int M, float* lut4) {
         }
 }
 
-void quantize_luts(const float* lut, int n_q, int M, std::uint8_t* qlut, Int8LutParams* params) {
-    if (active_simd_level() == SimdLevel::avx512) return quantize_luts_avx512(lut, n_q, M, qlut, params);
+void quantize_luts(const float* lut, int n_q, int M, int ksub, std::uint8_t* qlut, Int8LutParams* params) {
+    AQPIM_CHECK(ksub == 16 || ksub == 256, "quantize_luts: ksub={} (int8 tables are for 4- and 8-bit codes)", ksub);
+    if (active_simd_level() == SimdLevel::avx512) return quantize_luts_avx512(lut, n_q, M, ksub, qlut, params);
     // SSE4.1 (in the x86-64-v2 baseline), one subspace's 16 entries in four registers.
     using sse::hmax, sse::hmin;
     quantize_luts_with(
-        lut, n_q, M, qlut, params,
-        [](const float* row, float& lo, float& hi) {
-            const __m128 a = _mm_loadu_ps(row), b = _mm_loadu_ps(row + 4), c = _mm_loadu_ps(row + 8),
-                         d = _mm_loadu_ps(row + 12);
-            lo = hmin(_mm_min_ps(_mm_min_ps(a, b), _mm_min_ps(c, d)));
-            hi = hmax(_mm_max_ps(_mm_max_ps(a, b), _mm_max_ps(c, d)));
-        },
-        [](const float* row, float lo, float inv, std::uint8_t* out) {
-            const __m128 vlo = _mm_set1_ps(lo), vinv = _mm_set1_ps(inv), zero = _mm_setzero_ps(), top = _mm_set1_ps(255.0f);
-            __m128i q[4];
-            for (int i = 0; i < 4; ++i) {
-                const __m128 r = _mm_round_ps(_mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(row + 4 * i), vlo), vinv),
-                                              _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC);
-                q[i] = _mm_cvtps_epi32(_mm_min_ps(_mm_max_ps(r, zero), top));
+        lut, n_q, M, ksub, qlut, params,
+        [](const float* row, int n, float& lo, float& hi) {
+            __m128 vlo = _mm_loadu_ps(row), vhi = vlo;
+            for (int c = 4; c < n; c += 4) {
+                const __m128 v = _mm_loadu_ps(row + c);
+                vlo = _mm_min_ps(vlo, v);
+                vhi = _mm_max_ps(vhi, v);
             }
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
-                             _mm_packus_epi16(_mm_packus_epi32(q[0], q[1]), _mm_packus_epi32(q[2], q[3])));
+            lo = hmin(vlo);
+            hi = hmax(vhi);
+        },
+        [](const float* row, int n, float lo, float inv, std::uint8_t* out) {
+            const __m128 vlo = _mm_set1_ps(lo), vinv = _mm_set1_ps(inv), zero = _mm_setzero_ps(), top = _mm_set1_ps(255.0f);
+            for (int c = 0; c < n; c += 16) {
+                __m128i q[4];
+                for (int i = 0; i < 4; ++i) {
+                    const __m128 r = _mm_round_ps(_mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(row + c + 4 * i), vlo), vinv),
+                                                  _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC);
+                    q[i] = _mm_cvtps_epi32(_mm_min_ps(_mm_max_ps(r, zero), top));
+                }
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(out + c),
+                                 _mm_packus_epi16(_mm_packus_epi32(q[0], q[1]), _mm_packus_epi32(q[2], q[3])));
+            }
         });
 }
 
@@ -130,51 +140,13 @@ void codebook_columns(const float* centroids, int M, int dsub, float* columns) {
         subspace_columns(centroids + std::int64_t(m) * 16 * dsub, 16, dsub, columns + std::int64_t(m) * dsub * 16);
 }
 
-namespace {
-
-// out[h][m*DS + d] += Σ_c hist[m][c][h] * centroids[m][c][d] with a row of DS dims as one GCC
-// vector (the compiler otherwise vectorizes over the codes with shuffles, 3x slower) and four
-// accumulators (one chain of 256 dependent adds per head and subspace was latency-bound).
-typedef float Row2 __attribute__((vector_size(2 * sizeof(float))));
-typedef float Row4 __attribute__((vector_size(4 * sizeof(float))));
-typedef float Row8 __attribute__((vector_size(8 * sizeof(float))));
-
-template <class Row>
-void hist_times_codebook_rows(const float* hist, int n_q, int M, int ksub, const float* centroids, float* out) {
-    constexpr int DS = sizeof(Row) / sizeof(float);
-    const int D = M * DS;
-    for (int m = 0; m < M; ++m)
-        for (int h = 0; h < n_q; ++h) {
-            const float* bins = hist + std::int64_t(m) * ksub * n_q + h;
-            const float* rows = centroids + std::int64_t(m) * ksub * DS;
-            const auto term = [&](int c) {
-                Row cw;
-                std::memcpy(&cw, rows + c * DS, sizeof(Row));
-                return bins[std::int64_t(c) * n_q] * cw;
-            };
-            Row a0 = {}, a1 = {}, a2 = {}, a3 = {};  // four add chains: one waits on the add latency every code
-            int c = 0;
-            for (; c + 4 <= ksub; c += 4) {
-                a0 += term(c);
-                a1 += term(c + 1);
-                a2 += term(c + 2);
-                a3 += term(c + 3);
-            }
-            for (; c < ksub; ++c) a0 += term(c);
-            const Row sum = (a0 + a1) + (a2 + a3);
-            float* o = out + std::int64_t(h) * D + m * DS;
-            for (int d = 0; d < DS; ++d) o[d] += sum[d];
-        }
-}
-
-}  // namespace
-
 void hist_times_codebook(const float* hist, int n_q, int M, int ksub, int dsub, const float* centroids, float* out) {
     // No test for empty bins (it would stop the vectorization; with 8-bit codes over a long
     // context few are empty).
-    if (dsub == 2) return hist_times_codebook_rows<Row2>(hist, n_q, M, ksub, centroids, out);
-    if (dsub == 4) return hist_times_codebook_rows<Row4>(hist, n_q, M, ksub, centroids, out);
-    if (dsub == 8) return hist_times_codebook_rows<Row8>(hist, n_q, M, ksub, centroids, out);
+    const SimdLevel level = active_simd_level();
+    if (level == SimdLevel::avx512 && hist_times_codebook_avx512(hist, n_q, M, ksub, dsub, centroids, out)) return;
+    if (level == SimdLevel::avx2 && hist_times_codebook_avx2(hist, n_q, M, ksub, dsub, centroids, out)) return;
+    if (hist_codebook::rows(hist, n_q, M, ksub, dsub, centroids, out)) return;
     const int D = M * dsub;
     for (int m = 0; m < M; ++m)
         for (int c = 0; c < ksub; ++c) {

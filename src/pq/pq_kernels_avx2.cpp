@@ -10,6 +10,7 @@
 
 #include "aqpim/pq_codes.h"
 #include "pq/code_groups.h"
+#include "pq/hist_times_codebook.h"
 #include "simd/avx2_util.h"
 #include "simd/static_dispatch.h"
 #include "pq/pq_kernels_isa.h"
@@ -166,6 +167,10 @@ void values_perm_avx2(const float* p, std::int64_t p_stride, int n_q, int M, int
         values_perm_heads<NQ()>(p + h0 * p_stride, p_stride, M, dsub, blocks, n_blocks, columns,
                                 out + std::int64_t(h0) * D, D);
     });
+}
+
+bool hist_times_codebook_avx2(const float* hist, int n_q, int M, int ksub, int dsub, const float* centroids, float* out) {
+    return hist_codebook::rows(hist, n_q, M, ksub, dsub, centroids, out);
 }
 
 }  // namespace aqpim

@@ -46,13 +46,14 @@ void scan_f32_8bit_by4_ref(const float* lut4, int n_q, int M, const std::uint8_t
     }
 }
 
-void scan_i8_ref(const std::uint8_t* qlut, const Int8LutParams* params, int n_q, int M, const std::uint8_t* blocks,
-                 std::int64_t n_blocks, float* scores, std::int64_t score_stride) {
+void scan_i8_ref(const std::uint8_t* qlut, const Int8LutParams* params, int n_q, int M, int nbits,
+                 const std::uint8_t* blocks, std::int64_t n_blocks, float* scores, std::int64_t score_stride) {
+    const int ksub = 1 << nbits;
     const std::int64_t n = n_blocks * kCodeBlock;
     for (int h = 0; h < n_q; ++h)
         for (std::int64_t t = 0; t < n; ++t) {
             std::int32_t s = 0;
-            for (int m = 0; m < M; ++m) s += qlut[(std::int64_t(h) * M + m) * 16 + code_at(blocks, t, M, 4, m)];
+            for (int m = 0; m < M; ++m) s += qlut[(std::int64_t(h) * M + m) * ksub + code_at(blocks, t, M, nbits, m)];
             scores[h * score_stride + t] = params[h].bias + params[h].scale * float(s);
         }
 }

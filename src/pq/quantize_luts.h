@@ -1,7 +1,7 @@
 #pragma once
-// The steps of quantize_luts (aqpim/pq_kernels.h) around the per-ISA work on one subspace's 16
-// entries: every level runs this skeleton with its own two row operations, so each gives the scalar
-// definition's bytes (PqKernels.QuantizeLutsIsTheScalarDefinition).
+// The steps of quantize_luts (aqpim/pq_kernels.h) around the per-ISA work on 16 table entries (a
+// 4-bit subspace, or a sixteenth of an 8-bit one): every level runs this skeleton with its own two
+// row operations, so each gives the scalar definition's bytes (PqKernels.QuantizeLutsIsTheScalarDefinition).
 
 #include <algorithm>
 #include <cstdint>
@@ -11,26 +11,27 @@
 
 namespace aqpim {
 
-/// min_max(row, lo, hi): the least and greatest of row[0..16); quantize_row(row, lo, inv, out):
-/// out[c] = clamp(nearbyint((row[c] - lo) * inv), 0, 255) for c < 16.
+/// min_max(row, n, lo, hi): the least and greatest of row[0..n); quantize_row(row, n, lo, inv, out):
+/// out[c] = clamp(nearbyint((row[c] - lo) * inv), 0, 255) for c < n; n = ksub, a multiple of 16.
 template <class MinMax, class QuantizeRow>
-void quantize_luts_with(const float* lut, int n_q, int M, std::uint8_t* qlut, Int8LutParams* params, MinMax min_max,
-                        QuantizeRow quantize_row) {
+void quantize_luts_with(const float* lut, int n_q, int M, int ksub, std::uint8_t* qlut, Int8LutParams* params,
+                        MinMax min_max, QuantizeRow quantize_row) {
     thread_local std::vector<float> mins;  // each subspace's minimum, from the first pass to the second
     mins.resize(std::size_t(M));
     for (int h = 0; h < n_q; ++h) {
-        const float* l = lut + std::int64_t(h) * M * 16;
+        const float* l = lut + std::int64_t(h) * M * ksub;
         float bias = 0, max_range = 0;
         for (int m = 0; m < M; ++m) {
             float lo, hi;
-            min_max(l + m * 16, lo, hi);
+            min_max(l + m * ksub, ksub, lo, hi);
             mins[std::size_t(m)] = lo;
             bias += lo;
             max_range = std::max(max_range, hi - lo);
         }
         // One grid step for every subspace (so the u8 sums add up on one scale); 255 levels.
         const float scale = max_range > 0 ? max_range / 255.0f : 1.0f, inv = 1.0f / scale;
-        for (int m = 0; m < M; ++m) quantize_row(l + m * 16, mins[std::size_t(m)], inv, qlut + (std::int64_t(h) * M + m) * 16);
+        for (int m = 0; m < M; ++m)
+            quantize_row(l + m * ksub, ksub, mins[std::size_t(m)], inv, qlut + (std::int64_t(h) * M + m) * ksub);
         params[h] = {scale, bias};
     }
 }

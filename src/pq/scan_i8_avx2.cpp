@@ -90,8 +90,9 @@ void scan_heads(const std::uint8_t* qlut, const Int8LutParams* params, int M, co
 
 }  // namespace
 
-void scan_i8_avx2(const std::uint8_t* qlut, const Int8LutParams* params, int n_q, int M, const std::uint8_t* blocks,
-                  std::int64_t n_blocks, float* scores, std::int64_t score_stride) {
+void scan_i8_avx2(const std::uint8_t* qlut, const Int8LutParams* params, int n_q, int M, int nbits,
+                  const std::uint8_t* blocks, std::int64_t n_blocks, float* scores, std::int64_t score_stride) {
+    if (nbits == 8) return scan_i8_ref(qlut, params, n_q, M, 8, blocks, n_blocks, scores, score_stride);
     for_head_groups<4>(n_q, [&](auto NQ, int h0) {
         scan_heads<NQ()>(qlut + std::int64_t(h0) * M * 16, params + h0, M, blocks, n_blocks, scores + h0 * score_stride,
                          score_stride);

@@ -1,4 +1,5 @@
-// AVX-512 int8-table score scan (4-bit codes; needs VBMI and VNNI, part of the avx512 level).
+// AVX-512 int8-table score scan of 4-bit codes (needs VBMI and VNNI, part of the avx512 level);
+// 8-bit codes go to scan_i8_8bit_avx512.cpp.
 // A 4-bit group is 64 bytes = 32 tokens x 4 subspaces, byte 4i + j holding subspace j of tokens i
 // (low nibble) and i+16 (high nibble). One register holds the group's four 16-entry u8 tables
 // (subspace j at bytes 16j..16j+15), so with index = nibble | j << 4 one vpermb does 64 lookups,
@@ -69,8 +70,9 @@ void scan_heads(const std::uint8_t* qlut, const Int8LutParams* params, int M, co
 
 }  // namespace
 
-void scan_i8_avx512(const std::uint8_t* qlut, const Int8LutParams* params, int n_q, int M,
+void scan_i8_avx512(const std::uint8_t* qlut, const Int8LutParams* params, int n_q, int M, int nbits,
                     const std::uint8_t* blocks, std::int64_t n_blocks, float* scores, std::int64_t score_stride) {
+    if (nbits == 8) return scan_i8_8bit_avx512(qlut, params, n_q, M, blocks, n_blocks, scores, score_stride);
     const int full_groups = M % 4 == 0 ? M / 4 : 0;  // 0: the generic, masked path
     for_head_groups<4>(n_q, [&](auto NQ, int h0) {
         with_constant<4, 8, 16>(full_groups, [&](auto G) {

@@ -98,7 +98,7 @@ TEST(CudaCache, KernelsReadThePqCacheAsItIs) {
         // Hadamard rotation, f16 codebooks, no refresh
         {"pq:m=16,rotation=hadamard,cb=f16,calib=64,refresh=0,page=64,window=32,scores=f32", {500, 200}, 1},
         // 8-bit codes, two versions
-        {"pq:m=16,nbits=8,calib=300,refresh=384,versions=2,page=128,window=16", {900, 310}, 2},
+        {"pq:m=16,nbits=8,calib=300,refresh=384,versions=2,page=128,window=16,scores=f32", {900, 310}, 2},
     };
     for (const auto& c : cases) {
         const CacheRun r = run_cache(c.spec, c.lengths);

@@ -176,7 +176,6 @@ TEST(PqKvSpec, BadSpecsAreErrorsNamingTheKey) {
         {"pq:rotation=givens", "rotation=givens"},
         {"pq:pairs=sideways", "pairs=sideways"},
         {"pq:attn=maybe", "attn=maybe"},
-        {"pq:scores=int8,nbits=8", "int8"},
         {"pq:bits=2,m=16", "bits"},
         {"pq:bits=-1", "bits"},
         {"pq:k_scale=2", "k_scale"},
@@ -1034,8 +1033,11 @@ TEST(PqAttentionSpans, EqualAttendPqOnTheConcatenation) {
         pack_code_blocks(ck.data(), n, M, nbits, kb.data());
         pack_code_blocks(cv.data(), n, M, nbits, vb.data());
         const std::vector<float> q = test::gaussian(std::size_t(n_q) * D, 3);
+        for (PqScorePath scores : {PqScorePath::f32, PqScorePath::int8}) {
+        PqAttentionOptions o;
+        o.scores = scores;
         AttentionPartial whole(n_q, D);
-        attend_pq(q.data(), n_q, pk, pv, kb.data(), vb.data(), n, 0.125f, {}, whole);
+        attend_pq(q.data(), n_q, pk, pv, kb.data(), vb.data(), n, 0.125f, o, whole);
         // Spans of 2, 1, 40, 3, ... blocks, each copied to its own buffer (pages far apart).
         std::vector<std::vector<std::uint8_t>> pages_k, pages_v;
         std::vector<PqCodeSpan> spans;
@@ -1049,10 +1051,11 @@ TEST(PqAttentionSpans, EqualAttendPqOnTheConcatenation) {
         }
         for (std::size_t i = 0; i < spans.size(); ++i) spans[i].k_blocks = pages_k[i].data(), spans[i].v_blocks = pages_v[i].data();
         AttentionPartial paged(n_q, D);
-        attend_pq_spans(q.data(), n_q, pk, pv, spans, 0.125f, {}, paged);
-        EXPECT_EQ(paged.max, whole.max);
-        EXPECT_EQ(paged.sum, whole.sum);
-        EXPECT_EQ(paged.acc, whole.acc);
+        attend_pq_spans(q.data(), n_q, pk, pv, spans, 0.125f, o, paged);
+        EXPECT_EQ(paged.max, whole.max) << "nbits " << nbits << " scores " << int(scores);
+        EXPECT_EQ(paged.sum, whole.sum) << "nbits " << nbits << " scores " << int(scores);
+        EXPECT_EQ(paged.acc, whole.acc) << "nbits " << nbits << " scores " << int(scores);
+        }
         // Only the last span may end inside a block.
         std::vector<PqCodeSpan> bad = {{kb.data(), vb.data(), 40}, {kb.data(), vb.data(), 32}};
         AttentionPartial p2(n_q, D);

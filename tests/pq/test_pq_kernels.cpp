@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "aqpim/aligned.h"
+#include "aqpim/error.h"
 #include "aqpim/pq_codes.h"
 #include "aqpim/pq_kernels.h"
 #include "aqpim/simd.h"
@@ -34,6 +35,8 @@ const Shape kShapes[] = {
     // 8-bit: partial chunks of 8 subspaces, head groups of 4/8/16 with a partial last one, and
     // more tokens than one run of 32 blocks of the chunked kernels
     {9, 10, 8, 4, 100}, {5, 33, 8, 2, 45}, {8, 32, 8, 4, 1100}, {17, 3, 8, 1, 33}, {2, 1, 8, 3, 1},
+    // GQA 8 at dsub 8 and GQA 2 at dsub 4: the packed rows of hist_times_codebook (avx512)
+    {8, 8, 8, 8, 40}, {2, 4, 4, 4, 20},
 };
 
 struct Data {
@@ -167,22 +170,29 @@ TEST(PqKernels, InterleaveLutsBy4ZeroesMissingHeads) {
 }
 
 // The integer sums are exact; only the final scale * sum + bias may differ by an FMA rounding.
+// 4- and 8-bit codes (the avx512 level's VBMI 8-bit kernel, odd block counts included).
 TEST(PqKernels, ScanI8MatchesRef) {
     for (const Shape& s : kShapes) {
-        if (s.nbits != 4) continue;
+        const int ksub = 1 << s.nbits;
         Data d = make_data(s, 31);
-        std::vector<std::uint8_t> qlut(std::size_t(s.n_q) * s.M * 16);
+        std::vector<std::uint8_t> qlut(std::size_t(s.n_q) * s.M * ksub);
         std::vector<Int8LutParams> prm(s.n_q);
-        quantize_luts(d.lut.data(), s.n_q, s.M, qlut.data(), prm.data());
+        quantize_luts(d.lut.data(), s.n_q, s.M, ksub, qlut.data(), prm.data());
         std::vector<float> ref(std::size_t(s.n_q) * d.stride), out(ref.size());
-        pq_kernels(SimdLevel::ref).scan_i8(qlut.data(), prm.data(), s.n_q, s.M, d.blocks.data(), d.n_blocks, ref.data(), d.stride);
+        pq_kernels(SimdLevel::ref).scan_i8(qlut.data(), prm.data(), s.n_q, s.M, s.nbits, d.blocks.data(), d.n_blocks,
+                                           ref.data(), d.stride);
         for (SimdLevel level : supported_simd_levels()) {
-            pq_kernels(level).scan_i8(qlut.data(), prm.data(), s.n_q, s.M, d.blocks.data(), d.n_blocks, out.data(), d.stride);
+            std::fill(out.begin(), out.end(), -1e30f);
+            pq_kernels(level).scan_i8(qlut.data(), prm.data(), s.n_q, s.M, s.nbits, d.blocks.data(), d.n_blocks,
+                                      out.data(), d.stride);
             for (int h = 0; h < s.n_q; ++h) {
                 // a few ulps of the magnitudes that are added (bias and scale * sum cancel)
                 const float tol = 1e-6f * (std::fabs(prm[h].bias) + prm[h].scale * 255 * s.M);
                 for (std::int64_t t = 0; t < d.n_blocks * kCodeBlock; ++t)
                     ASSERT_NEAR(out[h * d.stride + t], ref[h * d.stride + t], tol) << simd_level_name(level) << " " << name(s);
+                // nothing past the blocks' tokens is written
+                for (std::int64_t t = d.n_blocks * kCodeBlock; t < d.stride; ++t)
+                    ASSERT_EQ(out[h * d.stride + t], -1e30f) << simd_level_name(level) << " " << name(s);
             }
         }
     }
@@ -191,14 +201,15 @@ TEST(PqKernels, ScanI8MatchesRef) {
 TEST(PqKernels, ScanI8WithinDocumentedBound) {
     // |int8 score - f32 score| <= M * scale / 2 (rounding of each table entry).
     for (const Shape& s : kShapes) {
-        if (s.nbits != 4) continue;
+        const int ksub = 1 << s.nbits;
         Data d = make_data(s, 41);
-        std::vector<std::uint8_t> qlut(std::size_t(s.n_q) * s.M * 16);
+        std::vector<std::uint8_t> qlut(std::size_t(s.n_q) * s.M * ksub);
         std::vector<Int8LutParams> prm(s.n_q);
-        quantize_luts(d.lut.data(), s.n_q, s.M, qlut.data(), prm.data());
+        quantize_luts(d.lut.data(), s.n_q, s.M, ksub, qlut.data(), prm.data());
         std::vector<float> exact(std::size_t(s.n_q) * d.stride), approx(exact.size());
-        pq_kernels().scan_f32(d.lut.data(), s.n_q, s.M, 4, d.blocks.data(), d.n_blocks, exact.data(), d.stride);
-        pq_kernels().scan_i8(qlut.data(), prm.data(), s.n_q, s.M, d.blocks.data(), d.n_blocks, approx.data(), d.stride);
+        pq_kernels().scan_f32(d.lut.data(), s.n_q, s.M, s.nbits, d.blocks.data(), d.n_blocks, exact.data(), d.stride);
+        pq_kernels().scan_i8(qlut.data(), prm.data(), s.n_q, s.M, s.nbits, d.blocks.data(), d.n_blocks, approx.data(),
+                             d.stride);
         for (int h = 0; h < s.n_q; ++h) {
             const float bound = s.M * prm[h].scale * 0.5f * 1.0001f + 1e-5f;
             for (std::int64_t t = 0; t < s.n_tokens; ++t)
@@ -208,23 +219,23 @@ TEST(PqKernels, ScanI8WithinDocumentedBound) {
 }
 
 // quantize_luts (SSE4.1; AVX-512 at that level) is its scalar definition bit for bit: per head one
-// step for every subspace, entries rounded with nearbyint from the subspace's minimum, the minima
-// summed in bias.
+// step for every subspace, entries rounded with nearbyint from the subspace's minimum (over all
+// its ksub entries), the minima summed in bias.
 TEST(PqKernels, QuantizeLutsIsTheScalarDefinition) {
     for (const SimdLevel level : supported_simd_levels())
     for (const Shape& s : kShapes) {
-        if (s.nbits != 4) continue;
+        const int ksub = 1 << s.nbits;
         test::SimdLevelGuard guard(level);
         Data d = make_data(s, 43);
-        for (int c = 0; c < 16; ++c) d.lut[std::size_t(c)] = 0.25f;  // a flat subspace (range 0)
-        std::vector<std::uint8_t> qlut(std::size_t(s.n_q) * s.M * 16);
+        for (int c = 0; c < ksub; ++c) d.lut[std::size_t(c)] = 0.25f;  // a flat subspace (range 0)
+        std::vector<std::uint8_t> qlut(std::size_t(s.n_q) * s.M * ksub);
         std::vector<Int8LutParams> prm(s.n_q);
-        quantize_luts(d.lut.data(), s.n_q, s.M, qlut.data(), prm.data());
+        quantize_luts(d.lut.data(), s.n_q, s.M, ksub, qlut.data(), prm.data());
         for (int h = 0; h < s.n_q; ++h) {
-            const float* l = d.lut.data() + std::size_t(h) * s.M * 16;
+            const float* l = d.lut.data() + std::size_t(h) * s.M * ksub;
             float bias = 0, max_range = 0;
             for (int m = 0; m < s.M; ++m) {
-                auto [lo, hi] = std::minmax_element(l + m * 16, l + m * 16 + 16);
+                auto [lo, hi] = std::minmax_element(l + m * ksub, l + m * ksub + ksub);
                 bias += *lo;
                 max_range = std::max(max_range, *hi - *lo);
             }
@@ -232,14 +243,21 @@ TEST(PqKernels, QuantizeLutsIsTheScalarDefinition) {
             ASSERT_EQ(prm[h].scale, scale) << simd_level_name(level) << " " << name(s);
             ASSERT_EQ(prm[h].bias, bias) << simd_level_name(level) << " " << name(s);
             for (int m = 0; m < s.M; ++m) {
-                const float lo = *std::min_element(l + m * 16, l + m * 16 + 16);
-                for (int c = 0; c < 16; ++c) {
-                    const float v = std::clamp(std::nearbyint((l[m * 16 + c] - lo) * inv), 0.0f, 255.0f);
-                    ASSERT_EQ(qlut[(std::size_t(h) * s.M + m) * 16 + c], std::uint8_t(v)) << name(s) << " m " << m;
+                const float lo = *std::min_element(l + m * ksub, l + m * ksub + ksub);
+                for (int c = 0; c < ksub; ++c) {
+                    const float v = std::clamp(std::nearbyint((l[m * ksub + c] - lo) * inv), 0.0f, 255.0f);
+                    ASSERT_EQ(qlut[(std::size_t(h) * s.M + m) * ksub + c], std::uint8_t(v)) << name(s) << " m " << m;
                 }
             }
         }
     }
+}
+
+TEST(PqKernels, QuantizeLutsRejectsOtherTableSizes) {
+    std::vector<float> lut(64);
+    std::vector<std::uint8_t> qlut(64);
+    Int8LutParams prm;
+    EXPECT_THROW(quantize_luts(lut.data(), 1, 1, 64, qlut.data(), &prm), Error);
 }
 
 TEST(PqKernels, CodebookColumnsTransposeEverySubspace) {
@@ -270,6 +288,33 @@ TEST(PqKernels, ValuesHistMatchesRef) {
                 ASSERT_NEAR(out[i], ref[i], 1e-4f * (1 + std::fabs(ref[i]))) << simd_level_name(level) << " " << name(s);
         }
     }
+}
+
+// hist_times_codebook at every level (dsub 2/4/8 take the row template, others the plain loop),
+// 4- and 8-bit, head groups of 4 with a partial last one, against its double-precision definition.
+TEST(PqKernels, HistTimesCodebookIsItsDefinition) {
+    for (const SimdLevel level : supported_simd_levels())
+        for (const Shape& s : kShapes) {
+            test::SimdLevelGuard guard(level);
+            const int ksub = 1 << s.nbits, D = s.M * s.dsub;
+            Data d = make_data(s, 67);
+            const std::vector<float> hist = test::gaussian(std::size_t(s.M) * ksub * s.n_q, 68);
+            std::vector<float> out(std::size_t(s.n_q) * D, 0.25f);
+            hist_times_codebook(hist.data(), s.n_q, s.M, ksub, s.dsub, d.centroids.data(), out.data());
+            for (int h = 0; h < s.n_q; ++h)
+                for (int m = 0; m < s.M; ++m)
+                    for (int j = 0; j < s.dsub; ++j) {
+                        double want = 0.25, mag = 0.25;
+                        for (int c = 0; c < ksub; ++c) {
+                            const double t = double(hist[(std::size_t(m) * ksub + c) * s.n_q + h]) *
+                                             d.centroids[(std::size_t(m) * ksub + c) * s.dsub + j];
+                            want += t;
+                            mag += std::fabs(t);
+                        }
+                        ASSERT_NEAR(out[std::size_t(h) * D + m * s.dsub + j], want, 1e-5 * mag)
+                            << simd_level_name(level) << " " << name(s) << " h " << h << " m " << m;
+                    }
+        }
 }
 
 TEST(PqKernels, ValuesPermMatchesHistogramPath) {

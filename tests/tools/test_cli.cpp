@@ -116,12 +116,15 @@ TEST(Cli, BenchStagesCutsOneCallIntoItsStages) {
             ++per_call;
         }
     }
-    // {f32, int8} scores x {permute, pairs, and bf16 where the CPU has AVX512-BF16} values; scans (2),
-    // softmax, its copy, the value passes
+    // 4-bit: {f32, int8} scores x {permute, pairs, and bf16 where the CPU has AVX512-BF16} values;
+    // scans (2), softmax, its copy, the value passes. 8-bit: {f32, int8} scores x histogram values;
+    // scans (by four heads, int8), the histogram.
     const int bf16 = cpu_has_avx512_bf16() ? 1 : 0;
-    EXPECT_EQ(whole, 4 + 2 * bf16);
-    EXPECT_EQ(per_tile - whole, 6 + bf16);
-    EXPECT_EQ(per_call, 7);  // tables of a 4-bit and of an 8-bit codebook, int8 tables, columns, ...
+    EXPECT_EQ(whole, 4 + 2 * bf16 + 2);
+    EXPECT_EQ(per_tile - whole, 6 + bf16 + 3);
+    // 4-bit: tables, int8 tables, columns, clear + fold, histogram x codebook, inverse; 8-bit:
+    // tables, their interleaving by four heads, int8 tables, histogram x codebook
+    EXPECT_EQ(per_call, 6 + 4);
 }
 
 }  // namespace
