@@ -142,9 +142,6 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
     AQPIM_CHECK(pq_v.M() <= 1024, "value quantizer M={} exceeds the supported 1024 subspaces", pq_v.M());
     const PqValuePath value_path = resolve_value_path(options.values, pq_v.nbits(), n_tokens, int8);
     const bool by_columns = value_path == PqValuePath::permute || value_path == PqValuePath::bf16;
-    // The 8-bit histogram pass reads its value codes where they are (runs of 32 blocks, 8 subspaces
-    // at a time, the first pass bringing the run into L2); the other value passes read a copy (below).
-    const bool values_in_place = value_path == PqValuePath::histogram && pq_v.nbits() == 8;
     if (n_tokens == 0) return;
 
     const PqKernels& k = pq_kernels();
@@ -238,16 +235,19 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
     for (std::size_t t = 0; t < n_tiles; ++t) {
         const std::size_t a = ss.tile_first[t], b = ss.tile_first[t + 1];
         if (t + 1 < n_tiles) prefetch_tile(t + 1);
-        // The 4-bit scans read the keys in place, segment by segment (they stream them with their
-        // own prefetches); the 8-bit scans get the tile's keys gathered into one run (their tables,
-        // 4 KiB per subspace, are read once per run of up to 32 blocks, so page-sized runs would
-        // read them four times as often). The value codes are copied into the tile buffer: the
-        // value pass reads them subspace by subspace, 64 bytes of every block in turn, an order
+        // The int8 scans (4-bit, and 8-bit at avx512) and the 4-bit f32 scan read the keys in place,
+        // segment by segment (they stream them with their own prefetches); the 8-bit f32 scans get
+        // the tile's keys gathered into one run (their tables, 4 KiB per subspace, are read once per
+        // run of up to 32 blocks, so page-sized runs would read them four times as often). The
+        // value codes are copied into the tile buffer: the value pass reads them subspace by
+        // subspace, 64 bytes of every block in turn, an order
         // that left a cold 32K call waiting on DRAM for about 1.4 ns per token even with the tile
         // prefetched into L2 up front; sequential copies are streamed by the hardware prefetcher
         // (docs/pq-kernels.md). (Copying keys and values together was 14% of a batch-8 x 32K pq
         // decode step in `perf`, as much as the value pass; keys read in place measured within the
-        // VM's noise of gathered ones at batch 32 x 8K, and save the copy.)
+        // VM's noise of gathered ones at batch 32 x 8K, and save the copy. The 8-bit histogram pass
+        // reading its value codes in place measured 0.89x / 0.99x the copy's decode rate at 1 / 8 x
+        // 32K, `pq:bits=2`, mean of three alternating runs: not taken.)
         const auto scan = [&](const std::uint8_t* kb, std::int64_t n_blocks, float* scores) {
             if (int8)
                 k.scan_i8(ws.qlut.data(), ss.qparams.data(), n_q, Mk, pq_k.nbits(), kb, n_blocks, scores, kTile);
@@ -260,7 +260,7 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
         std::int64_t nb = 0;
         for (std::size_t i = a; i < b; ++i) {
             const Segment& sg = ss.segments[i];
-            if (!values_in_place) std::memcpy(ss.v_tile.data() + nb * vbb, sg.v, std::size_t(sg.n_blocks) * vbb);
+            std::memcpy(ss.v_tile.data() + nb * vbb, sg.v, std::size_t(sg.n_blocks) * vbb);
             if (gather_keys)
                 std::memcpy(ss.k_tile.data() + nb * kbb, sg.k, std::size_t(sg.n_blocks) * kbb);
             else
@@ -276,12 +276,7 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
             // (the first tile's histogram is still zero: 256-bin histograms are 32K floats at GQA 4)
             if (t > 0 && std::any_of(ws.alpha.begin(), ws.alpha.end(), [](float a) { return a != 1.0f; }))
                 rescale_interleaved(ws.hist.data(), hist_len, n_q, ws.alpha.data());
-            if (values_in_place)
-                for (std::size_t i = a, off = 0; i < b; off += std::size_t(ss.segments[i++].n_blocks))
-                    k.values_hist(ws.scores.data() + off * kCodeBlock, kTile, n_q, Mv, 8, ss.segments[i].v,
-                                  ss.segments[i].n_blocks, ws.hist.data());
-            else
-                k.values_hist(ws.scores.data(), kTile, n_q, Mv, pq_v.nbits(), vb, nb, ws.hist.data());
+            k.values_hist(ws.scores.data(), kTile, n_q, Mv, pq_v.nbits(), vb, nb, ws.hist.data());
         } else if (value_path == PqValuePath::pairs) {
             if (t > 0 && std::any_of(ws.alpha.begin(), ws.alpha.end(), [](float a) { return a != 1.0f; }))
                 rescale_pair_hist(ss.pair_hist.data(), n_q, Mv, ws.alpha.data());
