@@ -1,7 +1,9 @@
 #pragma once
 // hist_times_codebook (aqpim/pq_kernels.h) for one level: every x86 level compiles this template
 // with its own vector width (pq_kernels.cpp for the baseline and ref levels, pq_kernels_avx2.cpp,
-// pq_kernels_avx512.cpp): the same loop, and the same order of the adds, at each.
+// pq_kernels_avx512.cpp), the same loop and order of the adds at each; the avx512 level takes its
+// packed rows instead where all heads' bins of 16 / dsub codes fit one register (dsub 4 or 8, GQA
+// up to 4 or 8: pq_kernels_avx512.cpp).
 //
 // A centroid row of DS dims is one GCC vector (the compiler otherwise vectorizes over the codes
 // with shuffles, 3x slower). Each subspace's rows are read once for a group of up to four heads,
