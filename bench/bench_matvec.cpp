@@ -270,7 +270,7 @@ BENCHMARK(BM_Matvec)->Apply(matvec_args)->Unit(benchmark::kMillisecond)->UseReal
 BENCHMARK(BM_MatvecHot)->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {2, 1, 0}})->Apply(best_of)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MatvecF32x)->ArgsProduct({{3, 4}, {1, 2}})->Apply(best_of)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Matmul)
-    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {1, 4, 8, 16, 64, 256}, {0, 1, 2}, {1, 2}, {0, 1, 2}})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {1, 4, 8, 16, 32, 64, 256}, {0, 1, 2}, {1, 2}, {0, 1, 2}})
     ->Apply(best_of)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

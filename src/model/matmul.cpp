@@ -133,29 +133,48 @@ void matmul_sgemm(const WeightMatrix& W, const float* X, std::int64_t n, float* 
         nt);
 }
 
-/// The own-kernel path (AVX-512): threads take 32-row panels (parallel_for's chunks), dequantize
+/// Most panels a task of the own path multiplies in order (the next one's rows are requested while
+/// one multiplies; parallel_for's chunks of single panels left half of those requests to the other
+/// thread's next panel on 32-panel matrices). Fewer where that leaves under two runs a thread.
+constexpr std::int64_t kMaxPanelsPerRun = 4;
+
+/// The own-kernel path (AVX-512): threads take runs of 32-row panels, dequantize
 /// a panel's rows, pack them k-major and multiply every activation row by them (f16 rows are
-/// widened while packed: the separate dequantize pass was a third of a batch-8 decode step's
-/// weight time on the hd128 synth model).
+/// packed as they are, into an f16 panel that the kernel widens as it loads: a separate
+/// dequantize pass was a third of a batch-8 decode step's weight time on the hd128 synth model,
+/// and the f32 transpose that replaced it a third of a batch-32 step's).
 void matmul_own(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads) {
     const std::int64_t n_panels = (W.rows + kPanelRows - 1) / kPanelRows;
+    const int nt = gemm_threads(W, n, n_panels, n_threads);
+    const std::int64_t per_run = std::clamp<std::int64_t>(n_panels / (2 * nt), 1, kMaxPanelsPerRun);
+    const std::int64_t n_runs = (n_panels + per_run - 1) / per_run;
+    const std::size_t need = std::size_t(kPanelRows * W.cols);
+    const auto panel_rows = [&](std::int64_t p) { return std::min<std::int64_t>(kPanelRows, W.rows - p * kPanelRows); };
     parallel_for(
-        n_panels,
-        [&](std::int64_t p) {
-            thread_local AlignedBuffer<float> rows, panel;
-            const std::size_t need = std::size_t(kPanelRows * W.cols);
-            if (rows.size() < need) rows.resize(need);
-            if (panel.size() < need) panel.resize(need);
-            const std::int64_t r0 = p * kPanelRows, nr = std::min<std::int64_t>(kPanelRows, W.rows - r0);
-            if (W.type == GgmlType::F16) {
-                pack_panel_f16_avx512(reinterpret_cast<const f16_t*>(W.row(r0)), int(nr), W.cols, panel.data());
-            } else {
+        n_runs,
+        [&](std::int64_t run) {
+            const std::int64_t p0 = run * per_run, p1 = std::min(n_panels, p0 + per_run);
+            for (std::int64_t p = p0; p < p1; ++p) {
+                const std::int64_t r0 = p * kPanelRows, nr = panel_rows(p);
+                // The run's next panel is requested while this one multiplies.
+                const void* next = p + 1 < p1 ? W.row(r0 + kPanelRows) : nullptr;
+                const std::size_t next_bytes = p + 1 < p1 ? std::size_t(panel_rows(p + 1)) * W.row_bytes() : 0;
+                if (W.type == GgmlType::F16) {
+                    thread_local AlignedBuffer<f16_t> half_panel;
+                    if (half_panel.size() < need) half_panel.resize(need);
+                    pack_panel_f16_avx512(reinterpret_cast<const f16_t*>(W.row(r0)), int(nr), W.cols, half_panel.data());
+                    gemm_panel_avx512(X, n, W.cols, half_panel.data(), int(nr), Y + r0, W.rows, next, next_bytes);
+                    continue;
+                }
+                thread_local AlignedBuffer<float> rows, panel;
+                if (rows.size() < need) rows.resize(need);
+                if (panel.size() < need) panel.resize(need);
                 dequantize(W.type, W.row(r0), rows.data(), nr * W.cols);
                 pack_panel_avx512(rows.data(), int(nr), W.cols, panel.data());
+                gemm_panel_avx512(X, n, W.cols, panel.data(), int(nr), Y + r0, W.rows, next, next_bytes);
             }
-            gemm_panel_avx512(X, n, W.cols, panel.data(), int(nr), Y + r0, W.rows);
         },
-        gemm_threads(W, n, n_panels, n_threads));
+        nt);
 }
 
 }  // namespace

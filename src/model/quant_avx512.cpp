@@ -464,15 +464,31 @@ void for_rows(const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
 
 // ---- f32 GEMM on packed panels (matmul's prefill path) ------------------------------------------
 
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const f16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+
+/// Lines of the bytes packed next, requested into L2 one every `every` k steps of the kernel, so
+/// that they arrive while the product computes instead of stalling the next pack on DRAM.
+struct NextPanelPrefetch {
+    const char* bytes = nullptr;
+    std::int64_t n_lines = 0, line = 0, every = 1, count = 1;
+    void step() {
+        if (--count > 0) return;
+        count = every;
+        if (line < n_lines) _mm_prefetch(bytes + 64 * line++, _MM_HINT_T1);
+    }
+};
+
 /// y[i][0..n_cols) (+)= sum_k X[i][k] * panel[k][0..n_cols) for MR rows of X: MR x 32 outputs in
-/// 2 MR registers; per k two panel loads, MR broadcasts, 2 MR FMAs.
-template <int MR>
-void panel_kernel(const float* X, std::int64_t ldx, const float* panel, std::int64_t k0, std::int64_t k1, float* Y,
-                  std::int64_t ldy, int n_cols, bool accumulate) {
+/// 2 MR registers; per k two panel loads (f16 panels: widened as loaded), MR broadcasts, 2 MR FMAs.
+template <int MR, class P>
+void panel_kernel(const float* X, std::int64_t ldx, const P* panel, std::int64_t k0, std::int64_t k1, float* Y,
+                  std::int64_t ldy, int n_cols, bool accumulate, NextPanelPrefetch& next) {
     __m512 acc[MR][2];
     for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     for (std::int64_t k = k0; k < k1; ++k) {
-        const __m512 p0 = _mm512_load_ps(panel + 32 * k), p1 = _mm512_load_ps(panel + 32 * k + 16);
+        next.step();
+        const __m512 p0 = load16(panel + 32 * k), p1 = load16(panel + 32 * k + 16);
         for (int i = 0; i < MR; ++i) {
             const __m512 x = _mm512_set1_ps(X[i * ldx + k]);
             acc[i][0] = _mm512_fmadd_ps(x, p0, acc[i][0]);
@@ -496,13 +512,7 @@ void panel_kernel(const float* X, std::int64_t ldx, const float* panel, std::int
 
 namespace {
 
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const f16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
-inline float load1(const float* p) { return *p; }
-inline float load1(const f16_t* p) { return fp16_to_f32_scalar(*p); }
-
-template <class T>
-void pack_panel_rows(const T* rows, int n_rows, std::int64_t K, float* panel) {
+void pack_panel_rows(const float* rows, int n_rows, std::int64_t K, float* panel) {
     // panel[k][j] = rows[j][k], zero for j >= n_rows; 16 x 16 register transposes (64 shuffles
     // per 256 values), scalar for the last K % 16 columns.
     for (int j0 = 0; j0 < kPanelRows; j0 += 16) {
@@ -534,7 +544,7 @@ void pack_panel_rows(const T* rows, int n_rows, std::int64_t K, float* panel) {
             }
         }
         for (; k0 < K; ++k0)
-            for (int j = 0; j < 16; ++j) panel[32 * k0 + j0 + j] = j0 + j < n_rows ? load1(rows + (j0 + j) * K + k0) : 0.0f;
+            for (int j = 0; j < 16; ++j) panel[32 * k0 + j0 + j] = j0 + j < n_rows ? rows[(j0 + j) * K + k0] : 0.0f;
     }
 }
 
@@ -544,20 +554,98 @@ void pack_panel_avx512(const float* rows, int n_rows, std::int64_t K, float* pan
     pack_panel_rows(rows, n_rows, K, panel);
 }
 
-void pack_panel_f16_avx512(const f16_t* rows, int n_rows, std::int64_t K, float* panel) {
-    pack_panel_rows(rows, n_rows, K, panel);
+void pack_panel_f16_avx512(const f16_t* rows, int n_rows, std::int64_t K, f16_t* panel) {
+    constexpr std::int64_t kPackAhead = 256;  // values (8 lines) ahead in each row
+    // panel[k][j] = rows[j][k], 0 for j >= n_rows, as 16-bit words: 32 x 32 word transposes, 160
+    // shuffles per 1024 values and half the bytes stored (the f32 transpose above, which once took
+    // f16 rows too: 256 shuffles and a widening per 16 values).
+    // Per group g of 8 rows, three in-lane unpack stages leave V[g][c], whose 128-bit lane L holds
+    // column 8L + c of the group's rows; a 4 x 4 transpose of lanes across the groups then gives
+    // column 8L + c of all 32 rows.
+    std::int64_t k0 = 0;
+    alignas(64) __m512i V[4][8];
+    for (; k0 + 32 <= K; k0 += 32) {
+        for (int g = 0; g < 4; ++g) {
+            __m512i R[8], t[8], u[8];
+            for (int i = 0; i < 8; ++i) {
+                const int j = 8 * g + i;
+                if (j >= n_rows) {
+                    R[i] = _mm512_setzero_si512();
+                    continue;
+                }
+                // 32 rows are more streams than the hardware prefetcher follows: ask for each
+                // row's line kPackAhead ahead.
+                if (k0 + kPackAhead < K) _mm_prefetch(reinterpret_cast<const char*>(rows + j * K + k0 + kPackAhead), _MM_HINT_T0);
+                R[i] = _mm512_loadu_si512(rows + j * K + k0);
+            }
+            for (int a = 0; a < 4; ++a) {  // t[2a] (t[2a+1]): words 0-3 (4-7) of rows 2a, 2a+1 paired
+                t[2 * a] = _mm512_unpacklo_epi16(R[2 * a], R[2 * a + 1]);
+                t[2 * a + 1] = _mm512_unpackhi_epi16(R[2 * a], R[2 * a + 1]);
+            }
+            for (int h = 0; h < 2; ++h) {  // u[4h + p]: words 2p, 2p+1 of rows 4h..4h+3
+                u[4 * h] = _mm512_unpacklo_epi32(t[4 * h], t[4 * h + 2]);
+                u[4 * h + 1] = _mm512_unpackhi_epi32(t[4 * h], t[4 * h + 2]);
+                u[4 * h + 2] = _mm512_unpacklo_epi32(t[4 * h + 1], t[4 * h + 3]);
+                u[4 * h + 3] = _mm512_unpackhi_epi32(t[4 * h + 1], t[4 * h + 3]);
+            }
+            for (int q = 0; q < 4; ++q) {  // word 2q (2q+1) of all 8 rows
+                V[g][2 * q] = _mm512_unpacklo_epi64(u[q], u[4 + q]);
+                V[g][2 * q + 1] = _mm512_unpackhi_epi64(u[q], u[4 + q]);
+            }
+        }
+        for (int c = 0; c < 8; ++c) {
+            const __m512i P = _mm512_shuffle_i64x2(V[0][c], V[1][c], _MM_SHUFFLE(2, 0, 2, 0));
+            const __m512i Q = _mm512_shuffle_i64x2(V[0][c], V[1][c], _MM_SHUFFLE(3, 1, 3, 1));
+            const __m512i R = _mm512_shuffle_i64x2(V[2][c], V[3][c], _MM_SHUFFLE(2, 0, 2, 0));
+            const __m512i S = _mm512_shuffle_i64x2(V[2][c], V[3][c], _MM_SHUFFLE(3, 1, 3, 1));
+            f16_t* out = panel + 32 * (k0 + c);
+            _mm512_store_si512(out, _mm512_shuffle_i64x2(P, R, _MM_SHUFFLE(2, 0, 2, 0)));           // lane 0: k0 + c
+            _mm512_store_si512(out + 32 * 8, _mm512_shuffle_i64x2(Q, S, _MM_SHUFFLE(2, 0, 2, 0)));  // lane 1
+            _mm512_store_si512(out + 32 * 16, _mm512_shuffle_i64x2(P, R, _MM_SHUFFLE(3, 1, 3, 1)));  // lane 2
+            _mm512_store_si512(out + 32 * 24, _mm512_shuffle_i64x2(Q, S, _MM_SHUFFLE(3, 1, 3, 1)));  // lane 3
+        }
+    }
+    for (; k0 < K; ++k0)
+        for (int j = 0; j < kPanelRows; ++j) panel[32 * k0 + j] = j < n_rows ? rows[j * K + k0] : f16_t(0);
 }
 
-void gemm_panel_avx512(const float* X, std::int64_t n, std::int64_t K, const float* panel, int n_cols, float* Y,
-                       std::int64_t ldy) {
+namespace {
+
+// Rows of X per kernel call: 16 accumulators. 8 leaves no partial block at batches 8-64 (6 left a
+// block of 2 at 32, 1.03-1.10x slower on austen's FFN shapes in bench_matvec).
+constexpr int kPanelMR = 8;
+
+template <class P>
+void gemm_panel(const float* X, std::int64_t n, std::int64_t K, const P* panel, int n_cols, float* Y, std::int64_t ldy,
+                const void* next_bytes, std::size_t n_next_bytes) {
     constexpr std::int64_t kc = 2048;  // K chunk: the panel's 256 KB of it stays in L2 across X rows
+    NextPanelPrefetch next;
+    if (next_bytes && n_next_bytes > 0) {
+        next.bytes = static_cast<const char*>(next_bytes);
+        next.n_lines = std::int64_t((n_next_bytes + 63) / 64);
+        next.every = next.count = std::max<std::int64_t>(1, (n + kPanelMR - 1) / kPanelMR * K / next.n_lines);
+    } else {
+        next.count = std::numeric_limits<std::int64_t>::max();
+    }
     for (std::int64_t k0 = 0; k0 < K; k0 += kc) {
         const std::int64_t k1 = std::min(K, k0 + kc);
-        for (std::int64_t i = 0; i < n; i += 6)
-            with_count<6>(int(std::min<std::int64_t>(6, n - i)), [&](auto MR) {
-                panel_kernel<MR>(X + i * K, K, panel, k0, k1, Y + i * ldy, ldy, n_cols, k0 > 0);
+        for (std::int64_t i = 0; i < n; i += kPanelMR)
+            with_count<kPanelMR>(int(std::min<std::int64_t>(kPanelMR, n - i)), [&](auto MR) {
+                panel_kernel<MR>(X + i * K, K, panel, k0, k1, Y + i * ldy, ldy, n_cols, k0 > 0, next);
             });
     }
+}
+
+}  // namespace
+
+void gemm_panel_avx512(const float* X, std::int64_t n, std::int64_t K, const float* panel, int n_cols, float* Y,
+                       std::int64_t ldy, const void* next, std::size_t next_bytes) {
+    gemm_panel(X, n, K, panel, n_cols, Y, ldy, next, next_bytes);
+}
+
+void gemm_panel_avx512(const float* X, std::int64_t n, std::int64_t K, const f16_t* panel, int n_cols, float* Y,
+                       std::int64_t ldy, const void* next, std::size_t next_bytes) {
+    gemm_panel(X, n, K, panel, n_cols, Y, ldy, next, next_bytes);
 }
 
 void dequantize_avx512(GgmlType type, const void* src, float* dst, std::int64_t n) {

@@ -162,11 +162,15 @@ QuantizedX& scratch_x();
 /// a panel [K][32]; then Y[i][0..n_cols) = X[i] . panel columns for every activation row i.
 inline constexpr int kPanelRows = 32;
 void pack_panel_avx512(const float* rows, int n_rows, std::int64_t K, float* panel);
-/// pack_panel_avx512 from f16 rows, widened as they are packed (one pass over the rows instead of a
-/// dequantize pass and a pack pass).
-void pack_panel_f16_avx512(const f16_t* rows, int n_rows, std::int64_t K, float* panel);
+/// pack_panel_avx512 for f16 rows into an f16 panel (16-bit transposes, half the shuffles and
+/// bytes of the f32 panel); the f16 gemm_panel_avx512 widens it as it loads.
+void pack_panel_f16_avx512(const f16_t* rows, int n_rows, std::int64_t K, f16_t* panel);
+/// `next` (optional): the W bytes the caller packs next, requested into L2 line by line across the
+/// product, so that the next pack finds them there instead of waiting on DRAM.
 void gemm_panel_avx512(const float* X, std::int64_t n, std::int64_t K, const float* panel, int n_cols, float* Y,
-                       std::int64_t ldy);
+                       std::int64_t ldy, const void* next = nullptr, std::size_t next_bytes = 0);
+void gemm_panel_avx512(const float* X, std::int64_t n, std::int64_t K, const f16_t* panel, int n_cols, float* Y,
+                       std::int64_t ldy, const void* next = nullptr, std::size_t next_bytes = 0);
 
 /// How matmul computes. automatic: per-row matvec below gemm_min_batch(type) activations, else
 /// `own` (dequantized 32-row panels through gemm_panel_avx512; `sgemm` below AVX-512). rows /
