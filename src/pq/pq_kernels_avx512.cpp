@@ -268,7 +268,7 @@ bool hist_times_codebook_avx512(const float* hist, int n_q, int M, int ksub, int
         with_count<8>(n_q, [&](auto NQ) {
             if constexpr (NQ() * 4 <= 16)
                 if (dsub == 4) return hist_rows_packed<4, NQ()>(hist, M, ksub, centroids, out);
-            if constexpr (NQ() * 2 <= 16) hist_rows_packed<8, NQ()>(hist, M, ksub, centroids, out);
+            hist_rows_packed<8, NQ()>(hist, M, ksub, centroids, out);  // NQ <= 8: 2 NQ lanes fit
         });
         return true;
     }
