@@ -563,7 +563,7 @@ void pack_panel_f16_avx512(const f16_t* rows, int n_rows, std::int64_t K, f16_t*
     // column 8L + c of the group's rows; a 4 x 4 transpose of lanes across the groups then gives
     // column 8L + c of all 32 rows.
     std::int64_t k0 = 0;
-    alignas(64) __m512i V[4][8];
+    __m512i V[4][8];
     for (; k0 + 32 <= K; k0 += 32) {
         for (int g = 0; g < 4; ++g) {
             __m512i R[8], t[8], u[8];
@@ -612,26 +612,26 @@ void pack_panel_f16_avx512(const f16_t* rows, int n_rows, std::int64_t K, f16_t*
 namespace {
 
 // Rows of X per kernel call: 16 accumulators. 8 leaves no partial block at batches 8-64 (6 left a
-// block of 2 at 32, 1.03-1.10x slower on austen's FFN shapes in bench_matvec).
+// block of 2 at 32; 8 takes 0.85-1.0x of 6's time on austen's FFN shapes in bench_matvec).
 constexpr int kPanelMR = 8;
 
 template <class P>
 void gemm_panel(const float* X, std::int64_t n, std::int64_t K, const P* panel, int n_cols, float* Y, std::int64_t ldy,
-                const void* next_bytes, std::size_t n_next_bytes) {
+                const void* next, std::size_t next_bytes) {
     constexpr std::int64_t kc = 2048;  // K chunk: the panel's 256 KB of it stays in L2 across X rows
-    NextPanelPrefetch next;
-    if (next_bytes && n_next_bytes > 0) {
-        next.bytes = static_cast<const char*>(next_bytes);
-        next.n_lines = std::int64_t((n_next_bytes + 63) / 64);
-        next.every = next.count = std::max<std::int64_t>(1, (n + kPanelMR - 1) / kPanelMR * K / next.n_lines);
+    NextPanelPrefetch ahead;  // spread over every row block's k steps
+    if (next && next_bytes > 0) {
+        ahead.bytes = static_cast<const char*>(next);
+        ahead.n_lines = std::int64_t((next_bytes + 63) / 64);
+        ahead.every = ahead.count = std::max<std::int64_t>(1, (n + kPanelMR - 1) / kPanelMR * K / ahead.n_lines);
     } else {
-        next.count = std::numeric_limits<std::int64_t>::max();
+        ahead.count = std::numeric_limits<std::int64_t>::max();
     }
     for (std::int64_t k0 = 0; k0 < K; k0 += kc) {
         const std::int64_t k1 = std::min(K, k0 + kc);
         for (std::int64_t i = 0; i < n; i += kPanelMR)
             with_count<kPanelMR>(int(std::min<std::int64_t>(kPanelMR, n - i)), [&](auto MR) {
-                panel_kernel<MR>(X + i * K, K, panel, k0, k1, Y + i * ldy, ldy, n_cols, k0 > 0, next);
+                panel_kernel<MR>(X + i * K, K, panel, k0, k1, Y + i * ldy, ldy, n_cols, k0 > 0, ahead);
             });
     }
 }
