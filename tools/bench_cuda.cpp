@@ -25,7 +25,7 @@ namespace {
 
 struct CudaBenchArgs {
     std::vector<int> contexts{8192, 32768, 131072}, batches{1, 8, 32};
-    int n_kv = 8, group = 4, head_dim = 128, M = 32, nbits = 4, page = 256, versions = 4, reps = 10;
+    int n_kv_heads = 8, group = 4, head_dim = 128, M = 32, nbits = 4, page = 256, versions = 4, reps = 10;
     bool no_fallback = false, quick = false, json = false;
     std::string out;
 };
@@ -35,7 +35,7 @@ void run(const CudaBenchArgs& a) {
     cuda::CudaBenchOptions opt;
     opt.contexts = a.quick ? std::vector<int>{32768, 131072} : a.contexts;
     opt.batches = a.quick ? std::vector<int>{8} : a.batches;
-    opt.n_kv = a.n_kv;
+    opt.n_kv_heads = a.n_kv_heads;
     opt.n_q = a.group;
     opt.D = a.head_dim;
     opt.M = a.M;
@@ -89,7 +89,7 @@ void add_bench_cuda_command(CLI::App& bench) {
     cmd->add_option("--contexts", a->contexts, "tokens per sequence")->delimiter(',')->check(CLI::Range(128, 1 << 20))
         ->capture_default_str();
     cmd->add_option("--batch", a->batches, "sequences")->delimiter(',')->check(CLI::Range(1, 1024))->capture_default_str();
-    cmd->add_option("--kv-heads", a->n_kv, "KV heads per layer")->check(CLI::Range(1, 128))->capture_default_str();
+    cmd->add_option("--kv-heads", a->n_kv_heads, "KV heads per layer")->check(CLI::Range(1, 128))->capture_default_str();
     cmd->add_option("--group", a->group, "query heads per KV head (GQA ratio)")->check(CLI::Range(1, 8))->capture_default_str();
     cmd->add_option("--head-dim", a->head_dim, "head_dim")->check(CLI::IsMember({64, 128}))->capture_default_str();
     cmd->add_option("-m", a->M, "PQ subspaces of keys and values")->check(CLI::Range(1, 64))->capture_default_str();

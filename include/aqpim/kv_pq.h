@@ -22,6 +22,7 @@
 // coded indices [0, coded(p + 1)) from codes and everything after from f16 (PqSchedule, below), which
 // depends on p only: batched prefill equals token-by-token decode exactly.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -168,11 +169,11 @@ struct PqLayerReadView {
     std::int64_t n_coded = 0;                       ///< coded indices [0, n_coded) are read from codes
     std::vector<const std::uint8_t*> pages;         ///< code page k: coded indices [k * page, (k + 1) * page)
     std::vector<int> page_version;                  ///< the codebook version that coded page k
-    std::vector<std::size_t> k_off, v_off;          ///< [n_kv] the head's key / value blocks in a page (empty
+    std::vector<std::size_t> k_off, v_off;          ///< [n_kv_heads] the head's key / value blocks in a page (empty
                                                     ///< before the first codebooks)
-    std::vector<std::vector<ProductQuantizer>> k, v;  ///< [version][n_kv] (cb=f16: centroids widened)
+    std::vector<std::vector<ProductQuantizer>> k, v;  ///< [version][n_kv_heads] (cb=f16: centroids widened)
     std::int64_t n_f16 = 0;                         ///< rows read in f16: the sinks, then the tail
-    std::vector<std::vector<std::uint16_t>> f16_k, f16_v;  ///< [n_kv] of [n_f16][head_dim] f16 bits
+    std::vector<std::vector<std::uint16_t>> f16_k, f16_v;  ///< [n_kv_heads] of [n_f16][head_dim] f16 bits
 };
 
 /// The view of layer il of sequence seq_id (one version per page: refresh is a multiple of page).
@@ -194,6 +195,11 @@ struct PqSchedule {
     explicit PqSchedule(const PqKvParams& p);
 
     std::int64_t version_start(int j) const { return std::int64_t(j) * refresh; }
+    /// End (exclusive) of version j's coded indices below `limit`: the next version's start, or
+    /// `limit` for the last version.
+    std::int64_t version_end(int j, std::int64_t limit) const {
+        return j + 1 < versions ? std::min(limit, version_start(j + 1)) : limit;
+    }
     /// Version that codes coded index i.
     int version_of(std::int64_t i) const;
     /// Versions whose range has begun when k tokens are coded-eligible (at least 1).

@@ -66,7 +66,7 @@ struct ModelConfig {
 
 struct LayerWeights {
     std::vector<float> attn_norm;    ///< [n_embd]
-    WeightMatrix wq, wk, wv, wo;     ///< [n_head*hd][n_embd], [n_kv*hd][n_embd] x2, [n_embd][n_head*hd]
+    WeightMatrix wq, wk, wv, wo;     ///< [n_head*hd][n_embd], [n_kv_heads*hd][n_embd] x2, [n_embd][n_head*hd]
     std::vector<float> bq, bk, bv;   ///< empty unless qkv_bias
     std::vector<float> ffn_norm;     ///< [n_embd]
     WeightMatrix w_gate, w_up;       ///< [n_ff][n_embd]

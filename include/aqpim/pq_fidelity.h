@@ -25,7 +25,7 @@ struct PqFidelity {
     double attn_rel_err = 0;     ///< mean over queries/heads of ||o_pq - o|| / ||o||
     double mean_kl = 0;          ///< mean KL(softmax(q·k) || softmax(q·k̂)) in nats
     double top1_agreement = 0;   ///< fraction of queries whose most-attended token is unchanged
-    double bits_per_element = 0; ///< (codes + codebooks/transforms of K and V) * 8 / (2 n_kv n D)
+    double bits_per_element = 0; ///< (codes + codebooks/transforms of K and V) * 8 / (2 n_kv_heads n D)
     double compression_vs_f16 = 0;
     double train_ms = 0;         ///< all codebooks of all heads, one batched call
     double encode_mtokens_per_s = 0;  ///< token vectors (K or V, one head) encoded per second

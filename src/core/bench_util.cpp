@@ -10,6 +10,7 @@
 #include "aqpim/simd.h"
 #include "core/read_bandwidth.h"
 #include "aqpim/timer.h"
+#include "core/int_math.h"
 
 namespace aqpim {
 
@@ -43,7 +44,7 @@ std::size_t cold_bytes(bool quick) {
 
 ColdArena::ColdArena(std::size_t slot_bytes, std::size_t min_bytes, ArenaFill fill)
     : slot_bytes_((slot_bytes + 63) / 64 * 64) {
-    n_slots_ = std::int64_t(std::max<std::size_t>(2, (min_bytes + slot_bytes_ - 1) / slot_bytes_));
+    n_slots_ = std::int64_t(std::max<std::size_t>(2, ceil_div(min_bytes, slot_bytes_)));
     data_.resize(std::size_t(n_slots_) * slot_bytes_);
     std::uint64_t x = 0x9e3779b97f4a7c15ull;
     auto next = [&x] {

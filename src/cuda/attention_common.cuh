@@ -75,7 +75,7 @@ __device__ void block_merge_warps(BlockState<NQ, D>& s) {
 /// Write the block's state as partial `chunk` of (b, kv): heads h < n_q.
 template <int NQ, int D>
 __device__ void write_partial(const BlockState<NQ, D>& s, int n_q, float* part_ml, float* part_acc,
-                              std::int64_t slot /* (b * n_kv + kv) * n_chunks_total + chunk */) {
+                              std::int64_t slot /* (b * n_kv_heads + kv) * n_chunks_total + chunk */) {
     for (int i = threadIdx.x; i < n_q * D; i += blockDim.x)
         part_acc[(slot * n_q + i / D) * D + i % D] = s.acc[i / D][i % D];
     if (threadIdx.x < n_q) {
@@ -245,8 +245,8 @@ void dispatch_instance(const AttentionShape& s, const Launch& launch) {
 }
 
 /// out[b][kv * n_q + h] = merge of the n_parts partials of (b, kv, h), normalised.
-/// Grid (n_kv * n_q, batch), D threads.
-__global__ void combine_partials_kernel(int n_kv, int n_q, int D, int n_parts, const float* part_ml,
+/// Grid (n_kv_heads * n_q, batch), D threads.
+__global__ void combine_partials_kernel(int n_kv_heads, int n_q, int D, int n_parts, const float* part_ml,
                                         const float* part_acc, float* out);
 
 void launch_combine(const AttentionShape& shape, int n_parts, const float* part_ml, const float* part_acc, float* out,

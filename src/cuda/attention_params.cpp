@@ -7,8 +7,8 @@
 namespace aqpim::cuda {
 
 void check_attention_shape(const AttentionShape& s) {
-    AQPIM_CUDA_REQUIRE(s.batch >= 1 && s.n_kv >= 1, "batch and n_kv must be >= 1, got " + std::to_string(s.batch) +
-                                                        " and " + std::to_string(s.n_kv));
+    AQPIM_CUDA_REQUIRE(s.batch >= 1 && s.n_kv_heads >= 1, "batch and n_kv_heads must be >= 1, got " + std::to_string(s.batch) +
+                                                        " and " + std::to_string(s.n_kv_heads));
     AQPIM_CUDA_REQUIRE(s.n_q >= 1 && s.n_q <= kMaxGroup, "GQA ratio n_q must be 1..8, got " + std::to_string(s.n_q));
     AQPIM_CUDA_REQUIRE(s.D == 64 || s.D == 128, "the CUDA kernels support head_dim 64 or 128, got " + std::to_string(s.D));
 }

@@ -17,11 +17,11 @@ HostPqProblem cuda_problem_from_cache(const std::vector<PqLayerReadView>& views,
     AQPIM_CHECK(chunk_pages >= 1, "cuda_problem_from_cache: chunk_pages={}: expected >= 1", chunk_pages);
     const PqLayerReadView& v0 = views[0];
     AQPIM_CHECK(!v0.k.empty(), "cuda_problem_from_cache: sequence 0 has no trained codebooks yet");
-    const int batch = int(views.size()), n_kv = int(v0.k_off.size()), D = v0.head_dim;
+    const int batch = int(views.size()), n_kv_heads = int(v0.k_off.size()), D = v0.head_dim;
     const int Mk = v0.k[0][0].M(), Mv = v0.v[0][0].M();
     HostPqProblem h;
     PqAttentionParams& d = h.dims;
-    d.shape = {batch, n_kv, n_q, D, scale};
+    d.shape = {batch, n_kv_heads, n_q, D, scale};
     check_attention_shape(d.shape);
     d.Mk = Mk;
     d.Mv = Mv;
@@ -64,18 +64,18 @@ HostPqProblem cuda_problem_from_cache(const std::vector<PqLayerReadView>& views,
             h.pool.insert(h.pool.end(), v.pages[k], v.pages[k] + v.page_bytes);
         }
     }
-    h.q.assign(q, q + std::size_t(batch) * n_kv * n_q * D);
+    h.q.assign(q, q + std::size_t(batch) * n_kv_heads * n_q * D);
     const std::size_t rows = std::size_t(d.max_f16) * D;
-    h.k16.assign(std::size_t(batch) * n_kv * rows, 0);
+    h.k16.assign(std::size_t(batch) * n_kv_heads * rows, 0);
     h.v16.assign(h.k16.size(), 0);
     for (int b = 0; b < batch; ++b)
-        for (int kv = 0; kv < n_kv; ++kv) {
+        for (int kv = 0; kv < n_kv_heads; ++kv) {
             const PqLayerReadView& v = views[std::size_t(b)];
-            std::copy(v.f16_k[kv].begin(), v.f16_k[kv].end(), h.k16.begin() + (std::size_t(b) * n_kv + kv) * rows);
-            std::copy(v.f16_v[kv].begin(), v.f16_v[kv].end(), h.v16.begin() + (std::size_t(b) * n_kv + kv) * rows);
+            std::copy(v.f16_k[kv].begin(), v.f16_k[kv].end(), h.k16.begin() + (std::size_t(b) * n_kv_heads + kv) * rows);
+            std::copy(v.f16_v[kv].begin(), v.f16_v[kv].end(), h.v16.begin() + (std::size_t(b) * n_kv_heads + kv) * rows);
         }
-    // Codebook slots [batch][n_versions][n_kv]; slots a sequence has no version for stay unread.
-    const std::size_t n_slots = std::size_t(batch) * d.n_versions * n_kv;
+    // Codebook slots [batch][n_versions][n_kv_heads]; slots a sequence has no version for stay unread.
+    const std::size_t n_slots = std::size_t(batch) * d.n_versions * n_kv_heads;
     for (auto* cb : {&h.k_cb, &h.v_cb}) cb->assign(n_slots * ksub_of(d.nbits) * D, 0.0f);
     for (auto* g : {&h.k_gain, &h.v_gain}) g->assign(n_slots * D, 1.0f);
     for (auto* perm : {&h.k_perm, &h.v_perm}) {
@@ -85,7 +85,7 @@ HostPqProblem cuda_problem_from_cache(const std::vector<PqLayerReadView>& views,
     for (int b = 0; b < batch; ++b) {
         const PqLayerReadView& v = views[std::size_t(b)];
         for (std::size_t j = 0; j < v.k.size(); ++j)
-            for (int kv = 0; kv < n_kv; ++kv) {
+            for (int kv = 0; kv < n_kv_heads; ++kv) {
                 set_codebook(h, b, int(j), kv, false, cuda_codebook(v.k[j][kv]));
                 set_codebook(h, b, int(j), kv, true, cuda_codebook(v.v[j][kv]));
             }

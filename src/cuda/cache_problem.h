@@ -12,7 +12,7 @@
 namespace aqpim::cuda {
 
 /// One layer of views.size() sequences, one decode step each at its last position (the views of
-/// pq_layer_read_view), queries q [batch][n_kv * n_q][D] in the original space, scores scaled by
+/// pq_layer_read_view), queries q [batch][n_kv_heads * n_q][D] in the original space, scores scaled by
 /// `scale`, chunk_pages pages per thread block. Throws aqpim::Error when the views cannot be one
 /// launch: no view, M or code width differing between heads, versions or sequences, head offsets
 /// differing between sequences, or a shape the kernels do not take.

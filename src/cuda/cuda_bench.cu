@@ -148,13 +148,13 @@ constexpr int kWaves = 4;
 int chunks_per_stream(int streams, int slots) { return std::max(1, kWaves * slots / streams); }
 
 AttentionShape bench_shape(const CudaBenchOptions& opt, int batch) {
-    return AttentionShape{batch, opt.n_kv, opt.n_q, opt.D, 1.0f / std::sqrt(float(opt.D))};
+    return AttentionShape{batch, opt.n_kv_heads, opt.n_q, opt.D, 1.0f / std::sqrt(float(opt.D))};
 }
 
 /// Dense f16 over all ctx tokens.
 DeviceDenseProblem dense_problem(const CudaBenchOptions& opt, int batch, int ctx, int sms) {
     const AttentionShape shape = bench_shape(opt, batch);
-    const int chunks = chunks_per_stream(batch * opt.n_kv, dense_attention_blocks_per_sm(shape) * sms);
+    const int chunks = chunks_per_stream(batch * opt.n_kv_heads, dense_attention_blocks_per_sm(shape) * sms);
     const int chunk_tokens = std::max(64, (ctx / chunks + 63) / 64 * 64);
     return DeviceDenseProblem(shape, ctx, chunk_tokens, opt.seed);
 }
@@ -178,7 +178,7 @@ HostPqProblem pq_problem(const CudaBenchOptions& opt, int batch, int ctx, int sm
     probe.Mv = spec.Mv;
     probe.nbits = spec.nbits;
     // One more block per stream attends the f16 rows.
-    const int chunks = std::max(1, chunks_per_stream(batch * opt.n_kv, pq_attention_blocks_per_sm(probe, path) * sms) - 1);
+    const int chunks = std::max(1, chunks_per_stream(batch * opt.n_kv_heads, pq_attention_blocks_per_sm(probe, path) * sms) - 1);
     spec.chunk_pages = std::max(1, (pages + chunks - 1) / chunks);
     spec.fill_data = false;
     spec.seed = opt.seed;
@@ -255,7 +255,7 @@ CudaBenchReport run_cuda_bench(const CudaBenchOptions& opt) {
                     launch_combine(dp.shape, dp.n_chunks, dp.part_ml, dp.part_acc, dp.out, stream);
                 });
                 const double comb_ms = timer.median_ms([&] { comb.launch(); }, opt.reps);
-                const double heads = double(batch) * opt.n_kv * opt.n_q;
+                const double heads = double(batch) * opt.n_kv_heads * opt.n_q;
                 CudaBenchRow c = row("combine", "combine (dense chunks)", batch, ctx, comb_ms,
                                      heads * (dp.n_chunks * (opt.D + 2.0) + opt.D) * 4, f);
                 c.vs_dense = 100.0 * comb_ms / dense_ms;
@@ -271,7 +271,7 @@ CudaBenchReport run_cuda_bench(const CudaBenchOptions& opt) {
                 CudaBenchRow r = row("attention", pq_row_name(opt, path), batch, ctx, ms, double(dp->min_bytes()), f);
                 const double per_token = opt.nbits == 8 ? pq8_smem_bytes_per_token(nq_template, opt.M, opt.M)
                                                         : pq_smem_bytes_per_token(path, nq_template, opt.M, opt.M);
-                const double smem = per_token * hp.n_coded[0] * opt.n_kv * batch;
+                const double smem = per_token * hp.n_coded[0] * opt.n_kv_heads * batch;
                 r.smem_gbps = smem / (ms * 1e6);
                 r.pct_smem = 100.0 * r.smem_gbps / f.smem_peak_gbps;
                 r.vs_dense = dense_ms / ms;
@@ -284,10 +284,10 @@ CudaBenchReport run_cuda_bench(const CudaBenchOptions& opt) {
             const DevicePqProblem& d = *hist_problem;
 
             // Encode of the step's new token (every KV head, K and V), alone and in one graph with attention.
-            const std::vector<float> new_kv(std::size_t(batch) * opt.n_kv * opt.D * 2, 0.5f);
+            const std::vector<float> new_kv(std::size_t(batch) * opt.n_kv_heads * opt.D * 2, 0.5f);
             const DeviceBytes dnew = upload(new_kv);
             const float* k_new = dnew.as<float>();
-            const float* v_new = k_new + std::size_t(batch) * opt.n_kv * opt.D;
+            const float* v_new = k_new + std::size_t(batch) * opt.n_kv_heads * opt.D;
             const Graph enc(stream, [&] { launch_pq_encode(d.params(), k_new, v_new, d.pool(), stream); });
             const Graph both(stream, [&] {
                 launch_pq_encode(d.params(), k_new, v_new, d.pool(), stream);

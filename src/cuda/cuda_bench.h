@@ -12,7 +12,7 @@ namespace aqpim::cuda {
 struct CudaBenchOptions {
     std::vector<int> contexts{8192, 32768, 131072};  ///< tokens per sequence (sinks + coded + window)
     std::vector<int> batches{1, 8, 32};
-    int n_kv = 8, n_q = 4, D = 128;  ///< Llama-3-8B-like layer: 32 query heads, 8 KV heads
+    int n_kv_heads = 8, n_q = 4, D = 128;  ///< Llama-3-8B-like layer: 32 query heads, 8 KV heads
     int M = 32;                      ///< subspaces of keys and values: 16 (4-bit) or 32 (8-bit) code bytes/token each
     int nbits = 4;                   ///< code width; 8: the 8-bit kernel (row "pq8"), no tensor-core path
     int page = 256, versions = 4, sinks = 4, window = 64;

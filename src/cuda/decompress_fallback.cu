@@ -23,13 +23,13 @@ namespace aqpim::cuda {
 namespace {
 
 /// Rows [0, n_coded) decoded from codes, rows [n_coded, n_coded + n_f16) copied from the f16
-/// buffer, the rest zero. Grid (row blocks of 32, n_kv, batch), 128 threads.
+/// buffer, the rest zero. Grid (row blocks of 32, n_kv_heads, batch), 128 threads.
 __global__ void decompress_kernel(PqAttentionParams p, std::int64_t rows_cap, std::uint16_t* k16, std::uint16_t* v16) {
     const int kv = blockIdx.y, b = blockIdx.z, D = p.shape.D;
     const std::int64_t r0 = std::int64_t(blockIdx.x) * kBlockTokens;
     const int n_coded = p.n_coded[b], n_f16 = p.n_f16[b];
-    const std::int64_t out_base = (std::int64_t(b) * p.shape.n_kv + kv) * rows_cap * D;
-    const std::int64_t f16_base = (std::int64_t(b) * p.shape.n_kv + kv) * p.max_f16 * D;
+    const std::int64_t out_base = (std::int64_t(b) * p.shape.n_kv_heads + kv) * rows_cap * D;
+    const std::int64_t f16_base = (std::int64_t(b) * p.shape.n_kv_heads + kv) * p.max_f16 * D;
     for (int idx = threadIdx.x; idx < kBlockTokens * D; idx += blockDim.x) {
         const std::int64_t row = r0 + idx / D;
         const int y = idx % D;
@@ -62,11 +62,11 @@ __global__ void queries_to_f16(const float* q, float scale, std::int64_t n, std:
     if (i < n) q16[i] = __half_as_ushort(__float2half_rn(q[i] * scale));
 }
 
-/// p = softmax(scores) as f16, rows past n_coded + n_f16 weight 0. Grid (n_q, n_kv, batch), 256 threads.
-__global__ void softmax_rows(const float* scores, const int* n_coded, const int* n_f16, int n_kv, int n_q,
+/// p = softmax(scores) as f16, rows past n_coded + n_f16 weight 0. Grid (n_q, n_kv_heads, batch), 256 threads.
+__global__ void softmax_rows(const float* scores, const int* n_coded, const int* n_f16, int n_kv_heads, int n_q,
                              std::int64_t rows_cap, std::uint16_t* p16) {
     const int h = blockIdx.x, kv = blockIdx.y, b = blockIdx.z;
-    const std::int64_t base = ((std::int64_t(b) * n_kv + kv) * n_q + h) * rows_cap;
+    const std::int64_t base = ((std::int64_t(b) * n_kv_heads + kv) * n_q + h) * rows_cap;
     const std::int64_t n = n_coded[b] + n_f16[b];
     __shared__ float red[kWarps * 2];
     float m = kNegInf;
@@ -94,7 +94,7 @@ __global__ void softmax_rows(const float* scores, const int* n_coded, const int*
 DecompressFallback::DecompressFallback(const AttentionShape& shape, std::int64_t max_rows)
     : shape_(shape), rows_cap_((max_rows + 7) / 8 * 8) {
     check_attention_shape(shape);
-    const std::size_t streams = std::size_t(shape.batch) * shape.n_kv;
+    const std::size_t streams = std::size_t(shape.batch) * shape.n_kv_heads;
     AQPIM_CUDA(cudaMalloc(&k16_, streams * rows_cap_ * shape.D * 2));
     AQPIM_CUDA(cudaMalloc(&v16_, streams * rows_cap_ * shape.D * 2));
     AQPIM_CUDA(cudaMalloc(&q16_, streams * shape.n_q * shape.D * 2));
@@ -113,11 +113,11 @@ DecompressFallback::~DecompressFallback() {
 void DecompressFallback::run(const PqAttentionParams& p, cudaStream_t stream) {
     check_pq_attention_params(p);
     const AttentionShape& s = shape_;
-    AQPIM_CUDA_REQUIRE(p.shape.batch == s.batch && p.shape.n_kv == s.n_kv && p.shape.n_q == s.n_q && p.shape.D == s.D,
+    AQPIM_CUDA_REQUIRE(p.shape.batch == s.batch && p.shape.n_kv_heads == s.n_kv_heads && p.shape.n_q == s.n_q && p.shape.D == s.D,
                        "the launch's shape differs from the fallback's scratch");
     AQPIM_CUDA_REQUIRE(!p.k_rot && !p.v_rot, "the decompress + cuBLAS fallback reads codebooks without a rotation");
-    const int D = s.D, n_streams = s.batch * s.n_kv;
-    decompress_kernel<<<dim3(unsigned((rows_cap_ + kBlockTokens - 1) / kBlockTokens), s.n_kv, s.batch), 128, 0,
+    const int D = s.D, n_streams = s.batch * s.n_kv_heads;
+    decompress_kernel<<<dim3(unsigned((rows_cap_ + kBlockTokens - 1) / kBlockTokens), s.n_kv_heads, s.batch), 128, 0,
                         stream>>>(p, rows_cap_, k16_, v16_);
     AQPIM_CUDA_LAUNCHED();
     const std::int64_t nq_total = std::int64_t(n_streams) * s.n_q * D;
@@ -131,7 +131,7 @@ void DecompressFallback::run(const PqAttentionParams& p, cudaStream_t stream) {
                                             std::int64_t(s.n_q) * D, &zero, scores_, CUDA_R_32F, int(rows_cap_),
                                             std::int64_t(s.n_q) * rows_cap_, n_streams, CUBLAS_COMPUTE_32F,
                                             CUBLAS_GEMM_DEFAULT));
-    softmax_rows<<<dim3(s.n_q, s.n_kv, s.batch), 256, 0, stream>>>(scores_, p.n_coded, p.n_f16, s.n_kv, s.n_q,
+    softmax_rows<<<dim3(s.n_q, s.n_kv_heads, s.batch), 256, 0, stream>>>(scores_, p.n_coded, p.n_f16, s.n_kv_heads, s.n_q,
                                                                    rows_cap_, p16_);
     AQPIM_CUDA_LAUNCHED();
     // out (column-major D x n_q) = V (D x rows) . p (rows x n_q)
@@ -143,7 +143,7 @@ void DecompressFallback::run(const PqAttentionParams& p, cudaStream_t stream) {
 }
 
 std::uint64_t DecompressFallback::bytes_moved(const PqAttentionParams& p, std::int64_t rows) const {
-    const std::uint64_t streams = std::uint64_t(shape_.batch) * shape_.n_kv, D = shape_.D;
+    const std::uint64_t streams = std::uint64_t(shape_.batch) * shape_.n_kv_heads, D = shape_.D;
     const std::uint64_t codes =
         streams * rows * std::uint64_t(stream_block_bytes(p, false) + stream_block_bytes(p, true)) / kBlockTokens;
     const std::uint64_t rows_rw = streams * rows_cap_ * D * 2 * 2 * 2;  // K and V written, then read

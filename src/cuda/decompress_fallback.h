@@ -17,7 +17,7 @@ namespace aqpim::cuda {
 
 class DecompressFallback {
 public:
-    /// Scratch for batch x n_kv streams of up to max_rows rows (coded + f16).
+    /// Scratch for batch x n_kv_heads streams of up to max_rows rows (coded + f16).
     DecompressFallback(const AttentionShape& shape, std::int64_t max_rows);
     ~DecompressFallback();
     DecompressFallback(const DecompressFallback&) = delete;
@@ -32,11 +32,11 @@ public:
 private:
     AttentionShape shape_;
     std::int64_t rows_cap_;  ///< rows per stream, a multiple of 8
-    std::uint16_t* k16_ = nullptr;  ///< [batch][n_kv][rows_cap][D]
+    std::uint16_t* k16_ = nullptr;  ///< [batch][n_kv_heads][rows_cap][D]
     std::uint16_t* v16_ = nullptr;
-    std::uint16_t* q16_ = nullptr;  ///< [batch][n_kv * n_q][D], scale folded in
-    float* scores_ = nullptr;       ///< [batch][n_kv][n_q][rows_cap]
-    std::uint16_t* p16_ = nullptr;  ///< [batch][n_kv][n_q][rows_cap]
+    std::uint16_t* q16_ = nullptr;  ///< [batch][n_kv_heads * n_q][D], scale folded in
+    float* scores_ = nullptr;       ///< [batch][n_kv_heads][n_q][rows_cap]
+    std::uint16_t* p16_ = nullptr;  ///< [batch][n_kv_heads][n_q][rows_cap]
     cublasContext* handle_ = nullptr;
 };
 

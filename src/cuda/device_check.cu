@@ -24,7 +24,7 @@ constexpr double kMmaTol = 1.0 / 2048;  // the mma path rounds the weights to f1
 std::string describe(const PqProblemSpec& s) {
     std::string n;
     for (int x : s.n_coded) n += (n.empty() ? "" : ",") + std::to_string(x);
-    return "B=" + std::to_string(s.shape.batch) + " kv=" + std::to_string(s.shape.n_kv) + " g=" +
+    return "B=" + std::to_string(s.shape.batch) + " kv=" + std::to_string(s.shape.n_kv_heads) + " g=" +
            std::to_string(s.shape.n_q) + " D=" + std::to_string(s.shape.D) + " Mk=" + std::to_string(s.Mk) +
            " Mv=" + std::to_string(s.Mv) + " page=" + std::to_string(s.page_tokens) + " ver=" +
            std::to_string(s.n_versions) + (s.rotated ? " rotated" : "") + (s.nbits == 8 ? " 8-bit" : "") +
@@ -143,25 +143,25 @@ std::vector<DeviceCheck> check_encode() {
                                       eight_bit(rotated(pq_spec(2, 2, 1, 64, 16, 8, 32, 1, {32, 17}, {0}, 1, 25)))}) {
         HostPqProblem h = make_random_pq_problem(spec);
         const PqAttentionParams& p = h.dims;
-        const int D = p.shape.D, n_kv = p.shape.n_kv, batch = p.shape.batch;
+        const int D = p.shape.D, n_kv_heads = p.shape.n_kv_heads, batch = p.shape.batch;
         std::mt19937_64 rng(spec.seed);
         std::normal_distribution<float> gauss(0.0f, 2.0f);
-        std::vector<float> k_new(std::size_t(batch) * n_kv * D), v_new(k_new.size());
+        std::vector<float> k_new(std::size_t(batch) * n_kv_heads * D), v_new(k_new.size());
         for (float& x : k_new) x = gauss(rng);
         for (float& x : v_new) x = gauss(rng);
         // The new token's nibbles are zero (a page is zeroed when handed out).
         std::vector<std::uint8_t> zeros(64, 0), expect_codes;
         for (int b = 0; b < batch; ++b)
-            for (int kv = 0; kv < n_kv; ++kv)
+            for (int kv = 0; kv < n_kv_heads; ++kv)
                 for (int values = 0; values < 2; ++values) store_codes(h, b, kv, values, h.n_coded[b] - 1, zeros.data());
         HostPqProblem want = h;
         for (int b = 0; b < batch; ++b)
-            for (int kv = 0; kv < n_kv; ++kv)
+            for (int kv = 0; kv < n_kv_heads; ++kv)
                 for (int values = 0; values < 2; ++values) {
                     const int M = values ? p.Mv : p.Mk, t = h.n_coded[b] - 1;
                     const int ver = h.page_version[std::size_t(b) * p.max_pages + t / p.page_tokens];
                     std::vector<std::uint8_t> c(M);
-                    const float* x = (values ? v_new : k_new).data() + (std::size_t(b) * n_kv + kv) * D;
+                    const float* x = (values ? v_new : k_new).data() + (std::size_t(b) * n_kv_heads + kv) * D;
                     for (int m = 0; m < M; ++m) c[m] = std::uint8_t(host_nearest_code(h, b, ver, kv, values, x, m));
                     store_codes(want, b, kv, values, t, c.data());
                 }
@@ -174,7 +174,7 @@ std::vector<DeviceCheck> check_encode() {
         for (std::size_t i = 0; i < got.size(); ++i) differ += got[i] != want.pool[i];
         // Device and host run the same nearest_code; only a near-tie under FMA contraction may
         // differ. Counted against the code bytes the step writes, not the whole pool.
-        const double written = double(batch) * n_kv * (p.Mk + p.Mv) * p.nbits / 8.0;
+        const double written = double(batch) * n_kv_heads * (p.Mk + p.Mv) * p.nbits / 8.0;
         out.push_back({"pq_encode " + describe(spec) + " (differing bytes / code bytes written)",
                        double(differ) / written, 0.02});
     }

@@ -88,7 +88,7 @@ DevicePqProblem::DevicePqProblem(const HostPqProblem& h, std::uint64_t fill_seed
         f16_rows += h.n_f16[b];
     }
     const std::size_t pool_bytes = std::size_t(n_pages) * h.page_bytes;
-    const std::size_t f16_count = std::size_t(s.batch) * s.n_kv * d.max_f16 * s.D;
+    const std::size_t f16_count = std::size_t(s.batch) * s.n_kv_heads * d.max_f16 * s.D;
     if (h.pool.empty()) {
         pool_ = DeviceBytes(pool_bytes);
         fill_random_bytes(pool_.as<std::uint8_t>(), pool_bytes, fill_seed, nullptr);
@@ -120,10 +120,10 @@ DevicePqProblem::DevicePqProblem(const HostPqProblem& h, std::uint64_t fill_seed
     v_gain_ = upload(h.v_gain);
     k_rot_ = upload(h.k_rot);
     v_rot_ = upload(h.v_rot);
-    const std::size_t n_parts = std::size_t(s.batch) * s.n_kv * (d.n_chunks + 1) * s.n_q;
+    const std::size_t n_parts = std::size_t(s.batch) * s.n_kv_heads * (d.n_chunks + 1) * s.n_q;
     part_ml_ = DeviceBytes(n_parts * 2 * 4);
     part_acc_ = DeviceBytes(n_parts * s.D * 4);
-    out_ = DeviceBytes(std::size_t(s.batch) * s.n_kv * s.n_q * s.D * 4);
+    out_ = DeviceBytes(std::size_t(s.batch) * s.n_kv_heads * s.n_q * s.D * 4);
     AQPIM_CUDA(cudaDeviceSynchronize());
 
     PqAttentionParams& p = params_;
@@ -163,8 +163,8 @@ DevicePqProblem::DevicePqProblem(const HostPqProblem& h, std::uint64_t fill_seed
     const std::uint64_t codebook_bytes = std::uint64_t(2) * (ksub_of(d.nbits) * s.D * 4 + s.D * 8) +
                                          (h.k_rot.empty() ? 0 : std::uint64_t(s.D) * s.D * 4) +
                                          (h.v_rot.empty() ? 0 : std::uint64_t(s.D) * s.D * 4);
-    min_bytes_ = std::uint64_t(coded) * s.n_kv * code_bytes_per_token + std::uint64_t(f16_rows) * s.n_kv * s.D * 4 +
-                 std::uint64_t(versions_in_use) * s.n_kv * codebook_bytes + h.q.size() * 4 * 2;
+    min_bytes_ = std::uint64_t(coded) * s.n_kv_heads * code_bytes_per_token + std::uint64_t(f16_rows) * s.n_kv_heads * s.D * 4 +
+                 std::uint64_t(versions_in_use) * s.n_kv_heads * codebook_bytes + h.q.size() * 4 * 2;
 }
 
 std::vector<float> DevicePqProblem::download_out() const { return download<float>(out_); }
@@ -178,14 +178,14 @@ DeviceDenseProblem::DeviceDenseProblem(const AttentionShape& shape, int n_tokens
     params_.shape = shape;
     params_.max_tokens = n_tokens;
     params_.chunk_tokens = chunk_tokens;
-    const std::size_t count = std::size_t(shape.batch) * shape.n_kv * n_tokens * shape.D;
+    const std::size_t count = std::size_t(shape.batch) * shape.n_kv_heads * n_tokens * shape.D;
     k_ = DeviceBytes(count * 2);
     v_ = DeviceBytes(count * 2);
     fill_random_f16(k_.as<std::uint16_t>(), count, seed, nullptr);
     fill_random_f16(v_.as<std::uint16_t>(), count, seed + 1, nullptr);
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> gauss(0.0f, 1.0f);
-    std::vector<float> q(std::size_t(shape.batch) * shape.n_kv * shape.n_q * shape.D);
+    std::vector<float> q(std::size_t(shape.batch) * shape.n_kv_heads * shape.n_q * shape.D);
     for (float& x : q) x = gauss(rng);
     finish(q, std::vector<int>(shape.batch, n_tokens));
 }
@@ -205,7 +205,7 @@ void DeviceDenseProblem::finish(const std::vector<float>& q, const std::vector<i
     p.n_chunks = std::max(1, (p.max_tokens + p.chunk_tokens - 1) / p.chunk_tokens);
     q_ = upload(q);
     n_tokens_ = upload(n_tokens);
-    const std::size_t n_parts = std::size_t(s.batch) * s.n_kv * p.n_chunks * s.n_q;
+    const std::size_t n_parts = std::size_t(s.batch) * s.n_kv_heads * p.n_chunks * s.n_q;
     part_ml_ = DeviceBytes(n_parts * 2 * 4);
     part_acc_ = DeviceBytes(n_parts * s.D * 4);
     out_ = DeviceBytes(q.size() * 4);
@@ -219,7 +219,7 @@ void DeviceDenseProblem::finish(const std::vector<float>& q, const std::vector<i
     p.out = out_.as<float>();
     std::uint64_t rows = 0;
     for (int n : n_tokens) rows += std::uint64_t(n);
-    min_bytes_ = rows * s.n_kv * s.D * 4 + q.size() * 8;
+    min_bytes_ = rows * s.n_kv_heads * s.D * 4 + q.size() * 8;
 }
 
 std::vector<float> DeviceDenseProblem::download_out() const { return download<float>(out_); }

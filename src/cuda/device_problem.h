@@ -46,7 +46,7 @@ public:
     explicit DevicePqProblem(const HostPqProblem& h, std::uint64_t fill_seed = 7);
     const PqAttentionParams& params() const { return params_; }
     std::uint8_t* pool() const { return pool_.as<std::uint8_t>(); }
-    /// Output [batch][n_kv * n_q][D] to the host.
+    /// Output [batch][n_kv_heads * n_q][D] to the host.
     std::vector<float> download_out() const;
     std::vector<std::uint8_t> download_pool() const;
     /// Fill the output with NaN (so an unwritten element fails the comparison).
@@ -61,7 +61,7 @@ private:
     std::uint64_t min_bytes_ = 0;
 };
 
-/// A dense f16 problem on the device: K, V [batch][n_kv][n_tokens][D] filled on the device.
+/// A dense f16 problem on the device: K, V [batch][n_kv_heads][n_tokens][D] filled on the device.
 class DeviceDenseProblem {
 public:
     DeviceDenseProblem(const AttentionShape& shape, int n_tokens, int chunk_tokens, std::uint64_t seed);

@@ -44,10 +44,10 @@ void random_butterfly_rotation(int D, std::mt19937_64& rng, float* out) {
 
 }  // namespace
 
-PqProblemSpec pq_spec(int batch, int n_kv, int n_q, int D, int Mk, int Mv, int page, int versions,
+PqProblemSpec pq_spec(int batch, int n_kv_heads, int n_q, int D, int Mk, int Mv, int page, int versions,
                       std::vector<int> n_coded, std::vector<int> n_f16, int chunk_pages, std::uint64_t seed) {
     PqProblemSpec s;
-    s.shape = {batch, n_kv, n_q, D, 0.0f};
+    s.shape = {batch, n_kv_heads, n_q, D, 0.0f};
     s.Mk = Mk;
     s.Mv = Mv;
     s.page_tokens = page;
@@ -111,15 +111,15 @@ HostPqProblem make_random_pq_problem(const PqProblemSpec& spec) {
     std::mt19937_64 rng(spec.seed);
     std::normal_distribution<float> gauss(0.0f, 1.0f);
     std::uniform_real_distribution<float> gain(0.5f, 2.0f);
-    const int D = s.D, n_kv = s.n_kv;
+    const int D = s.D, n_kv_heads = s.n_kv_heads;
 
     // Page layout: per KV head, key blocks then value blocks.
     const std::size_t kb = h.stream_bytes(false), vb = h.stream_bytes(true);
-    for (int kv = 0; kv < n_kv; ++kv) {
+    for (int kv = 0; kv < n_kv_heads; ++kv) {
         h.k_stream_off.push_back(std::int64_t(kv * (kb + vb)));
         h.v_stream_off.push_back(std::int64_t(kv * (kb + vb) + kb));
     }
-    h.page_bytes = (n_kv * (kb + vb) + 63) / 64 * 64;
+    h.page_bytes = (n_kv_heads * (kb + vb) + 63) / 64 * 64;
     std::int64_t n_pages_total = 0;
     for (int b = 0; b < s.batch; ++b) n_pages_total += (h.n_coded[b] + spec.page_tokens - 1) / spec.page_tokens;
     std::vector<std::int64_t> slots(n_pages_total);
@@ -145,14 +145,14 @@ HostPqProblem make_random_pq_problem(const PqProblemSpec& spec) {
                        ? std::uint8_t(r % n_values)
                        : std::uint8_t((r & 15u) % n_values | ((r >> 4 & 15u) % n_values) << 4);
         }
-        h.k16.resize(std::size_t(s.batch) * n_kv * d.max_f16 * D);
+        h.k16.resize(std::size_t(s.batch) * n_kv_heads * d.max_f16 * D);
         h.v16.resize(h.k16.size());
         for (auto& x : h.k16) x = f32_to_fp16_scalar(gauss(rng));
         for (auto& x : h.v16) x = f32_to_fp16_scalar(gauss(rng));
     }
-    h.q.resize(std::size_t(s.batch) * n_kv * s.n_q * D);
+    h.q.resize(std::size_t(s.batch) * n_kv_heads * s.n_q * D);
     for (float& x : h.q) x = gauss(rng);
-    const std::size_t n_slots = std::size_t(s.batch) * spec.n_versions * n_kv;
+    const std::size_t n_slots = std::size_t(s.batch) * spec.n_versions * n_kv_heads;
     for (auto* cb : {&h.k_cb, &h.v_cb}) {
         cb->resize(n_slots * ksub_of(spec.nbits) * D);
         for (float& x : *cb) x = gauss(rng);
@@ -181,10 +181,10 @@ std::vector<double> reference_attention(const HostPqProblem& h) {
     const AttentionShape& s = p.shape;
     const int D = s.D;
     AQPIM_CUDA_REQUIRE(!h.pool.empty() || h.n_coded == std::vector<int>(s.batch, 0), "the problem holds no code data");
-    std::vector<double> out(std::size_t(s.batch) * s.n_kv * s.n_q * D, 0.0);
+    std::vector<double> out(std::size_t(s.batch) * s.n_kv_heads * s.n_q * D, 0.0);
     std::vector<float> k(D), v(D), y(D);
     for (int b = 0; b < s.batch; ++b)
-        for (int kv = 0; kv < s.n_kv; ++kv) {
+        for (int kv = 0; kv < s.n_kv_heads; ++kv) {
             const int n = h.n_coded[b] + h.n_f16[b];
             std::vector<double> scores(std::size_t(s.n_q) * n), acc(std::size_t(s.n_q) * D, 0.0);
             std::vector<std::vector<float>> V(n);
@@ -210,7 +210,7 @@ std::vector<double> reference_attention(const HostPqProblem& h) {
                         }
                     }
                 } else {
-                    const std::size_t r = (std::size_t(b) * s.n_kv + kv) * p.max_f16 + (t - h.n_coded[b]);
+                    const std::size_t r = (std::size_t(b) * s.n_kv_heads + kv) * p.max_f16 + (t - h.n_coded[b]);
                     for (int i = 0; i < D; ++i) {
                         k[i] = hd_half_to_float(h.k16[r * D + i]);
                         v[i] = hd_half_to_float(h.v16[r * D + i]);
@@ -218,7 +218,7 @@ std::vector<double> reference_attention(const HostPqProblem& h) {
                 }
                 V[t] = v;
                 for (int hq = 0; hq < s.n_q; ++hq) {
-                    const float* q = p.q + ((std::size_t(b) * s.n_kv + kv) * s.n_q + hq) * D;
+                    const float* q = p.q + ((std::size_t(b) * s.n_kv_heads + kv) * s.n_q + hq) * D;
                     double dot = 0.0;
                     for (int i = 0; i < D; ++i) dot += double(q[i]) * k[i];
                     scores[std::size_t(hq) * n + t] = dot * s.scale;
@@ -234,7 +234,7 @@ std::vector<double> reference_attention(const HostPqProblem& h) {
                     for (int i = 0; i < D; ++i) acc[std::size_t(hq) * D + i] += w * V[t][i];
                 }
                 for (int i = 0; i < D; ++i)
-                    out[((std::size_t(b) * s.n_kv + kv) * s.n_q + hq) * D + i] = acc[std::size_t(hq) * D + i] / sum;
+                    out[((std::size_t(b) * s.n_kv_heads + kv) * s.n_q + hq) * D + i] = acc[std::size_t(hq) * D + i] / sum;
             }
         }
     return out;

@@ -29,23 +29,23 @@ struct PqProblemSpec {
 };
 
 /// A spec in one call (scale 1 / sqrt(D)).
-PqProblemSpec pq_spec(int batch, int n_kv, int n_q, int D, int Mk, int Mv, int page, int versions,
+PqProblemSpec pq_spec(int batch, int n_kv_heads, int n_q, int D, int Mk, int Mv, int page, int versions,
                       std::vector<int> n_coded, std::vector<int> n_f16, int chunk_pages, std::uint64_t seed);
 
 struct HostPqProblem {
     PqAttentionParams dims;  ///< sizes; pointers null (see view())
     std::size_t page_bytes = 0;
-    std::vector<float> q;                      ///< [batch][n_kv * n_q][D]
+    std::vector<float> q;                      ///< [batch][n_kv_heads * n_q][D]
     std::vector<std::uint8_t> pool;            ///< [n_pages_total][page_bytes]
     std::vector<std::int64_t> page_offset;     ///< [batch][max_pages]
     std::vector<std::uint8_t> page_version;    ///< [batch][max_pages]
-    std::vector<std::int64_t> k_stream_off, v_stream_off;  ///< [n_kv]
+    std::vector<std::int64_t> k_stream_off, v_stream_off;  ///< [n_kv_heads]
     std::vector<int> n_coded, n_f16;           ///< [batch]
-    std::vector<std::uint16_t> k16, v16;       ///< [batch][n_kv][max_f16][D]
-    std::vector<float> k_cb, v_cb;             ///< [batch][n_versions][n_kv][M][ksub][dsub]
-    std::vector<std::int32_t> k_perm, v_perm;  ///< [batch][n_versions][n_kv][D]
-    std::vector<float> k_gain, v_gain;         ///< [batch][n_versions][n_kv][D]
-    std::vector<float> k_rot, v_rot;           ///< [batch][n_versions][n_kv][D][D], empty: no rotation
+    std::vector<std::uint16_t> k16, v16;       ///< [batch][n_kv_heads][max_f16][D]
+    std::vector<float> k_cb, v_cb;             ///< [batch][n_versions][n_kv_heads][M][ksub][dsub]
+    std::vector<std::int32_t> k_perm, v_perm;  ///< [batch][n_versions][n_kv_heads][D]
+    std::vector<float> k_gain, v_gain;         ///< [batch][n_versions][n_kv_heads][D]
+    std::vector<float> k_rot, v_rot;           ///< [batch][n_versions][n_kv_heads][D][D], empty: no rotation
 
     /// dims with the host vectors' pointers (for host-side readers; out/partials stay null).
     PqAttentionParams view() const;
@@ -58,7 +58,7 @@ struct HostPqProblem {
 /// shuffled order.
 HostPqProblem make_random_pq_problem(const PqProblemSpec& spec);
 
-/// out [batch][n_kv * n_q][D] in double: every coded token decoded (x = s ∘ (Rᵀ Pᵀ y), y the
+/// out [batch][n_kv_heads * n_q][D] in double: every coded token decoded (x = s ∘ (Rᵀ Pᵀ y), y the
 /// centroids its codes name; without R x[perm[i]] = gain[perm[i]] * y[i]) and every f16 row, exact
 /// softmax.
 std::vector<double> reference_attention(const HostPqProblem& p);

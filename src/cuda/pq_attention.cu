@@ -1,6 +1,6 @@
 // Fused decode attention over 4-bit PQ codes, flash-decoding style.
 //
-// Grid (n_chunks + 1, n_kv, batch), 4 warps per block. Block (c < n_chunks, kv, b) attends pages
+// Grid (n_chunks + 1, n_kv_heads, batch), 4 warps per block. Block (c < n_chunks, kv, b) attends pages
 // [c * chunk_pages, (c + 1) * chunk_pages) of sequence b's coded tokens for KV head kv's whole GQA
 // group; block c = n_chunks attends the f16 rows (sinks and window). Each writes a partial
 // (max, sum, accumulator); launch_combine merges them (split-K reduction).

@@ -30,7 +30,7 @@ int pq_attention_blocks_per_sm(const PqAttentionParams& p, PqValuePath path = Pq
 
 /// Encode one new key and value per (sequence, KV head) at coded index n_coded[b] - 1 into its page
 /// (the page's nibbles must be zero: pages are zeroed when handed out and a token is coded once).
-/// k_new, v_new [batch][n_kv][D] original space; pool is p.pool, writable.
+/// k_new, v_new [batch][n_kv_heads][D] original space; pool is p.pool, writable.
 void launch_pq_encode(const PqAttentionParams& p, const float* k_new, const float* v_new, std::uint8_t* pool,
                       cudaStream_t stream);
 

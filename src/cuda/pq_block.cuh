@@ -117,7 +117,7 @@ __device__ void build_group_tables(const float* q, int n_q, float scale, const P
     __syncthreads();
 }
 
-/// Who a PQ attention block is: grid (n_chunks + 1, n_kv, batch), its partial's slot and its GQA
+/// Who a PQ attention block is: grid (n_chunks + 1, n_kv_heads, batch), its partial's slot and its GQA
 /// group's queries [n_q][D].
 struct PqBlockIds {
     int chunk, kv, b;
@@ -125,8 +125,8 @@ struct PqBlockIds {
     const float* q;
     __device__ PqBlockIds(const PqAttentionParams& p)
         : chunk(blockIdx.x), kv(blockIdx.y), b(blockIdx.z),
-          part_slot((std::int64_t(b) * p.shape.n_kv + kv) * (p.n_chunks + 1) + chunk),
-          q(p.q + (std::int64_t(b) * p.shape.n_kv + kv) * p.shape.n_q * p.shape.D) {}
+          part_slot((std::int64_t(b) * p.shape.n_kv_heads + kv) * (p.n_chunks + 1) + chunk),
+          q(p.q + (std::int64_t(b) * p.shape.n_kv_heads + kv) * p.shape.n_q * p.shape.D) {}
     /// Block n_chunks attends the f16 rows; the others the coded pages.
     __device__ bool f16_block(const PqAttentionParams& p) const { return chunk == p.n_chunks; }
 };
@@ -139,7 +139,7 @@ __device__ void attend_f16_chunk(const PqAttentionParams& p, const float* q, int
     float (&qs)[NQ][D] = *reinterpret_cast<float(*)[NQ][D]>(dyn + kWarps * kF16Stages * kF16StageBytes / 4);
     load_scaled_queries(q, p.shape.n_q, p.shape.scale, qs);
     __syncthreads();
-    const std::int64_t base = (std::int64_t(b) * p.shape.n_kv + kv) * p.max_f16 * D;
+    const std::int64_t base = (std::int64_t(b) * p.shape.n_kv_heads + kv) * p.max_f16 * D;
     const int warp = threadIdx.x >> 5;
     attend_f16_rows<NQ, D, kF16Stages>(qs, p.k16 + base, p.v16 + base, 0, p.n_f16[b], st,
                                        reinterpret_cast<uint4*>(dyn4) + warp * (kF16Stages * kF16StageBytes / 16));
@@ -147,12 +147,12 @@ __device__ void attend_f16_chunk(const PqAttentionParams& p, const float* q, int
     write_partial(st, p.shape.n_q, p.part_ml, p.part_acc, part_slot);
 }
 
-/// Launch a PQ attention kernel over grid (n_chunks + 1, n_kv, batch) with `bytes` of dynamic
+/// Launch a PQ attention kernel over grid (n_chunks + 1, n_kv_heads, batch) with `bytes` of dynamic
 /// shared memory.
 template <class Kernel>
 void launch_pq_kernel(Kernel* kernel, std::size_t bytes, const PqAttentionParams& p, cudaStream_t stream) {
     AQPIM_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    const dim3 grid(p.n_chunks + 1, p.shape.n_kv, p.shape.batch);
+    const dim3 grid(p.n_chunks + 1, p.shape.n_kv_heads, p.shape.batch);
     kernel<<<grid, kThreads, bytes, stream>>>(p);
     AQPIM_CUDA_LAUNCHED();
 }

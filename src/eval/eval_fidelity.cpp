@@ -8,6 +8,7 @@
 #include "aqpim/error.h"
 #include "aqpim/eval.h"
 #include "aqpim/perplexity.h"
+#include "core/int_math.h"
 
 namespace aqpim {
 
@@ -28,20 +29,20 @@ const RecordingKvCache::Recorded& RecordingKvCache::recorded(int seq_id) const {
 
 void RecordingKvCache::append(int il, int seq_id, std::int64_t n, const float* k, const float* v) {
     if (il != il_ || n <= 0) return inner_->append(il, seq_id, n, k, v);
-    const int hd = shape().head_dim, n_kv = shape().n_kv_head;
+    const int hd = shape().head_dim, n_kv_heads = shape().n_kv_head;
     const std::int64_t pos0 = inner_->n_tokens(seq_id, il);
     auto it = std::find_if(seqs_.begin(), seqs_.end(), [&](const auto& e) { return e.first == seq_id; });
     if (it == seqs_.end()) it = seqs_.insert(seqs_.end(), {seq_id, Recorded{}});
     Recorded& rec = it->second;
     AQPIM_ASSERT(std::int64_t(rec.k.size()) == pos0 * hd);
     for (std::int64_t t = 0; t < n; ++t) {
-        const std::int64_t off = (t * n_kv + ih_) * hd;
+        const std::int64_t off = (t * n_kv_heads + ih_) * hd;
         rec.k.insert(rec.k.end(), k + off, k + off + hd);
         rec.v.insert(rec.v.end(), v + off, v + off + hd);
     }
     if (!probe_) return inner_->append(il, seq_id, n, k, v);
-    scratch_.assign(v, v + n * n_kv * hd);
-    for (std::int64_t t = 0; t < n; ++t) probe_(pos0 + t, scratch_.data() + (t * n_kv + ih_) * hd);
+    scratch_.assign(v, v + n * n_kv_heads * hd);
+    for (std::int64_t t = 0; t < n; ++t) probe_(pos0 + t, scratch_.data() + (t * n_kv_heads + ih_) * hd);
     inner_->append(il, seq_id, n, k, scratch_.data());
 }
 
@@ -135,7 +136,7 @@ FidelityReport measure_fidelity(Transformer& model, const std::vector<std::int32
                 "bin a position)", options.n_bins, n_ctx);
     const int block = options.probe_block > 0 ? options.probe_block : std::min(hd, 16);
     AQPIM_CHECK(block <= hd, "eval --fidelity: probe block of {} tokens exceeds head_dim {}", block, hd);
-    const int n_blocks = (n_ctx + block - 1) / block;
+    const int n_blocks = ceil_div(n_ctx, block);
     AQPIM_CHECK(options.layer >= 0 && options.layer < shape.n_layer, "--layer {}: the model has layers 0..{}",
                 options.layer, shape.n_layer - 1);
     AQPIM_CHECK(options.head >= 0 && options.head < shape.n_kv_head, "--head {}: the model has KV heads 0..{}",

@@ -7,6 +7,7 @@
 #include "aqpim/error.h"
 #include "aqpim/eval.h"
 #include "aqpim/timer.h"
+#include "core/int_math.h"
 
 namespace aqpim {
 
@@ -43,7 +44,7 @@ GenerationReport check_generation(Transformer& model, const std::vector<std::int
         g.prefill_seconds = timer.seconds();
     }
 
-    const int n_windows = (n_steps + options.window - 1) / options.window;
+    const int n_windows = ceil_div(n_steps, options.window);
     std::vector<std::vector<double>> window_kl(n_schemes, std::vector<double>(std::size_t(n_windows), 0.0));
     std::vector<std::vector<int>> window_top1(n_schemes, std::vector<int>(std::size_t(n_windows), 0));
     for (int t = 0; t < n_steps; ++t) {

@@ -43,7 +43,7 @@ double sq_err(const float* a, const float* b, std::size_t n, double* norm) {
 }  // namespace
 
 PqFidelity measure_pq_fidelity(const CapturedAttention& cap, const PqFidelityConfig& cfg, int calib, int n_queries) {
-    const int n = cap.n_tokens, D = cap.head_dim, n_kv = cap.n_kv_head, group = cap.n_head / cap.n_kv_head;
+    const int n = cap.n_tokens, D = cap.head_dim, n_kv_heads = cap.n_kv_head, group = cap.n_head / cap.n_kv_head;
     AQPIM_CHECK(cfg.key.D == D && cfg.value.D == D, "config '{}' has D={}/{}, captured heads have {}", cfg.name,
                 cfg.key.D, cfg.value.D, D);
     AQPIM_CHECK(calib >= 1 && calib <= n, "calibration tokens {} must be in [1, {}]", calib, n);
@@ -52,18 +52,18 @@ PqFidelity measure_pq_fidelity(const CapturedAttention& cap, const PqFidelityCon
     r.name = cfg.name;
 
     // Per KV head rows, then all codebooks (K and V of every head) in one batched training call.
-    std::vector<std::vector<float>> keys(n_kv), values(n_kv);
-    for (int ih = 0; ih < n_kv; ++ih) {
+    std::vector<std::vector<float>> keys(n_kv_heads), values(n_kv_heads);
+    for (int ih = 0; ih < n_kv_heads; ++ih) {
         keys[ih] = cap.kv_head(cap.k, ih);
         values[ih] = cap.kv_head(cap.v, ih);
     }
     std::vector<ProductQuantizer> kpq, vpq;
-    for (int ih = 0; ih < n_kv; ++ih) {
+    for (int ih = 0; ih < n_kv_heads; ++ih) {
         kpq.emplace_back(cfg.key);
         vpq.emplace_back(cfg.value);
     }
     std::vector<const float*> kx, vx;
-    for (int ih = 0; ih < n_kv; ++ih) {
+    for (int ih = 0; ih < n_kv_heads; ++ih) {
         kx.push_back(keys[ih].data());
         vx.push_back(values[ih].data());
     }
@@ -75,8 +75,8 @@ PqFidelity measure_pq_fidelity(const CapturedAttention& cap, const PqFidelityCon
         std::vector<const float*> xs = kx;
         xs.insert(xs.end(), vx.begin(), vx.end());
         train_product_quantizers(all, xs, calib);
-        std::copy(all.begin(), all.begin() + n_kv, kpq.begin());
-        std::copy(all.begin() + n_kv, all.end(), vpq.begin());
+        std::copy(all.begin(), all.begin() + n_kv_heads, kpq.begin());
+        std::copy(all.begin() + n_kv_heads, all.end(), vpq.begin());
     } else {
         train_product_quantizers(kpq, kx, calib);
         train_product_quantizers(vpq, vx, calib);
@@ -88,7 +88,7 @@ PqFidelity measure_pq_fidelity(const CapturedAttention& cap, const PqFidelityCon
     std::size_t stored_bytes = 0, n_measured = 0;
     double encode_s = 0;
     std::vector<float> out_pq(std::size_t(group) * D), out_ref(out_pq.size()), q(out_pq.size());
-    for (int ih = 0; ih < n_kv; ++ih) {
+    for (int ih = 0; ih < n_kv_heads; ++ih) {
         CodedHead ck = encode_head(kpq[ih], keys[ih], n, &encode_s), cv = encode_head(vpq[ih], values[ih], n, &encode_s);
         stored_bytes += ck.blocks.size() + cv.blocks.size() + kpq[ih].parameter_bytes() + vpq[ih].parameter_bytes();
         k_err += sq_err(keys[ih].data(), ck.decoded.data(), keys[ih].size(), &k_norm);
@@ -144,10 +144,10 @@ PqFidelity measure_pq_fidelity(const CapturedAttention& cap, const PqFidelityCon
     r.attn_rel_err = attn_err / double(n_measured);
     r.mean_kl = kl / double(n_measured);
     r.top1_agreement = top1 / double(n_measured);
-    const double elements = 2.0 * n_kv * double(n) * D;
+    const double elements = 2.0 * n_kv_heads * double(n) * D;
     r.bits_per_element = double(stored_bytes) * 8 / elements;
     r.compression_vs_f16 = 16.0 / r.bits_per_element;
-    r.encode_mtokens_per_s = 2.0 * n_kv * n / encode_s / 1e6;
+    r.encode_mtokens_per_s = 2.0 * n_kv_heads * n / encode_s / 1e6;
     return r;
 }
 

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "kv/scalar_cache.h"
+#include "core/int_math.h"
 
 namespace aqpim::kv {
 
@@ -49,13 +50,13 @@ public:
         AQPIM_CHECK(n >= 0, "kv cache {}: cannot append {} tokens", scheme(), n);
         KiviLayer& l = mutable_layer(seq_id, il);
         if (n == 0) return;
-        const int n_kv = shape().n_kv_head, hd = shape().head_dim, g = p_.g;
+        const int n_kv_heads = shape().n_kv_head, hd = shape().head_dim, g = p_.g;
         const std::int64_t n_new = l.n_tokens + n, q_new = kivi_quantized_tokens(n_new, p_);
         const std::int64_t f16_new = kivi_quantized_tokens(l.n_tokens + 1, p_);
         charge(l, layer_bytes(n_new), il, seq_id, n);
-        l.heads.resize(n_kv);
+        l.heads.resize(n_kv_heads);
         std::vector<float> rows(std::size_t(g) * hd);  // [g][hd] one group of tokens back in f32
-        for (int ih = 0; ih < n_kv; ++ih) {
+        for (int ih = 0; ih < n_kv_heads; ++ih) {
             KiviHead& h = l.heads[ih];
             append_f16_rows(k, n, ih, h.k16);
             append_f16_rows(v, n, ih, h.v16);
@@ -171,7 +172,7 @@ protected:
 
     void decode_tile(const KiviLayer& l, int ih, std::int64_t t0, std::int64_t n, float* K, float* V) const override {
         const int g = p_.g, hd = shape().head_dim;
-        const std::int64_t n_blocks = (n + g - 1) / g;  // whole key blocks (the tile leaves room)
+        const std::int64_t n_blocks = ceil_div(n, g);  // whole key blocks (the tile leaves room)
         AQPIM_ASSERT(t0 % g == 0 && t0 + n_blocks * g <= l.n_quant);
         const KiviHead& h = l.heads[ih];
         for (std::int64_t b = 0; b < n_blocks; ++b)

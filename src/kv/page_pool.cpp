@@ -8,6 +8,7 @@
 
 #include "aqpim/aligned.h"
 #include "aqpim/error.h"
+#include "core/int_math.h"
 
 namespace aqpim {
 
@@ -17,7 +18,7 @@ constexpr std::int32_t kMaxSlabPages = 256;
 }  // namespace
 
 PagePool::PagePool(std::size_t page_bytes, std::int64_t max_pages)
-    : stride_((page_bytes + kAlign - 1) / kAlign * kAlign), max_pages_(max_pages) {
+    : stride_(round_up(page_bytes, kAlign)), max_pages_(max_pages) {
     AQPIM_CHECK(page_bytes > 0, "page pool: page_bytes must be positive (got 0)");
     AQPIM_CHECK(max_pages >= 0 && max_pages <= std::numeric_limits<std::int32_t>::max(),
                 "page pool: max_pages={} must be in 0..{} (0 = no limit)", max_pages,

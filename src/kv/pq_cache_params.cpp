@@ -12,6 +12,7 @@
 #include "kv/pq_compact_centroids.h"
 #include "kv/pq_layout.h"
 #include "pq/subspace_plan.h"
+#include "core/int_math.h"
 
 namespace aqpim {
 
@@ -233,19 +234,19 @@ std::int64_t PqParts::add_layer_rows(const PqSchedule& s, std::int64_t n, std::u
 PqParts pq_footprint_parts(const PqKvParams& p, const KvShape& shape, const PqLayout& L, std::int64_t n) {
     PqParts parts;
     if (n <= 0) return parts;
-    const std::uint64_t n_kv = std::uint64_t(shape.n_kv_head), row = L.row_bytes, tail_row = L.tail_row_bytes;
+    const std::uint64_t n_kv_heads = std::uint64_t(shape.n_kv_head), row = L.row_bytes, tail_row = L.tail_row_bytes;
     parts.window_type = p.window_type;
     const PqSchedule& s = L.sched;
     if (L.n_coded_layers > 0) {
-        const std::int64_t c = parts.add_layer_rows(s, n, std::uint64_t(L.n_coded_layers) * n_kv * 2, row, tail_row);
-        const std::int64_t pages = (c + p.page - 1) / p.page;
+        const std::int64_t c = parts.add_layer_rows(s, n, std::uint64_t(L.n_coded_layers) * n_kv_heads * 2, row, tail_row);
+        const std::int64_t pages = ceil_div(c, p.page);
         parts.codes = std::uint64_t(c) * L.width;
         parts.page_slack = std::uint64_t(pages) * L.code_page_bytes - parts.codes;
         if (n > s.sinks) parts.codebooks = std::uint64_t(s.versions_trained(n - s.sinks)) * L.codebook_bytes;
     }
     if (L.n_dense_layers > 0) {
-        parts.dense = std::uint64_t(n) * std::uint64_t(L.n_dense_layers) * n_kv * 2 * row;
-        const std::int64_t pages = (n + p.page - 1) / p.page;
+        parts.dense = std::uint64_t(n) * std::uint64_t(L.n_dense_layers) * n_kv_heads * 2 * row;
+        const std::int64_t pages = ceil_div(n, p.page);
         parts.page_slack += std::uint64_t(pages) * L.dense_page_bytes - parts.dense;
     }
     return parts;
@@ -299,18 +300,18 @@ PqLayout layout_of(const PqKvParams& p, const KvShape& shape, std::int64_t conte
         L.dense[il] = p.is_f16_layer(il);
         L.slot[il] = L.dense[il] ? L.n_dense_layers++ : L.n_coded_layers++;
     }
-    const std::size_t n_kv = std::size_t(shape.n_kv_head);
+    const std::size_t n_kv_heads = std::size_t(shape.n_kv_head);
     L.dense_page_bytes =
-        L.n_dense_layers > 0 ? round_up_64(std::size_t(p.page) * L.n_dense_layers * n_kv * 2 * L.row_bytes) : 0;
+        L.n_dense_layers > 0 ? round_up_64(std::size_t(p.page) * L.n_dense_layers * n_kv_heads * 2 * L.row_bytes) : 0;
     if (L.n_coded_layers == 0) return L;
 
     const std::vector<int> ck = pq_m_candidates(p, shape, true), cv = pq_m_candidates(p, shape, false);
     const int mk0 = p.bits > 0 ? ck.front() : p.key_m(), mv0 = p.bits > 0 ? cv.front() : p.value_m();
-    L.codebook_bytes = std::uint64_t(L.n_coded_layers) * n_kv *
+    L.codebook_bytes = std::uint64_t(L.n_coded_layers) * n_kv_heads *
                        (predicted_quantizer_bytes(pq_key_params(p, shape, mk0), p.codebooks) +
                         predicted_quantizer_bytes(pq_value_params(p, shape, mv0), p.codebooks));
     const auto width_of = [&](int Mk, int Mv) {
-        return std::size_t(L.n_coded_layers) * n_kv * (pq_token_code_bytes(Mk, p.nbits) + pq_token_code_bytes(Mv, p.nbits));
+        return std::size_t(L.n_coded_layers) * n_kv_heads * (pq_token_code_bytes(Mk, p.nbits) + pq_token_code_bytes(Mv, p.nbits));
     };
     if (p.bits <= 0) {
         L.Mk = p.key_m();
@@ -403,7 +404,7 @@ PqCapacity pq_capacity(const KvSchemeSpec& spec, const KvShape& shape, std::int6
     cap.peak_bytes = peak.bytes;
     cap.peak_at = peak.at;
     cap.n_sequences = cap.peak_bytes > 0 ? std::int64_t(budget / cap.peak_bytes) : 0;
-    cap.code_pages = (layout.sched.coded(seq_len) + p.page - 1) / p.page;
+    cap.code_pages = ceil_div(layout.sched.coded(seq_len), p.page);
     if (layout.n_coded_layers == 0) cap.code_pages = 0;
     cap.code_page_bytes = layout.code_page_bytes;
     cap.bits_per_element = cap.per_sequence.bits_per_element(shape);

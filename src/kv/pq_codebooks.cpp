@@ -110,19 +110,19 @@ void train_batched(std::vector<ProductQuantizer>& pqs, const std::vector<const f
 
 PqLayerVersion train_pq_layer_version(const PqKvParams& p, const KvShape& shape, std::span<const int> Mk,
                                       std::span<const int> Mv, PqTrainSet xk, PqTrainSet xv) {
-    const int n_kv = shape.n_kv_head;
-    AQPIM_ASSERT(int(xk.x.size()) == n_kv && int(xv.x.size()) == n_kv && int(Mk.size()) == n_kv && int(Mv.size()) == n_kv);
+    const int n_kv_heads = shape.n_kv_head;
+    AQPIM_ASSERT(int(xk.x.size()) == n_kv_heads && int(xv.x.size()) == n_kv_heads && int(Mk.size()) == n_kv_heads && int(Mv.size()) == n_kv_heads);
     std::vector<ProductQuantizer> all;
     std::vector<const float*> xs;
     std::vector<std::int64_t> ns;
-    for (int ih = 0; ih < n_kv; ++ih)
+    for (int ih = 0; ih < n_kv_heads; ++ih)
         all.emplace_back(pq_key_params(p, shape, Mk[ih])), xs.push_back(xk.x[ih]), ns.push_back(xk.n);
-    for (int ih = 0; ih < n_kv; ++ih)
+    for (int ih = 0; ih < n_kv_heads; ++ih)
         all.emplace_back(pq_value_params(p, shape, Mv[ih])), xs.push_back(xv.x[ih]), ns.push_back(xv.n);
     train_batched(all, xs, ns);
     PqLayerVersion v;
-    v.k.assign(std::make_move_iterator(all.begin()), std::make_move_iterator(all.begin() + n_kv));
-    v.v.assign(std::make_move_iterator(all.begin() + n_kv), std::make_move_iterator(all.end()));
+    v.k.assign(std::make_move_iterator(all.begin()), std::make_move_iterator(all.begin() + n_kv_heads));
+    v.v.assign(std::make_move_iterator(all.begin() + n_kv_heads), std::make_move_iterator(all.end()));
     return v;
 }
 
@@ -273,17 +273,17 @@ std::size_t allocate(std::vector<Stream>& streams, std::size_t room, double v_we
 
 PqLayerChoice choose_pq_layer(const PqKvParams& p, const KvShape& shape, std::size_t share, PqTrainSet xk,
                               PqTrainSet xv) {
-    const int n_kv = shape.n_kv_head;
+    const int n_kv_heads = shape.n_kv_head;
     const std::vector<int> ck = pq_m_candidates(p, shape, true), cv = pq_m_candidates(p, shape, false);
     const auto bytes_of = [&](int M) { return pq_token_code_bytes(M, p.nbits); };
-    const std::size_t floor_bytes = std::size_t(n_kv) * (bytes_of(ck.front()) + bytes_of(cv.front()));
+    const std::size_t floor_bytes = std::size_t(n_kv_heads) * (bytes_of(ck.front()) + bytes_of(cv.front()));
     AQPIM_ASSERT(floor_bytes <= share);
     const std::size_t room = share - floor_bytes;  // what upgrades may add
 
-    // Streams: keys of head 0..n_kv-1, then values, each with the candidates that fit alone.
+    // Streams: keys of head 0..n_kv_heads-1, then values, each with the candidates that fit alone.
     std::vector<Stream> streams;
     for (const bool value : {false, true})
-        for (int ih = 0; ih < n_kv; ++ih) {
+        for (int ih = 0; ih < n_kv_heads; ++ih) {
             Stream st{value, ih, {}, {}, 0};
             const std::vector<int>& c = value ? cv : ck;
             for (int M : c)
@@ -300,14 +300,14 @@ PqLayerChoice choose_pq_layer(const PqKvParams& p, const KvShape& shape, std::si
     const int D = shape.head_dim;
     const std::int64_t n_even = (xv.n + 1) / 2, n_odd = xv.n / 2;
     const bool held_out = n_odd > 0 && n_even < kInSampleRowsPerCentroid * (std::int64_t(1) << p.nbits);
-    std::vector<std::vector<float>> proxy_rows(4 * std::size_t(n_kv));  // [parity][keys of heads 0.., values][rows][D]
-    std::vector<const float*> pk(n_kv), pv(n_kv), ek(n_kv), ev(n_kv);
-    for (int ih = 0; ih < n_kv; ++ih)
+    std::vector<std::vector<float>> proxy_rows(4 * std::size_t(n_kv_heads));  // [parity][keys of heads 0.., values][rows][D]
+    std::vector<const float*> pk(n_kv_heads), pv(n_kv_heads), ek(n_kv_heads), ev(n_kv_heads);
+    for (int ih = 0; ih < n_kv_heads; ++ih)
         for (const bool value : {false, true})
             for (const int parity : {0, 1}) {
                 if (parity == 1 && !held_out) continue;  // scored in-sample: no odd rows
                 const std::int64_t n_rows = parity == 0 ? n_even : n_odd;
-                std::vector<float>& r = proxy_rows[std::size_t(parity * 2 * n_kv + (value ? n_kv + ih : ih))];
+                std::vector<float>& r = proxy_rows[std::size_t(parity * 2 * n_kv_heads + (value ? n_kv_heads + ih : ih))];
                 const float* x = value ? xv.x[ih] : xk.x[ih];
                 r.resize(std::size_t(n_rows) * D);
                 for (std::int64_t i = 0; i < n_rows; ++i) std::copy_n(x + (2 * i + parity) * D, D, r.data() + i * D);
@@ -319,10 +319,10 @@ PqLayerChoice choose_pq_layer(const PqKvParams& p, const KvShape& shape, std::si
     const std::size_t used = allocate(streams, room, p.v_weight, p.nbits);
     PqLayerChoice c;
     c.bytes = floor_bytes + used;
-    c.Mk.resize(n_kv);
-    c.Mv.resize(n_kv);
-    c.err_k.resize(n_kv);
-    c.err_v.resize(n_kv);
+    c.Mk.resize(n_kv_heads);
+    c.Mv.resize(n_kv_heads);
+    c.err_k.resize(n_kv_heads);
+    c.err_v.resize(n_kv_heads);
     for (const Stream& st : streams) {
         (st.value ? c.Mv : c.Mk)[st.ih] = st.ms[st.at];
         (st.value ? c.err_v : c.err_k)[st.ih] = st.err[st.at];

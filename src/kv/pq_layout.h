@@ -59,7 +59,7 @@ struct PqLayout {
     int Mk = 0, Mv = 0;              ///< fixed m (0 with bits=)
     std::size_t width = 0;           ///< code bytes per token of a page over every coded layer and head
     std::size_t code_page_bytes = 0;   ///< round_up_64(page * width)
-    std::size_t dense_page_bytes = 0;  ///< round_up_64(page * n_dense_layers * n_kv * 2 * D * 2)
+    std::size_t dense_page_bytes = 0;  ///< round_up_64(page * n_dense_layers * n_kv_heads * 2 * D * 2)
     std::uint64_t codebook_bytes = 0;  ///< one version of every coded layer's quantizers (predicted)
     std::size_t row_bytes = 0;         ///< one f16 row: D * 2
     std::size_t tail_row_bytes = 0;    ///< one window / pre-calibration row as wq= stores it

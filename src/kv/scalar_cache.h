@@ -129,10 +129,10 @@ protected:
     }
     /// Append the head rows of KV head ih of n tokens (src [n][n_kv_head][head_dim]) to dst as f16.
     void append_f16_rows(const float* src, std::int64_t n, int ih, std::vector<f16_t>& dst) const {
-        const int n_kv = shape().n_kv_head, hd = shape().head_dim;
+        const int n_kv_heads = shape().n_kv_head, hd = shape().head_dim;
         const std::size_t old = dst.size();
         dst.resize(old + std::size_t(n) * hd);
-        for (std::int64_t t = 0; t < n; ++t) f32_to_fp16(src + (t * n_kv + ih) * hd, dst.data() + old + t * hd, std::size_t(hd));
+        for (std::int64_t t = 0; t < n; ++t) f32_to_fp16(src + (t * n_kv_heads + ih) * hd, dst.data() + old + t * hd, std::size_t(hd));
     }
 
     /// Before appending n tokens to layer il of sequence seq_id: the layer will hold new_bytes. Beyond

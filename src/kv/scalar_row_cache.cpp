@@ -27,15 +27,15 @@ public:
     void append(int il, int seq_id, std::int64_t n, const float* k, const float* v) override {
         AQPIM_CHECK(n >= 0, "kv cache {}: cannot append {} tokens", scheme_, n);
         RowLayer& l = mutable_layer(seq_id, il);
-        const int n_kv = shape().n_kv_head, hd = shape().head_dim;
+        const int n_kv_heads = shape().n_kv_head, hd = shape().head_dim;
         const std::size_t rb = codec_.row_bytes();
         charge(l, layer_bytes(l.n_tokens + n), il, seq_id, n);
-        l.k.resize(n_kv);
-        l.v.resize(n_kv);
-        for (int ih = 0; ih < n_kv; ++ih) {
+        l.k.resize(n_kv_heads);
+        l.v.resize(n_kv_heads);
+        for (int ih = 0; ih < n_kv_heads; ++ih) {
             for (auto [src, dst] : {std::pair{k, &l.k[ih]}, std::pair{v, &l.v[ih]}}) {
                 dst->resize(std::size_t(l.n_tokens + n) * rb);
-                codec_.encode(src + ih * hd, n, std::int64_t(n_kv) * hd, dst->data() + std::size_t(l.n_tokens) * rb);
+                codec_.encode(src + ih * hd, n, std::int64_t(n_kv_heads) * hd, dst->data() + std::size_t(l.n_tokens) * rb);
             }
         }
         l.n_tokens += n;

@@ -120,13 +120,13 @@ public:
         AQPIM_CHECK(n >= 0, "kv cache {}: cannot append {} tokens", scheme(), n);
         TurboLayer& l = mutable_layer(seq_id, il);
         if (n == 0) return;
-        const int n_kv = shape().n_kv_head, hd = shape().head_dim;
+        const int n_kv_heads = shape().n_kv_head, hd = shape().head_dim;
         const std::int64_t n_new = l.n_tokens + n, coded_new = quantized(n_new), f16_new = quantized(l.n_tokens + 1);
         charge(l, layer_bytes(n_new), il, seq_id, n);
-        l.heads.resize(n_kv);
+        l.heads.resize(n_kv_heads);
         const std::size_t krb = p_.keys->row_bytes().total(), vrb = p_.values->row_bytes();
         std::vector<float> x(hd);
-        for (int ih = 0; ih < n_kv; ++ih) {
+        for (int ih = 0; ih < n_kv_heads; ++ih) {
             TurboHead& h = l.heads[ih];
             append_f16_rows(k, n, ih, h.k16);
             append_f16_rows(v, n, ih, h.v16);

@@ -11,6 +11,7 @@
 
 #include "aqpim/error.h"
 #include "aqpim/gguf.h"
+#include "core/int_math.h"
 
 namespace aqpim {
 
@@ -235,19 +236,19 @@ GgufFile::GgufFile(const std::string& path) : path_(path), file_(std::make_share
                 ctx);
     AQPIM_CHECK(version_ == 2 || version_ == 3, "{}: unsupported GGUF version {} (supported: 2, 3)", ctx, version_);
     const auto n_tensors = c.read<std::uint64_t>([] { return std::string("tensor count"); });
-    const auto n_kv = c.read<std::uint64_t>([] { return std::string("metadata count"); });
-    AQPIM_CHECK(n_kv <= c.left() / kMinKvBytes,
-                "{}: metadata count {} is impossible: each entry needs at least {} bytes and only {} remain", ctx, n_kv,
+    const auto n_metadata = c.read<std::uint64_t>([] { return std::string("metadata count"); });
+    AQPIM_CHECK(n_metadata <= c.left() / kMinKvBytes,
+                "{}: metadata count {} is impossible: each entry needs at least {} bytes and only {} remain", ctx, n_metadata,
                 kMinKvBytes, c.left());
     AQPIM_CHECK(n_tensors <= c.left() / kMinTensorInfoBytes,
                 "{}: tensor count {} is impossible: each tensor info needs at least {} bytes and only {} remain", ctx,
                 n_tensors, kMinTensorInfoBytes, c.left());
-    AQPIM_CHECK(n_kv * kMinKvBytes + n_tensors * kMinTensorInfoBytes <= c.left(),
-                "{}: {} metadata entries and {} tensor infos need more than the {} bytes that remain", ctx, n_kv,
+    AQPIM_CHECK(n_metadata * kMinKvBytes + n_tensors * kMinTensorInfoBytes <= c.left(),
+                "{}: {} metadata entries and {} tensor infos need more than the {} bytes that remain", ctx, n_metadata,
                 n_tensors, c.left());
 
     // ---- metadata
-    for (std::uint64_t i = 0; i < n_kv; ++i) {
+    for (std::uint64_t i = 0; i < n_metadata; ++i) {
         std::string key = c.read_string([&] { return fmt::format("metadata key #{}", i); });
         AQPIM_CHECK(!key.empty(), "{}: metadata key #{} is empty", ctx, i);
         AQPIM_CHECK(!kv_.count(key), "{}: metadata key '{}' appears twice", ctx, key);
@@ -307,7 +308,7 @@ GgufFile::GgufFile(const std::string& path) : path_(path), file_(std::make_share
 
     // ---- data section
     const std::uint64_t infos_end = c.pos();
-    data_start_ = (infos_end + alignment - 1) / alignment * alignment;
+    data_start_ = round_up(infos_end, alignment);
     if (tensors_.empty()) return;
     AQPIM_CHECK(data_start_ <= size, "{}: data section starts at {} past the end of the file (size {})", ctx,
                 data_start_, size);

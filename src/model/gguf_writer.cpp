@@ -12,6 +12,7 @@
 #include "aqpim/error.h"
 #include "aqpim/file_io.h"
 #include "aqpim/gguf.h"
+#include "core/int_math.h"
 
 namespace aqpim {
 
@@ -45,8 +46,6 @@ std::vector<std::uint8_t> encoded_array(GgufValueType elem, std::size_t n) {
     put<std::uint64_t>(out, n);
     return out;
 }
-
-std::uint64_t align_up(std::uint64_t x, std::uint64_t a) { return (x + a - 1) / a * a; }
 
 }  // namespace
 
@@ -173,7 +172,7 @@ void GgufWriter::add_tensor(const std::string& name, const std::vector<std::int6
     const std::uint64_t n_bytes = row_bytes * n_rows;
     AQPIM_CHECK(generate != nullptr, "gguf writer: tensor '{}' has no data", name);
     tensors_.push_back({name, ne, type, n_bytes, data_bytes_, std::move(generate)});
-    data_bytes_ = align_up(data_bytes_ + n_bytes, alignment_);
+    data_bytes_ = round_up(data_bytes_ + n_bytes, alignment_);
 }
 
 // ---- writing ------------------------------------------------------------------------------------
@@ -194,7 +193,7 @@ std::vector<std::uint8_t> GgufWriter::header() const {
         put<std::uint32_t>(out, static_cast<std::uint32_t>(t.type));
         put<std::uint64_t>(out, t.offset);
     }
-    out.resize(align_up(out.size(), alignment_), 0);
+    out.resize(round_up(out.size(), alignment_), 0);
     return out;
 }
 

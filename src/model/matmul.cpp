@@ -19,6 +19,7 @@
 #include "aqpim/threads.h"
 #include "aqpim/weights.h"
 #include "model/quant_blocks.h"
+#include "core/int_math.h"
 
 namespace aqpim {
 
@@ -80,7 +81,7 @@ void matmul_rows(const WeightMatrix& W, const float* X, std::int64_t n, float* Y
     const bool prepared = quantizes_x(W.type);
     const std::size_t rb = W.row_bytes();
     if (!prepared && k.dot_rows_batch != nullptr) {  // every activation against a tile of rows at once
-        const std::int64_t n_tiles = (W.rows + kBatchTileRows - 1) / kBatchTileRows;
+        const std::int64_t n_tiles = ceil_div(W.rows, kBatchTileRows);
         parallel_for(
             n_tiles,
             [&](std::int64_t t) {
@@ -91,7 +92,7 @@ void matmul_rows(const WeightMatrix& W, const float* X, std::int64_t n, float* Y
         return;
     }
     const std::int64_t tile = std::max<std::int64_t>(1, std::int64_t(kRowTileBytes / std::max<std::size_t>(rb, 1)));
-    const std::int64_t n_tiles = (W.rows + tile - 1) / tile;
+    const std::int64_t n_tiles = ceil_div(W.rows, tile);
     if (prepared) {
         if (qxs.size() < std::size_t(n)) qxs.resize(std::size_t(n));
         for (std::int64_t i = 0; i < n; ++i) k.prepare_x(W.type, X + i * W.cols, W.cols, qxs[std::size_t(i)]);
@@ -111,7 +112,7 @@ void matmul_rows(const WeightMatrix& W, const float* X, std::int64_t n, float* Y
 void matmul_sgemm(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads) {
     single_threaded_blas();
     const std::int64_t tr = tile_rows(W.cols);
-    const std::int64_t n_tiles = (W.rows + tr - 1) / tr;
+    const std::int64_t n_tiles = ceil_div(W.rows, tr);
     const int nt = gemm_threads(W, n, n_tiles, n_threads);
     parallel_for(
         n_tiles,
@@ -144,10 +145,10 @@ constexpr std::int64_t kMaxPanelsPerRun = 4;
 /// dequantize pass was a third of a batch-8 decode step's weight time on the hd128 synth model,
 /// and the f32 transpose that replaced it a third of a batch-32 step's).
 void matmul_own(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads) {
-    const std::int64_t n_panels = (W.rows + kPanelRows - 1) / kPanelRows;
+    const std::int64_t n_panels = ceil_div(W.rows, kPanelRows);
     const int nt = gemm_threads(W, n, n_panels, n_threads);
     const std::int64_t per_run = std::clamp<std::int64_t>(n_panels / (2 * nt), 1, kMaxPanelsPerRun);
-    const std::int64_t n_runs = (n_panels + per_run - 1) / per_run;
+    const std::int64_t n_runs = ceil_div(n_panels, per_run);
     const std::size_t need = std::size_t(kPanelRows * W.cols);
     const auto panel_rows = [&](std::int64_t p) { return std::min<std::int64_t>(kPanelRows, W.rows - p * kPanelRows); };
     parallel_for(

@@ -12,6 +12,7 @@
 #include "aqpim/weights.h"
 #include "model/quant_blocks.h"
 #include "simd/sse_util.h"
+#include "core/int_math.h"
 
 namespace aqpim {
 
@@ -250,7 +251,7 @@ void matvec_prepared(const WeightMatrix& W, const float* x, const QuantizedX& qx
     // Four chunks per thread, each still a long sequential stream for the prefetcher, so a thread
     // that loses its core to another process leaves most of its share to the others.
     const std::int64_t n_chunks = std::min<std::int64_t>(W.rows, 4 * std::int64_t(nt));
-    const std::int64_t per = (W.rows + n_chunks - 1) / n_chunks;
+    const std::int64_t per = ceil_div(W.rows, n_chunks);
     parallel_for(
         n_chunks,
         [&](std::int64_t c) {

@@ -33,6 +33,7 @@
 #include "model/quant_blocks.h"
 #include "simd/avx2_util.h"
 #include "simd/static_dispatch.h"
+#include "core/int_math.h"
 
 namespace aqpim::quant {
 
@@ -435,7 +436,7 @@ void dot_float_rows_batch(const std::uint8_t* w, std::size_t row_bytes, std::int
     constexpr std::int64_t kKc = 1024;
     constexpr std::int64_t kPairFloats = kR * kC * 4 * 16;
     thread_local AlignedBuffer<float> saved;  // [row pair][kR][kC][4][16] accumulators between chunks
-    const std::int64_t n_pairs = (n_rows + kR - 1) / kR;
+    const std::int64_t n_pairs = ceil_div(n_rows, kR);
     if (cols > kKc && saved.size() < std::size_t(n_pairs * kPairFloats)) saved.resize(std::size_t(n_pairs * kPairFloats));
     for (std::int64_t c0 = 0; c0 < n_x; c0 += kC) {
         const int nc = int(std::min<std::int64_t>(kC, n_x - c0));
@@ -623,7 +624,7 @@ void gemm_panel(const float* X, std::int64_t n, std::int64_t K, const P* panel, 
     if (next && next_bytes > 0) {
         ahead.bytes = static_cast<const char*>(next);
         ahead.n_lines = std::int64_t((next_bytes + 63) / 64);
-        ahead.every = ahead.count = std::max<std::int64_t>(1, (n + kPanelMR - 1) / kPanelMR * K / ahead.n_lines);
+        ahead.every = ahead.count = std::max<std::int64_t>(1, ceil_div(n, kPanelMR) * K / ahead.n_lines);
     } else {
         ahead.count = std::numeric_limits<std::int64_t>::max();
     }

@@ -6,10 +6,9 @@
 
 #include "aqpim/pim_attention.h"
 #include "aqpim/pim_engine.h"
+#include "core/int_math.h"
 
 namespace aqpim::pim_detail {
-
-inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 /// KV heads on the busiest channel: heads go round-robin over devices x channels.
 std::int64_t heads_on_busiest_channel(const DramSpec& spec, const PimAttentionShape& shape);

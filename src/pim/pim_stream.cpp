@@ -6,11 +6,12 @@
 
 #include "aqpim/error.h"
 #include "pim_datapath.h"
+#include "core/int_math.h"
 
 namespace aqpim::pim_detail {
 
 std::int64_t stream_rows(const DramSpec& spec, std::int64_t cols_per_bank) {
-    return (cols_per_bank + spec.org.columns - 1) / spec.org.columns;
+    return ceil_div(cols_per_bank, spec.org.columns);
 }
 
 namespace {

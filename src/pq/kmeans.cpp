@@ -14,6 +14,7 @@
 #include "aqpim/error.h"
 #include "aqpim/threads.h"
 #include "pq/kmeans_kernels.h"
+#include "core/int_math.h"
 
 namespace aqpim {
 namespace {
@@ -46,7 +47,7 @@ int row_width(int dim) { return dim < 4 ? 4 : dim < 8 ? 8 : (dim + 16) / 16 * 16
 /// Scratch of one worker for problems of n points of dim dims and k centroids.
 struct Workspace {
     Workspace(int n_, int dim_, int k_)
-        : n(n_), n_pad((n_ + kKMeansBlock - 1) / kKMeansBlock * kKMeansBlock), dim(dim_), k(k_), dw(row_width(dim_)),
+        : n(n_), n_pad(round_up(n_, kKMeansBlock)), dim(dim_), k(k_), dw(row_width(dim_)),
           xt(std::size_t(dim) * n_pad), xn(n_pad), w(n_pad), xw(std::size_t(n) * dw), idx(n_pad),
           c(std::size_t(k) * dim), cn(k), sums(std::size_t(k) * dw), d2(n_pad),
           d2_try(std::size_t(kMaxSeedCandidates) * n_pad), block_sums(n_pad / kKMeansBlock),

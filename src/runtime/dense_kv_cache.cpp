@@ -38,12 +38,12 @@ public:
     void append(int il, int seq_id, std::int64_t n, const float* k, const float* v) override {
         AQPIM_CHECK(n >= 0, "kv cache: cannot append {} tokens", n);
         Layer& l = mutable_layer(seq_id, il);
-        const int hd = shape().head_dim, n_kv = shape().n_kv_head;
-        for (int ih = 0; ih < n_kv; ++ih) {
+        const int hd = shape().head_dim, n_kv_heads = shape().n_kv_head;
+        for (int ih = 0; ih < n_kv_heads; ++ih) {
             for (auto [src, dst] : {std::pair{k, &l.k[ih]}, std::pair{v, &l.v[ih]}}) {
                 const std::size_t old = dst->size();
                 dst->resize(old + std::size_t(n) * hd);
-                for (std::int64_t t = 0; t < n; ++t) store(src + (t * n_kv + ih) * hd, dst->data() + old + t * hd, hd);
+                for (std::int64_t t = 0; t < n; ++t) store(src + (t * n_kv_heads + ih) * hd, dst->data() + old + t * hd, hd);
             }
         }
         l.n_tokens += n;

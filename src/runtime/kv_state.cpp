@@ -67,16 +67,16 @@ void read_model(ByteReader& r, KvStateInfo& info) {
 }
 
 void read_shape(ByteReader& r, KvStateInfo& info) {
-    const std::uint32_t n_layer = r.u32("n_layer"), n_kv = r.u32("n_kv_head"), hd = r.u32("head_dim"),
+    const std::uint32_t n_layer = r.u32("n_layer"), n_kv_heads = r.u32("n_kv_head"), hd = r.u32("head_dim"),
                         pairs = r.u32("rope_pairs");
     if (n_layer < 1 || n_layer > std::uint32_t(ModelLimits::layers))
         r.fail(fmt::format("'n_layer' = {}: expected 1..{}", n_layer, ModelLimits::layers));
-    if (n_kv < 1 || n_kv > std::uint32_t(ModelLimits::heads))
-        r.fail(fmt::format("'n_kv_head' = {}: expected 1..{}", n_kv, ModelLimits::heads));
+    if (n_kv_heads < 1 || n_kv_heads > std::uint32_t(ModelLimits::heads))
+        r.fail(fmt::format("'n_kv_head' = {}: expected 1..{}", n_kv_heads, ModelLimits::heads));
     if (hd < 1 || hd > std::uint32_t(ModelLimits::head_dim))
         r.fail(fmt::format("'head_dim' = {}: expected 1..{}", hd, ModelLimits::head_dim));
     if (pairs > 2) r.fail(fmt::format("'rope_pairs' = {}: expected 0 (none), 1 (interleaved) or 2 (neox)", pairs));
-    info.shape = KvShape{int(n_layer), int(n_kv), int(hd), RopePairs(pairs), {}};
+    info.shape = KvShape{int(n_layer), int(n_kv_heads), int(hd), RopePairs(pairs), {}};
     info.scheme = r.str(kMaxSchemeBytes, "scheme");
     info.context = r.i64("context");
     if (info.context < 0 || info.context > ModelLimits::context)

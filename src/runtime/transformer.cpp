@@ -8,6 +8,7 @@
 #include "aqpim/error.h"
 #include "aqpim/threads.h"
 #include "model/quant_blocks.h"
+#include "core/int_math.h"
 
 namespace aqpim {
 namespace {
@@ -93,7 +94,7 @@ void Transformer::apply_rope(float* x, int n_heads, std::int64_t n) const {
 void Transformer::attention_block(int il, std::span<const BatchSequence> batch, KvCache& cache, std::int64_t n) {
     const ModelConfig& c = config();
     const LayerWeights& L = weights_.layers[il];
-    const int hd = c.head_dim, n_q = c.n_head * hd, n_kv = c.n_kv_head * hd, group = c.n_head / c.n_kv_head;
+    const int hd = c.head_dim, q_dim = c.n_head * hd, kv_dim = c.n_kv_head * hd, group = c.n_head / c.n_kv_head;
 
     rms_norm(x_.data(), L.attn_norm, c.rms_eps, n, c.n_embd, xn_.data());
     product(L.wq, xn_.data(), n, q_.data());
@@ -109,7 +110,7 @@ void Transformer::attention_block(int il, std::span<const BatchSequence> batch, 
     std::vector<std::int64_t> row0(batch.size() + 1, 0);
     for (std::size_t s = 0; s < batch.size(); ++s) {
         const std::int64_t r = row0[s], m = std::int64_t(batch[s].tokens.size());
-        cache.append(il, batch[s].seq_id, m, k_.data() + r * n_kv, v_.data() + r * n_kv);
+        cache.append(il, batch[s].seq_id, m, k_.data() + r * kv_dim, v_.data() + r * kv_dim);
         row0[s + 1] = r + m;
     }
     const float scale = float(1.0 / std::sqrt(double(hd)));
@@ -126,14 +127,14 @@ void Transformer::attention_block(int il, std::span<const BatchSequence> batch, 
             const std::size_t s = std::size_t(task / c.n_kv_head);
             const int ih = int(task % c.n_kv_head);
             KvQuery query;
-            query.q = q_.data() + row0[s] * n_q + ih * group * hd;
-            query.q_stride = n_q;
+            query.q = q_.data() + row0[s] * q_dim + ih * group * hd;
+            query.q_stride = q_dim;
             query.n_rows = int(row0[s + 1] - row0[s]);
             query.group = group;
             query.pos = pos_.data() + row0[s];
             query.scale = scale;
-            query.out = attn_.data() + row0[s] * n_q + ih * group * hd;
-            query.out_stride = n_q;
+            query.out = attn_.data() + row0[s] * q_dim + ih * group * hd;
+            query.out_stride = q_dim;
             cache.attend(il, batch[s].seq_id, ih, query);
         },
         attn_threads);
@@ -150,7 +151,7 @@ void Transformer::ffn_block(int il, std::int64_t n) {
     product(L.w_up, xn_.data(), n, up_.data());
     // SiLU(gate) * up, element by element: in slices on the pool's threads when there are many
     // (a prefill chunk's were 3-6% of a serve load's CPU on the caller's thread alone).
-    const std::int64_t count = n * c.n_ff, n_slices = (count + kSiluSlice - 1) / kSiluSlice;
+    const std::int64_t count = n * c.n_ff, n_slices = ceil_div(count, kSiluSlice);
     parallel_for(
         n_slices,
         [&](std::int64_t slice) {
@@ -196,13 +197,13 @@ ForwardTraffic Transformer::forward(std::span<const BatchSequence> batch, KvCach
         }
     }
 
-    const std::size_t n_q = std::size_t(c.n_head) * c.head_dim, n_kv = std::size_t(c.n_kv_head) * c.head_dim;
+    const std::size_t q_dim = std::size_t(c.n_head) * c.head_dim, kv_dim = std::size_t(c.n_kv_head) * c.head_dim;
     xn_.resize(std::size_t(n) * c.n_embd);
     tmp_.resize(std::size_t(n) * c.n_embd);
-    q_.resize(n * n_q);
-    attn_.resize(n * n_q);
-    k_.resize(n * n_kv);
-    v_.resize(n * n_kv);
+    q_.resize(n * q_dim);
+    attn_.resize(n * q_dim);
+    k_.resize(n * kv_dim);
+    v_.resize(n * kv_dim);
     gate_.resize(std::size_t(n) * c.n_ff);
     up_.resize(std::size_t(n) * c.n_ff);
 

@@ -78,7 +78,7 @@ inline void f16_rows(const std::vector<float>& qs /* [nq][D] scaled */, const st
 inline PqCodebookView version_tables(const PqAttentionParams& p, int b, int kv, int version, int nq,
                                      std::vector<float>& lut) {
     const int D = p.shape.D, Mk = p.Mk;
-    const float* q = p.q + (std::int64_t(b) * p.shape.n_kv + kv) * p.shape.n_q * D;
+    const float* q = p.q + (std::int64_t(b) * p.shape.n_kv_heads + kv) * p.shape.n_q * D;
     const std::int64_t cs = codebook_slot(p, b, version, kv);
     const PqCodebookView kcb = codebook_view(p, cs, false);
     std::vector<float> qy(std::size_t(nq) * D);
@@ -185,21 +185,21 @@ inline void pq_chunk(const PqAttentionParams& p, int b, int kv, int chunk, int n
 /// The emulation of one coded chunk of a PQ kernel: (params, b, kv, chunk, group instance, state).
 using ChunkEmulation = void (*)(const PqAttentionParams&, int, int, int, int, Block&);
 
-/// out [batch][n_kv * n_q][D]: a PQ kernel (chunks + the f16 chunk) and the combine, emulated.
+/// out [batch][n_kv_heads * n_q][D]: a PQ kernel (chunks + the f16 chunk) and the combine, emulated.
 inline std::vector<float> pq_attention(const HostPqProblem& h, int f16_tile_rows, ChunkEmulation coded = pq_chunk) {
     const PqAttentionParams p = h.view();
     const int D = p.shape.D, n_q = p.shape.n_q, nq = group_instance(n_q);
-    std::vector<float> out(std::size_t(p.shape.batch) * p.shape.n_kv * n_q * D);
+    std::vector<float> out(std::size_t(p.shape.batch) * p.shape.n_kv_heads * n_q * D);
     for (int b = 0; b < p.shape.batch; ++b)
-        for (int kv = 0; kv < p.shape.n_kv; ++kv) {
+        for (int kv = 0; kv < p.shape.n_kv_heads; ++kv) {
             std::vector<Block> parts;
             for (int chunk = 0; chunk <= p.n_chunks; ++chunk) {
                 Block st(nq, D);
                 if (chunk == p.n_chunks) {
                     std::vector<float> qs(std::size_t(nq) * D, 0.0f);
-                    const float* q = p.q + (std::int64_t(b) * p.shape.n_kv + kv) * n_q * D;
+                    const float* q = p.q + (std::int64_t(b) * p.shape.n_kv_heads + kv) * n_q * D;
                     for (int i = 0; i < n_q * D; ++i) qs[i] = q[i] * p.shape.scale;
-                    const std::int64_t base = (std::int64_t(b) * p.shape.n_kv + kv) * p.max_f16 * D;
+                    const std::int64_t base = (std::int64_t(b) * p.shape.n_kv_heads + kv) * p.max_f16 * D;
                     f16_rows(qs, p.k16 + base, p.v16 + base, 0, p.n_f16[b], f16_tile_rows, st);
                     st.merge_warps();
                 } else {
@@ -218,7 +218,7 @@ inline std::vector<float> pq_attention(const HostPqProblem& h, int f16_tile_rows
                 }
             for (int hq = 0; hq < n_q; ++hq)
                 for (int d = 0; d < D; ++d)
-                    out[((std::size_t(b) * p.shape.n_kv + kv) * n_q + hq) * D + d] =
+                    out[((std::size_t(b) * p.shape.n_kv_heads + kv) * n_q + hq) * D + d] =
                         combine_element(part_ml.data(), part_acc.data(), n_q, D, n_parts, 0, hq, d);
         }
     return out;

@@ -90,7 +90,7 @@ inline void pq8_chunk(const PqAttentionParams& p, int b, int kv, int chunk, int 
     const int D = p.shape.D, seg_blocks = segment_tokens_8bit(nq) / kBlockTokens;
     const int n_coded = p.n_coded[b], n_pages = (n_coded + p.page_tokens - 1) / p.page_tokens;
     const int page_end = std::min((chunk + 1) * p.chunk_pages, n_pages);
-    const float* q = p.q + (std::int64_t(b) * p.shape.n_kv + kv) * p.shape.n_q * D;
+    const float* q = p.q + (std::int64_t(b) * p.shape.n_kv_heads + kv) * p.shape.n_q * D;
     PqCodebookView kcb{}, vcb{};
     std::vector<float> qy(std::size_t(nq) * D);
     int cur = -1, pg = chunk * p.chunk_pages, blk = 0;

@@ -177,7 +177,7 @@ inline void pq_chunk_mma(const PqAttentionParams& p, int b, int kv, int chunk, i
     if (any) flush();
 }
 
-/// out [batch][n_kv * n_q][D]: the MMA kernel (chunks + the f16 chunk) and the combine, emulated.
+/// out [batch][n_kv_heads * n_q][D]: the MMA kernel (chunks + the f16 chunk) and the combine, emulated.
 inline std::vector<float> pq_attention_mma(const HostPqProblem& h, int f16_tile_rows) {
     return pq_attention(h, f16_tile_rows, pq_chunk_mma);
 }

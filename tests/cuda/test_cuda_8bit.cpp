@@ -76,7 +76,7 @@ TEST(CudaTile8, TablesOf256MatchBuildLut) {
 
 TEST(CudaTile8, KernelDecompositionMatchesTheCpuEngine) {
     struct Case {
-        int batch, n_kv, n_q, D, Mk, Mv, page, versions;
+        int batch, n_kv_heads, n_q, D, Mk, Mv, page, versions;
         std::vector<int> n_coded;
         int n_f16, chunk_pages;
         Rotation rot;
@@ -89,7 +89,7 @@ TEST(CudaTile8, KernelDecompositionMatchesTheCpuEngine) {
         {1, 2, 4, 128, 32, 16, 64, 2, {700}, 9, 4, Rotation::hadamard},     // rotated keys and values
     };
     for (const Case& c : cases) {
-        const EngineProblem e = engine_problem(c.batch, c.n_kv, c.n_q, c.D, c.Mk, c.Mv, c.page, c.versions, c.n_coded,
+        const EngineProblem e = engine_problem(c.batch, c.n_kv_heads, c.n_q, c.D, c.Mk, c.Mv, c.page, c.versions, c.n_coded,
                                                c.n_f16, c.rot, 8, c.chunk_pages);
         const std::vector<float> cpu = cpu_engine_attention(e);
         const std::vector<double> ref = reference_attention(e.h);

@@ -182,7 +182,7 @@ TEST(CudaTile, CombineLoadsInBatchesAndMergesInOrder) {
 
 TEST(CudaTile, ReferenceAndKernelDecompositionMatchTheCpuEngine) {
     struct Case {
-        int batch, n_kv, n_q, D, Mk, Mv, page, versions;
+        int batch, n_kv_heads, n_q, D, Mk, Mv, page, versions;
         std::vector<int> n_coded;
         int n_f16;
     };
@@ -193,7 +193,7 @@ TEST(CudaTile, ReferenceAndKernelDecompositionMatchTheCpuEngine) {
         {1, 1, 1, 64, 8, 8, 32, 1, {0}, 40},             // f16 rows only
     };
     for (const Case& c : cases) {
-        const EngineProblem e = engine_problem(c.batch, c.n_kv, c.n_q, c.D, c.Mk, c.Mv, c.page, c.versions, c.n_coded, c.n_f16);
+        const EngineProblem e = engine_problem(c.batch, c.n_kv_heads, c.n_q, c.D, c.Mk, c.Mv, c.page, c.versions, c.n_coded, c.n_f16);
         const std::vector<float> cpu = cpu_engine_attention(e);
         const std::vector<double> ref = reference_attention(e.h);
         const std::vector<float> emu = emulation::pq_attention(e.h, c.D == 128 ? 8 : 16);

@@ -179,7 +179,7 @@ TEST_F(EvalTiny, BatchedCallsEqualTokenByTokenReplayForEveryScheme) {
     constexpr std::int64_t n = 96;
     const std::vector<std::int32_t> chunk = random_tokens(n, 64, 3);
     const KvShape shape = model.kv_shape();
-    const int hd = shape.head_dim, n_kv = shape.n_kv_head;
+    const int hd = shape.head_dim, n_kv_heads = shape.n_kv_head;
     int n_tested = 0;
     for (const std::string& name : kv_scheme_names()) {
         SCOPED_TRACE(test_spec(name));
@@ -191,8 +191,8 @@ TEST_F(EvalTiny, BatchedCallsEqualTokenByTokenReplayForEveryScheme) {
         std::vector<std::vector<const float*>> k(std::size_t(shape.n_layer), std::vector<const float*>(n)), v = k;
         for (const CallLog::Append& a : log.appends)
             for (std::int64_t t = 0; t < a.n; ++t) {
-                k[a.il][std::size_t(a.pos0 + t)] = a.k.data() + t * n_kv * hd;
-                v[a.il][std::size_t(a.pos0 + t)] = a.v.data() + t * n_kv * hd;
+                k[a.il][std::size_t(a.pos0 + t)] = a.k.data() + t * n_kv_heads * hd;
+                v[a.il][std::size_t(a.pos0 + t)] = a.v.data() + t * n_kv_heads * hd;
             }
         struct Logged {
             const float* q;
@@ -205,7 +205,7 @@ TEST_F(EvalTiny, BatchedCallsEqualTokenByTokenReplayForEveryScheme) {
             for (std::size_t r = 0; r < a.pos.size(); ++r)
                 rows[{a.il, a.ih, a.pos[r]}] = {a.q.data() + r * a.group * hd, a.out.data() + r * a.group * hd, a.group,
                                                 a.scale};
-        ASSERT_EQ(rows.size(), std::size_t(shape.n_layer) * n_kv * n);
+        ASSERT_EQ(rows.size(), std::size_t(shape.n_layer) * n_kv_heads * n);
 
         auto cache = make_kv_cache(spec, shape, {0, n});
         cache->add_sequence(0);
@@ -214,7 +214,7 @@ TEST_F(EvalTiny, BatchedCallsEqualTokenByTokenReplayForEveryScheme) {
         for (std::int64_t t = 0; t < n; ++t)
             for (int il = 0; il < shape.n_layer; ++il) {
                 cache->append(il, 0, 1, k[il][std::size_t(t)], v[il][std::size_t(t)]);
-                for (int ih = 0; ih < n_kv; ++ih) {
+                for (int ih = 0; ih < n_kv_heads; ++ih) {
                     const Logged& want = rows.at({il, ih, t});
                     const int w = want.group * hd;
                     out.assign(std::size_t(w), 0.0f);

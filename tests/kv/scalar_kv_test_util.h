@@ -27,10 +27,10 @@ struct KvData {
 /// Gaussian keys, values and queries (mean 0, sigma 1) for every layer.
 inline KvData gaussian_kv(const KvShape& shape, int n_tokens, int group, std::uint64_t seed) {
     KvData d{shape, group, n_tokens, {}, {}, {}};
-    const std::size_t n_kv = std::size_t(n_tokens) * shape.n_kv_head * shape.head_dim;
-    d.k = gaussian(n_kv, seed);
-    d.v = gaussian(n_kv, seed + 1);
-    d.q = gaussian(n_kv * group, seed + 2);
+    const std::size_t n_values = std::size_t(n_tokens) * shape.n_kv_head * shape.head_dim;
+    d.k = gaussian(n_values, seed);
+    d.v = gaussian(n_values, seed + 1);
+    d.q = gaussian(n_values * group, seed + 2);
     return d;
 }
 
@@ -120,18 +120,18 @@ inline void expect_attention_within(const KvShape& shape, const AttentionToleran
 /// attending right after it) and arriving one at a time give every row's output bit for bit, and
 /// the same bytes by part, in every layer and KV head.
 inline void expect_batched_equals_token_by_token(const std::string& spec, const KvData& d, const std::vector<int>& steps) {
-    const int n_layer = d.shape.n_layer, n_kv = d.shape.n_kv_head;
+    const int n_layer = d.shape.n_layer, n_kv_heads = d.shape.n_kv_head;
     auto batched = make_kv_cache(parse_kv_scheme(spec), d.shape), single = make_kv_cache(parse_kv_scheme(spec), d.shape);
     batched->add_sequence(0);
     single->add_sequence(0);
-    std::vector<std::vector<float>> got(std::size_t(n_layer) * n_kv), want(got.size());  // [layer * n_kv + head]
+    std::vector<std::vector<float>> got(std::size_t(n_layer) * n_kv_heads), want(got.size());  // [layer * n_kv_heads + head]
     int t0 = 0;
     for (int m : steps) {
         append_tokens(*batched, d, 0, t0, m);
         for (int il = 0; il < n_layer; ++il)
-            for (int ih = 0; ih < n_kv; ++ih) {
+            for (int ih = 0; ih < n_kv_heads; ++ih) {
                 const auto o = attend_rows(*batched, d, il, 0, ih, positions(t0, t0 + m - 1));
-                got[il * n_kv + ih].insert(got[il * n_kv + ih].end(), o.begin(), o.end());
+                got[il * n_kv_heads + ih].insert(got[il * n_kv_heads + ih].end(), o.begin(), o.end());
             }
         t0 += m;
     }
@@ -139,14 +139,14 @@ inline void expect_batched_equals_token_by_token(const std::string& spec, const 
     for (int t = 0; t < d.n_tokens; ++t) {
         append_tokens(*single, d, 0, t, 1);
         for (int il = 0; il < n_layer; ++il)
-            for (int ih = 0; ih < n_kv; ++ih) {
+            for (int ih = 0; ih < n_kv_heads; ++ih) {
                 const auto o = attend_rows(*single, d, il, 0, ih, {t});
-                want[il * n_kv + ih].insert(want[il * n_kv + ih].end(), o.begin(), o.end());
+                want[il * n_kv_heads + ih].insert(want[il * n_kv_heads + ih].end(), o.begin(), o.end());
             }
     }
     for (int il = 0; il < n_layer; ++il)
-        for (int ih = 0; ih < n_kv; ++ih)
-            ASSERT_EQ(got[il * n_kv + ih], want[il * n_kv + ih]) << spec << " layer " << il << " head " << ih;
+        for (int ih = 0; ih < n_kv_heads; ++ih)
+            ASSERT_EQ(got[il * n_kv_heads + ih], want[il * n_kv_heads + ih]) << spec << " layer " << il << " head " << ih;
     EXPECT_EQ(batched->memory().parts, single->memory().parts) << spec;
 }
 

@@ -65,7 +65,7 @@ KvShape test_shape() {  // NeoX pairs with frequencies: keys are RoPE-augmented 
 
 struct Data {
     KvShape shape;
-    CapturedAttention a;  ///< [n][n_kv][D] keys and values, [n][n_kv * 2][D] queries
+    CapturedAttention a;  ///< [n][n_kv_heads][D] keys and values, [n][n_kv_heads * 2][D] queries
 };
 const Data& data() {
     static const Data d{test_shape(), synthetic_attention(400, 4, 2, 32, 17)};

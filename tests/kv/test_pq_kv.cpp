@@ -44,7 +44,7 @@ struct Data {
     KvShape shape;
     int group = 2;
     int n = 0;
-    std::vector<float> k, v, q;  ///< [n][n_kv][D], [n][n_kv][D], [n][n_kv * group][D]
+    std::vector<float> k, v, q;  ///< [n][n_kv_heads][D], [n][n_kv_heads][D], [n][n_kv_heads * group][D]
 };
 
 Data synthetic(const KvShape& shape, int n, int group, std::uint64_t seed) {
@@ -53,8 +53,8 @@ Data synthetic(const KvShape& shape, int n, int group, std::uint64_t seed) {
 }
 
 /// synthetic_attention applies NeoX RoPE with base 10000.
-KvShape neox_shape(int n_layer, int n_kv, int D, bool with_freqs = true) {
-    KvShape s{n_layer, n_kv, D};
+KvShape neox_shape(int n_layer, int n_kv_heads, int D, bool with_freqs = true) {
+    KvShape s{n_layer, n_kv_heads, D};
     s.rope_pairs = RopePairs::neox;
     for (int i = 0; with_freqs && i < D / 2; ++i) s.rope_inv_freq.push_back(float(std::pow(10000.0, -2.0 * i / D)));
     return s;
@@ -552,7 +552,7 @@ TEST(PqKv, Int8CodebooksAttendAsTheF32OnesDo) {
 
 TEST(PqKv, MemoryMatchesHandCountedBytes) {
     const KvShape shape = neox_shape(3, 2, 32);
-    const int n_kv = 2, D = 32;
+    const int n_kv_heads = 2, D = 32;
     const Data d = synthetic(shape, 400, 1, 6);
     // Layer 2 dense; layers 0 and 1 coded with k_m = 8 (16 bytes per token at 4 bits... 4) and v_m = 16.
   // cb=f32 / cb=f16 / cb=int8 codebooks (int8: 1 byte per centroid value and an f32 scale per
@@ -568,12 +568,12 @@ TEST(PqKv, MemoryMatchesHandCountedBytes) {
     auto c = pq_cache(spec, shape);
     c->add_sequence(0);
     const std::uint64_t row = D * 2;                        // one f16 row
-    const std::uint64_t width = 2 * n_kv * (8 / 2 + 16 / 2);  // code bytes per token, coded layers
+    const std::uint64_t width = 2 * n_kv_heads * (8 / 2 + 16 / 2);  // code bytes per token, coded layers
     const std::uint64_t code_page = 32 * width;               // 1536, a multiple of 64
-    const std::uint64_t dense_page = 32 * 1 * n_kv * 2 * row; // 8192
+    const std::uint64_t dense_page = 32 * 1 * n_kv_heads * 2 * row; // 8192
     const std::uint64_t q_k = centroids + D * 4 + D * 4;  // centroids + key scale + permutation
     const std::uint64_t q_v = centroids + D * 4;          // centroids + permutation
-    const std::uint64_t version = 2 * n_kv * (q_k + q_v);
+    const std::uint64_t version = 2 * n_kv_heads * (q_k + q_v);
     struct Want {
         int n;
         std::int64_t coded;  // coded tokens
@@ -591,13 +591,13 @@ TEST(PqKv, MemoryMatchesHandCountedBytes) {
         const std::uint64_t pages = (w.coded + 31) / 32, dpages = (w.n + 31) / 32;
         EXPECT_EQ(part(m, "codes"), w.coded * width) << w.n;
         EXPECT_EQ(part(m, "page slack"), pages * code_page - w.coded * width + dpages * dense_page -
-                                             std::uint64_t(w.n) * n_kv * 2 * row)
+                                             std::uint64_t(w.n) * n_kv_heads * 2 * row)
             << w.n;
         EXPECT_EQ(part(m, "codebooks"), w.versions * version) << w.n;
-        EXPECT_EQ(part(m, "f16 sinks"), std::min(w.n, 4) * 2 * n_kv * 2 * row) << w.n;
-        EXPECT_EQ(part(m, std::string(wq) + " window"), win * 2 * n_kv * 2 * tail_row) << w.n;
-        EXPECT_EQ(part(m, std::string(wq) + " pre-calibration"), w.precal * 2 * n_kv * 2 * tail_row) << w.n;
-        EXPECT_EQ(part(m, "dense f16 layers"), std::uint64_t(w.n) * n_kv * 2 * row) << w.n;
+        EXPECT_EQ(part(m, "f16 sinks"), std::min(w.n, 4) * 2 * n_kv_heads * 2 * row) << w.n;
+        EXPECT_EQ(part(m, std::string(wq) + " window"), win * 2 * n_kv_heads * 2 * tail_row) << w.n;
+        EXPECT_EQ(part(m, std::string(wq) + " pre-calibration"), w.precal * 2 * n_kv_heads * 2 * tail_row) << w.n;
+        EXPECT_EQ(part(m, "dense f16 layers"), std::uint64_t(w.n) * n_kv_heads * 2 * row) << w.n;
         EXPECT_EQ(part(m, "free pool pages"), 0u);
         EXPECT_EQ(m.n_tokens, w.n);
         // The same arithmetic without data.

@@ -62,9 +62,9 @@ struct RawGguf {
         b.append(static_cast<const char*>(p), n);
         return *this;
     }
-    RawGguf& header(std::uint64_t n_tensors, std::uint64_t n_kv, std::uint32_t version = 3) {
+    RawGguf& header(std::uint64_t n_tensors, std::uint64_t n_metadata, std::uint32_t version = 3) {
         b += "GGUF";
-        return u32(version).u64(n_tensors).u64(n_kv);
+        return u32(version).u64(n_tensors).u64(n_metadata);
     }
     RawGguf& kv_u32(const std::string& key, std::uint32_t v) { return str(key).u32(4).u32(v); }
     RawGguf& tensor(const std::string& name, std::vector<std::uint64_t> ne, std::uint32_t type, std::uint64_t offset) {

@@ -14,20 +14,20 @@ using namespace aqpim;
 namespace {
 
 /// softmax(scale q·k_t) v over t <= last, for one head: the definition.
-std::vector<double> direct_attention(const float* q, const std::vector<float>& k, const std::vector<float>& v, int n_kv,
+std::vector<double> direct_attention(const float* q, const std::vector<float>& k, const std::vector<float>& v, int n_kv_heads,
                                      int ih, int hd, std::int64_t last, float scale) {
     std::vector<double> s(last + 1), out(hd, 0.0);
     double mx = -1e300, sum = 0.0;
     for (std::int64_t t = 0; t <= last; ++t) {
         double d = 0.0;
-        for (int i = 0; i < hd; ++i) d += double(q[i]) * k[(t * n_kv + ih) * hd + i];
+        for (int i = 0; i < hd; ++i) d += double(q[i]) * k[(t * n_kv_heads + ih) * hd + i];
         s[t] = scale * d;
         mx = std::max(mx, s[t]);
     }
     for (std::int64_t t = 0; t <= last; ++t) {
         const double p = std::exp(s[t] - mx);
         sum += p;
-        for (int i = 0; i < hd; ++i) out[i] += p * v[(t * n_kv + ih) * hd + i];
+        for (int i = 0; i < hd; ++i) out[i] += p * v[(t * n_kv_heads + ih) * hd + i];
     }
     for (double& o : out) o /= sum;
     return out;

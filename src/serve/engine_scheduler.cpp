@@ -1,0 +1,495 @@
+// The serving engine's scheduler thread: admission in order, prefill chunks between decode steps,
+// one token for every decoding sequence per step, parking and spilling (docs/serve.md).
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "aqpim/error.h"
+#include "aqpim/threads.h"
+#include "serve/engine_impl.h"
+
+namespace aqpim::serve {
+
+namespace {
+
+/// log-softmax of logits [n] at `token`, and the k most likely tokens (best first, lowest id on ties).
+float log_probabilities(const float* logits, int n, std::int32_t token, int k, std::vector<TokenLogprob>& top) {
+    const float mx = *std::max_element(logits, logits + n);
+    double sum = 0.0;
+    for (int i = 0; i < n; ++i) sum += std::exp(double(logits[i] - mx));
+    const float lse = mx + float(std::log(sum));
+    top.clear();
+    if (k > 0) {
+        std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
+        for (int i = 0; i < n; ++i) ids[std::size_t(i)] = i;
+        k = std::min(k, n);
+        std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](std::int32_t a, std::int32_t b) {
+            return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+        });
+        for (int i = 0; i < k; ++i) top.push_back({ids[std::size_t(i)], logits[ids[std::size_t(i)]] - lse});
+    }
+    return logits[token] - lse;
+}
+
+bool ends_with(const std::vector<std::int32_t>& tokens, std::size_t first, const std::vector<std::int32_t>& tail) {
+    if (tail.empty() || tokens.size() - first < tail.size()) return false;
+    return std::equal(tail.begin(), tail.end(), tokens.end() - std::ptrdiff_t(tail.size()));
+}
+
+}  // namespace
+
+bool Engine::Impl::busy() const {
+    for (const Slot& s : slots)
+        if (s.phase == SlotPhase::prefill || s.phase == SlotPhase::decode) return true;
+    return false;
+}
+
+/// A request holds the slot (looking up its prefix, prefilling or decoding).
+bool Engine::Impl::running(const Slot& s) {
+    return s.phase == SlotPhase::fetch || s.phase == SlotPhase::prefill || s.phase == SlotPhase::decode;
+}
+
+int Engine::Impl::free_slot() const {
+    for (std::size_t i = 0; i < slots.size(); ++i)
+        if (slots[i].phase == SlotPhase::idle) return int(i);
+    return -1;
+}
+
+/// Whether the queue's head can start now (called under mu, from the scheduler thread).
+bool Engine::Impl::admissible(const Pending& p) const {
+    if (p.request.resume_slot >= 0) {
+        const Slot& s = slots[std::size_t(p.request.resume_slot)];
+        if (s.phase != SlotPhase::parked && s.phase != SlotPhase::spilled) return true;  // start_resume reports it
+        const std::uint64_t need = resume_reservation(s, p.request);
+        return base_bytes + need > opt.kv_budget_bytes || reserved - s.reserve + need <= opt.kv_budget_bytes;
+    }
+    return free_slot() >= 0 && reserved + p.reserve <= opt.kv_budget_bytes;
+}
+
+void Engine::Impl::run() {
+    for (;;) {
+        std::vector<Pending> cancelled, admitted;
+        std::deque<std::packaged_task<void()>> todo;
+        std::set<std::uint64_t> to_cancel;
+        {
+            std::unique_lock<std::mutex> lk(mu);
+            cv.wait(lk, [&] {
+                return stopping || !tasks.empty() || !cancels.empty() || busy() || (store && store->has_fetched()) ||
+                       (!queue.empty() && (admissible(queue.front()) || spill_candidate(queue.front())));
+            });
+            if (stopping) {
+                for (Pending& p : queue) cancelled.push_back(std::move(p));
+                queue.clear();
+                for (Slot& s : slots)
+                    if (running(s)) to_cancel.insert(s.request_id);
+                todo.swap(tasks);
+            } else {
+                todo.swap(tasks);
+                to_cancel.swap(cancels);
+                for (auto it = queue.begin(); it != queue.end();)
+                    if (to_cancel.count(it->id)) {
+                        cancelled.push_back(std::move(*it));
+                        it = queue.erase(it);
+                    } else {
+                        ++it;
+                    }
+            }
+        }
+        for (Pending& p : cancelled) final_event(p.id, p.on_event, FinishReason::cancelled, 0, 0, {});
+        for (Slot& s : slots)
+            if (running(s) && to_cancel.count(s.request_id)) finish(s, FinishReason::cancelled);
+        if (stopping_now()) {
+            for (auto& t : todo) t();  // each sees the engine stopping through its own checks
+            publish();
+            return;
+        }
+        for (auto& t : todo) t();
+        if (store)
+            for (EngineStore::Fetched& f : store->take_fetched()) fetched(f);
+        admit();
+        step();
+        publish();
+    }
+}
+
+bool Engine::Impl::stopping_now() {
+    std::lock_guard<std::mutex> lk(mu);
+    return stopping;
+}
+
+/// Start queued requests in order while the head fits (FIFO: no request overtakes an older one);
+/// parked sequences go to disk while that makes room for the head.
+void Engine::Impl::admit() {
+    for (;;) {
+        Pending p;
+        Slot* victim = nullptr;
+        {
+            std::lock_guard<std::mutex> lk(mu);
+            if (queue.empty()) return;
+            if (admissible(queue.front())) {
+                p = std::move(queue.front());
+                queue.pop_front();
+            } else if (!(victim = spill_candidate(queue.front()))) {
+                return;
+            }
+        }
+        if (victim) {  // to disk outside the lock: submit() does not wait for the write
+            spill(*victim);
+            continue;
+        }
+        if (p.request.resume_slot >= 0 ? !start_resume(p) : !start_new(p)) return;
+    }
+}
+
+bool Engine::Impl::start_new(Pending& p) {
+    const int id = free_slot();
+    Slot& s = slots[std::size_t(id)];
+    s = Slot{};
+    s.tokens = p.request.prompt;
+    s.sampler = std::make_unique<Sampler>(p.request.sampler);
+    s.reserve = p.reserve;
+    start(s, p);
+    if (store && store->worth_lookup(s.tokens)) {
+        s.phase = SlotPhase::fetch;  // fetched() adds the sequence, restored or empty
+        store->start_lookup(id, s.request_id, s.tokens, s.request.cache_salt);
+        return true;
+    }
+    cache->add_sequence(id);
+    s.in_cache = true;
+    if (store) s.recorder = store->recorder(s.tokens, s.request.cache_salt);
+    return true;
+}
+
+/// A lookup ended: restore what it found into the slot's sequence and prefill the rest.
+void Engine::Impl::fetched(EngineStore::Fetched& f) {
+    Slot& s = slots[std::size_t(f.slot)];
+    if (s.phase != SlotPhase::fetch || s.request_id != f.request_id) return;  // cancelled meanwhile
+    store::PrefixHit found = std::move(f.found);
+    if (found.blocks > 0 && store->restore(*cache, f.slot, found, s.tokens)) {
+        s.n_cached = found.n_tokens;
+        std::lock_guard<std::mutex> lk(mu);
+        published.prompt_tokens += std::uint64_t(found.n_tokens);
+    } else {
+        if (found.blocks > 0) found = {};  // refused: trust nothing it said
+        cache->add_sequence(f.slot);
+    }
+    s.in_cache = true;
+    s.recorder = store->recorder(s.tokens, s.request.cache_salt, std::move(found));
+    s.phase = SlotPhase::prefill;
+}
+
+/// The parked sequence that goes to disk first to make room for `head` (the oldest parked;
+/// never the one head resumes), or null: none, or spilling all of them would not make room
+/// (running requests hold the budget), or head is short of a slot, not of bytes.
+Engine::Impl::Slot* Engine::Impl::spill_candidate(const Pending& head) {
+    if (!store || !store->can_spill()) return nullptr;
+    const int own = head.request.resume_slot;
+    if (own < 0 && free_slot() < 0) return nullptr;
+    std::uint64_t need = head.reserve, spillable = 0;
+    if (own >= 0) {
+        const Slot& s = slots[std::size_t(own)];
+        const std::uint64_t full = resume_reservation(s, head.request);
+        need = full > s.reserve ? full - s.reserve : 0;
+    }
+    Slot* oldest = nullptr;
+    for (Slot& s : slots)
+        if (s.phase == SlotPhase::parked && !s.spill_failed && int(&s - slots.data()) != own) {
+            spillable += s.reserve;
+            if (!oldest || s.parked_at < oldest->parked_at) oldest = &s;
+        }
+    if (reserved - spillable + need > opt.kv_budget_bytes) return nullptr;
+    return oldest;
+}
+
+/// Move a parked sequence to the disk tier and release its bytes (a failed write keeps it).
+void Engine::Impl::spill(Slot& s) {
+    const int id = int(&s - slots.data());
+    SlotState st;
+    st.tokens = s.tokens;
+    st.n_cached = s.n_cached;
+    if (s.sampler) st.sampler = s.sampler->state();
+    std::optional<std::string> key;
+    try {
+        key = store->spill(*cache, id, st);
+    } catch (const Error& e) {
+        if (opt.warn) opt.warn(fmt::format("serve: slot {} stays in memory: {}", id, e.what()));
+    }
+    if (!key) {
+        s.spill_failed = true;
+        return;
+    }
+    cache->remove_sequence(id);
+    s.in_cache = false;
+    s.spilled_key = *key;
+    s.phase = SlotPhase::spilled;
+    reserved -= s.reserve;
+    s.reserve = 0;
+}
+
+/// Bring a spilled sequence back into the cache (parked again); aqpim::Error when it cannot be read.
+void Engine::Impl::unspill(Slot& s) {
+    const int id = int(&s - slots.data());
+    const std::vector<std::uint8_t> bytes = store->spilled_state(s.spilled_key, true);
+    (void)restore_kv_state(bytes, *cache, id, model_id());
+    store->drop(s.spilled_key);
+    s.spilled_key.clear();
+    s.in_cache = true;
+    s.phase = SlotPhase::parked;
+}
+
+/// Worst case of resuming parked slot s with request r.
+std::uint64_t Engine::Impl::resume_reservation(const Slot& s, const GenerationRequest& r) const {
+    return reservation(std::int64_t(s.tokens.size() + r.prompt.size()) + r.max_tokens);
+}
+
+/// Continue a parked slot (admissible() has checked that it fits now); a request that cannot
+/// continue it finishes with an error.
+bool Engine::Impl::start_resume(Pending& p) {
+    Slot& s = slots[std::size_t(p.request.resume_slot)];
+    const GenerationRequest& r = p.request;
+    std::string why;
+    const std::int64_t n = std::int64_t(s.tokens.size() + r.prompt.size()) + r.max_tokens;
+    if (s.phase != SlotPhase::parked && s.phase != SlotPhase::spilled)
+        why = fmt::format("slot {} holds no parked sequence ({})", r.resume_slot, slot_phase_name(s.phase));
+    else if (n > opt.ctx)
+        why = fmt::format("slot {} holds {} tokens: + prompt {} + max_tokens {} exceeds the context of {}",
+                          r.resume_slot, s.tokens.size(), r.prompt.size(), r.max_tokens, opt.ctx);
+    else if (base_bytes + resume_reservation(s, r) > opt.kv_budget_bytes)
+        why = fmt::format("resuming slot {} needs {} bytes of KV, more than the budget of {} bytes", r.resume_slot,
+                          resume_reservation(s, r), opt.kv_budget_bytes - base_bytes);
+    else if (std::int64_t(s.tokens.size() + r.prompt.size()) == s.n_cached)
+        why = fmt::format("slot {}: nothing to feed (every token is cached): give prompt tokens", r.resume_slot);
+    if (why.empty() && s.phase == SlotPhase::spilled) {
+        try {
+            unspill(s);
+        } catch (const Error& e) {
+            why = fmt::format("slot {}: its sequence could not be brought back from disk: {}", r.resume_slot, e.what());
+        }
+    }
+    if (!why.empty()) {
+        final_event(p.id, p.on_event, FinishReason::error, 0, 0, why);
+        return true;
+    }
+    reserved -= s.reserve;  // start() adds the new worst case
+    s.reserve = resume_reservation(s, r);
+    s.tokens.insert(s.tokens.end(), r.prompt.begin(), r.prompt.end());
+    if (!s.sampler) s.sampler = std::make_unique<Sampler>(r.sampler);
+    start(s, p);
+    return true;
+}
+
+void Engine::Impl::start(Slot& s, Pending& p) {
+    s.phase = SlotPhase::prefill;
+    s.request_id = p.id;
+    s.on_event = std::move(p.on_event);
+    s.n_prompt = int(p.request.prompt.size());
+    s.request = std::move(p.request);
+    s.n_generated = 0;  // a parked sequence continued counts this request's tokens only
+    s.first_generated = s.tokens.size();
+    s.since_submit = p.since_submit;
+    reserved += s.reserve;
+}
+
+/// One step: a prefill chunk of one waiting prompt, then one token for every decoding sequence.
+void Engine::Impl::step() {
+    prefill_one();
+    decode_all();
+}
+
+void Engine::Impl::prefill_one() {
+    for (std::size_t k = 0; k < slots.size(); ++k) {
+        const std::size_t id = (prefill_cursor + k) % slots.size();
+        Slot& s = slots[id];
+        if (s.phase != SlotPhase::prefill) continue;
+        prefill_cursor = id;  // keep feeding the same prompt until it is done: the oldest start first
+        const std::int64_t n = std::min<std::int64_t>(opt.prefill_chunk, std::int64_t(s.tokens.size()) - s.n_cached);
+        const BatchSequence seq{int(id), std::span<const std::int32_t>(s.tokens).subspan(std::size_t(s.n_cached), std::size_t(n)), false};
+        Timer t;
+        if (!forward({&seq, 1}, false)) return;
+        s.n_cached += n;
+        record_phase(true, t.seconds(), std::uint64_t(n));
+        if (s.recorder) record_block(s);
+        if (s.n_cached == std::int64_t(s.tokens.size())) {
+            s.recorder.reset();  // writes its last block
+            s.phase = SlotPhase::decode;
+            accept(s, logits.data());
+        }
+        return;
+    }
+}
+
+/// After a prefill chunk: the block that ends here goes to the store's recorder.
+void Engine::Impl::record_block(Slot& s) {
+    const int id = int(&s - slots.data());
+    try {
+        store->record(*s.recorder, *cache, id, s.tokens, s.n_cached);
+    } catch (const Error& e) {  // a scheme that cannot save its state: record nothing more
+        if (opt.warn) opt.warn(fmt::format("kv store: blocks of slot {} not recorded: {}", id, e.what()));
+        s.recorder.reset();
+    }
+}
+
+void Engine::Impl::decode_all() {
+    std::vector<BatchSequence> batch;
+    for (std::size_t id = 0; id < slots.size(); ++id) {
+        const Slot& s = slots[id];
+        if (s.phase != SlotPhase::decode) continue;
+        batch.push_back({int(id), std::span<const std::int32_t>(s.tokens).subspan(std::size_t(s.n_cached), 1), false});
+    }
+    if (batch.empty()) return;
+    Timer t;
+    if (!forward(batch, true)) return;
+    record_phase(false, t.seconds(), batch.size());
+    const std::size_t n_vocab = std::size_t(weights.config.n_vocab);
+    // Every sequence draws on the pool's threads (its own sampler: which thread draws changes
+    // nothing), then the tokens are reported in slot order on this thread.
+    draws.resize(batch.size());
+    parallel_for(
+        std::int64_t(batch.size()),
+        [&](std::int64_t i) {
+            const std::size_t at = std::size_t(i);
+            draws[at] = draw(slots[std::size_t(batch[at].seq_id)], logits.data() + at * n_vocab);
+        },
+        opt.threads);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+        Slot& s = slots[std::size_t(batch[i].seq_id)];
+        s.n_cached += 1;
+        report(s, std::move(draws[i]));
+    }
+}
+
+/// A forward call; a failure (which admission should make impossible) ends every sequence in it.
+bool Engine::Impl::forward(std::span<const BatchSequence> batch, bool batch_invariant) {
+    try {
+        model.set_batch_invariant(batch_invariant);
+        model.forward(batch, *cache, logits);
+        return true;
+    } catch (const Error& e) {
+        for (const BatchSequence& b : batch) {
+            Slot& s = slots[std::size_t(b.seq_id)];
+            s.request.park = false;
+            finish(s, FinishReason::error, e.what());
+        }
+        return false;
+    }
+}
+
+void Engine::Impl::record_phase(bool prefill, double seconds, std::uint64_t n_tokens) {
+    std::lock_guard<std::mutex> lk(mu);
+    (prefill ? published.prefill_seconds : published.decode_seconds) += seconds;
+    (prefill ? published.prefill_tokens : published.decode_tokens) += n_tokens;
+    if (prefill) published.prompt_tokens += n_tokens;
+}
+
+/// The next token of s from its logits, with its log probabilities: touches only s's sampler.
+TokenEvent Engine::Impl::draw(Slot& s, const float* lg) const {
+    const int n_vocab = weights.config.n_vocab;
+    TokenEvent ev;
+    ev.token = s.sampler->sample(lg, n_vocab);
+    if (ev.token != opt.eos_token)
+        ev.logprob = log_probabilities(lg, n_vocab, ev.token, s.request.top_logprobs, ev.top_logprobs);
+    return ev;
+}
+
+/// Report the token s drew, and finish s when it is done.
+void Engine::Impl::report(Slot& s, TokenEvent ev) {
+    const std::int32_t next = ev.token;
+    s.tokens.push_back(next);  // fed by the next step
+    if (next == opt.eos_token) return finish(s, FinishReason::stop);
+    ev.request_id = s.request_id;
+    ev.n_prompt = s.n_prompt;
+    ev.n_generated = ++s.n_generated;
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        ++published.generated_tokens;
+        if (s.n_generated == 1)
+            published.ttft.observe(s.since_submit.seconds());
+        else
+            published.tpot.observe(s.since_token.seconds());
+    }
+    s.since_token.reset();
+    const bool stop_now = s.on_event && s.on_event(ev);
+    bool stop = stop_now;
+    for (const auto& seq : s.request.stop_sequences) stop = stop || ends_with(s.tokens, s.first_generated, seq);
+    if (stop) return finish(s, FinishReason::stop);
+    if (s.n_generated >= s.request.max_tokens) return finish(s, FinishReason::length);
+}
+
+/// End s's request: release its pages (or park it), then its final event.
+void Engine::Impl::finish(Slot& s, FinishReason reason, const std::string& error) {
+    const bool park = s.request.park && (reason == FinishReason::stop || reason == FinishReason::length);
+    const std::uint64_t id = s.request_id;
+    EventCallback cb = std::move(s.on_event);
+    const int n_prompt = s.n_prompt, n_generated = s.n_generated;
+    if (park) {
+        s.recorder.reset();
+        s.phase = SlotPhase::parked;
+        s.parked_at = ++parked_count;
+        s.spill_failed = false;
+        s.on_event = nullptr;
+    } else {
+        release(s);
+    }
+    publish();  // stats() tells the pages are back before the client hears the end
+    final_event(id, cb, reason, n_prompt, n_generated, error);
+}
+
+void Engine::Impl::release(Slot& s) {
+    const int id = int(&s - slots.data());
+    s.recorder.reset();
+    if (s.in_cache) cache->remove_sequence(id);
+    if (!s.spilled_key.empty()) store->drop(s.spilled_key);
+    reserved -= s.reserve;
+    s = Slot{};
+}
+
+void Engine::Impl::final_event(std::uint64_t id, const EventCallback& cb, FinishReason reason, int n_prompt, int n_generated,
+                 const std::string& error) {
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        live.erase(id);
+        ++published.requests_finished;
+    }
+    TokenEvent ev;
+    ev.request_id = id;
+    ev.finish = reason;
+    ev.n_prompt = n_prompt;
+    ev.n_generated = n_generated;
+    ev.error = error;
+    if (cb) cb(ev);
+}
+
+/// Snapshot for stats() and slots().
+void Engine::Impl::publish() {
+    const KvMemory mem = cache->memory();
+    std::int64_t pages = 0;
+    std::vector<SlotInfo> infos;
+    for (std::size_t id = 0; id < slots.size(); ++id) {
+        const Slot& s = slots[id];
+        SlotInfo si{int(id), s.phase, s.request_id, s.n_prompt, s.n_generated, s.request.max_tokens, s.n_cached, s.reserve,
+                    s.tokens.empty() ? -1 : s.tokens.back()};
+        infos.push_back(si);
+        if (!s.in_cache) continue;
+        for (int il = 0; il < cache->shape().n_layer; ++il) {
+            std::set<std::int64_t> seen;
+            for (const KvSpan& sp : cache->layout(int(id), il))
+                if (sp.page >= 0) seen.insert(sp.page);
+            pages += std::int64_t(seen.size());
+        }
+    }
+    int active = 0;
+    for (const Slot& s : slots) active += running(s);
+    std::lock_guard<std::mutex> lk(mu);
+    published.active = active;
+    published.queued = int(queue.size());
+    published.kv_bytes_used = mem.bytes;
+    published.kv_bytes_reserved = reserved;
+    published.pages_in_use = pages;
+    published.bits_per_element = mem.bits_per_element(cache->shape());
+    published.requests_rejected = rejected;
+    published_slots = std::move(infos);
+}
+
+}  // namespace aqpim::serve
