@@ -246,9 +246,14 @@ TEST(PqKvSchedule, CodedTokensFollowCalibWindowAndVersions) {
     EXPECT_EQ(s.version_of(128), 2);
     EXPECT_EQ(s.version_of(100000), 2);
     EXPECT_EQ(s.coded(4 + 200), 192);  // past the bound nothing waits: only the window is f16
+    EXPECT_EQ(s.version_end(0, 1000), 64);  // the next version's start...
+    EXPECT_EQ(s.version_end(1, 100), 100);  // ...or the limit when it comes first
+    EXPECT_EQ(s.version_end(1, 1000), 128);
+    EXPECT_EQ(s.version_end(2, 1000), 1000);  // the last version runs to the limit
     p.refresh = 0;
     EXPECT_EQ(PqSchedule(p).coded(4 + 200), 192);
     EXPECT_EQ(PqSchedule(p).versions_trained(100000), 1);
+    EXPECT_EQ(PqSchedule(p).version_end(0, 100000), 100000);
 }
 
 // ---- attention ----------------------------------------------------------------------------------------
