@@ -58,7 +58,7 @@ EncodeScratch& encode_scratch() {
 
 // ---- budget ------------------------------------------------------------------------------------------
 
-void PqKvCache::charge(const Sequence& s, int seq_id, int il, std::int64_t n_new, std::int64_t n1) const {
+void PqKvCache::charge(const PqSequence& s, int seq_id, int il, std::int64_t n_new, std::int64_t n1) const {
     if (budget_ == 0 || n1 <= s.n_max) return;
     std::uint64_t others = 0;
     for (const auto& [id, o] : seqs_)
@@ -92,8 +92,8 @@ void PqKvCache::ensure_pages(std::vector<std::int32_t>& pages, PagePool& pool, s
 void PqKvCache::append(int il, int seq_id, std::int64_t n, const float* k, const float* v) {
     AQPIM_CHECK(n >= 0, "kv cache {}: cannot append {} tokens", scheme(), n);
     layer(seq_id, il);  // validates
-    Sequence& s = seqs_.find(seq_id)->second;
-    LayerState& l = s.layers[il];
+    PqSequence& s = seqs_.find(seq_id)->second;
+    PqLayerState& l = s.layers[il];
     if (n == 0) return;
     const int n_kv_heads = shape().n_kv_head, D = shape().head_dim;
     // Rows are stored as f16 (or straight from f32 in the wq= codec) and everything (training, codes,
@@ -180,7 +180,7 @@ void PqKvCache::release_large_scratch() {
     std::vector<std::vector<float>>().swap(aug_);
 }
 
-void PqKvCache::train_version(Sequence& s, LayerState& l, int il, int j) {
+void PqKvCache::train_version(PqSequence& s, PqLayerState& l, int il, int j) {
     const int n_kv_heads = shape().n_kv_head, D = shape().head_dim;
     const std::int64_t nt = L_.sched.n_train, first = p_.sinks + L_.sched.version_start(j);
     const std::size_t per = std::size_t(nt) * D;
@@ -261,7 +261,7 @@ void PqKvCache::train_version(Sequence& s, LayerState& l, int il, int j) {
     AQPIM_ASSERT(s.assigned <= L_.width);
 }
 
-void PqKvCache::encode(Sequence& s, LayerState& l, std::int64_t c0, std::int64_t c1) {
+void PqKvCache::encode(PqSequence& s, PqLayerState& l, std::int64_t c0, std::int64_t c1) {
     if (c1 <= c0) return;
     const int n_kv_heads = shape().n_kv_head, n_streams = 2 * n_kv_heads;
     // Tasks: one stream (a KV head's keys or values) of one aligned block of kEncodeBlockTokens
@@ -279,7 +279,7 @@ void PqKvCache::encode(Sequence& s, LayerState& l, std::int64_t c0, std::int64_t
         (c1 - c0) * n_streams >= kParallelAppendRows ? 0 : 1);
 }
 
-void PqKvCache::encode_stream(const Sequence& s, const LayerState& l, int ih, bool value, std::int64_t c0,
+void PqKvCache::encode_stream(const PqSequence& s, const PqLayerState& l, int ih, bool value, std::int64_t c0,
                               std::int64_t c1) const {
     const int D = shape().head_dim, nbits = p_.nbits;
     const std::int64_t S = p_.sinks, P = p_.page;
@@ -321,7 +321,7 @@ KvMemory PqKvCache::memory() const {
     for (const auto& [id, s] : seqs_) {
         n_tokens += s.n_max;
         for (int il = 0; il < shape().n_layer; ++il) {
-            const LayerState& l = s.layers[il];
+            const PqLayerState& l = s.layers[il];
             if (L_.dense[il]) {
                 parts.dense += std::uint64_t(l.n) * n_kv_heads * 2 * row;
                 continue;

@@ -24,7 +24,7 @@
 namespace aqpim::kv {
 
 /// One layer of one sequence.
-struct LayerState {
+struct PqLayerState {
     std::int64_t n = 0;  ///< tokens appended
     // coded layers
     std::vector<AlignedBuffer<f16_t>> sink_k, sink_v;  ///< [n_kv_heads] of [sinks][D]
@@ -38,13 +38,13 @@ struct LayerState {
 
 /// Appends a trained (counted-only) version and its bytes: memory(), called on every forward pass,
 /// then sums one number per layer instead of every version's quantizers.
-inline void add_version(LayerState& l, PqLayerVersion v) {
+inline void add_version(PqLayerState& l, PqLayerVersion v) {
     l.codebook_bytes += v.parameter_bytes();
     l.versions.push_back(std::move(v));
 }
 
-struct Sequence {
-    std::vector<LayerState> layers;
+struct PqSequence {
+    std::vector<PqLayerState> layers;
     std::vector<std::int32_t> code_pages;   ///< page k: coded indices [k * page, (k + 1) * page)
     std::vector<std::int32_t> dense_pages;  ///< page k: positions [k * page, (k + 1) * page) of the f16 layers
     std::size_t assigned = 0;               ///< page width given to calibrated layers (bytes per token)
@@ -52,7 +52,7 @@ struct Sequence {
     std::int64_t n_max = 0;                 ///< most tokens any layer holds
 };
 
-struct AttendScratch;  // pq_cache_attend.cpp
+struct PqAttendScratch;  // pq_cache_attend.cpp
 
 class PqKvCache final : public KvCache {
 public:
@@ -82,12 +82,12 @@ public:
     void add_sequence(int seq_id) override {
         AQPIM_CHECK(seq_id >= 0, "kv cache {}: sequence id {} must be non-negative", scheme(), seq_id);
         AQPIM_CHECK(!has_sequence(seq_id), "kv cache {}: sequence {} already exists", scheme(), seq_id);
-        Sequence& s = seqs_[seq_id];
+        PqSequence& s = seqs_[seq_id];
         s.layers.resize(shape().n_layer);
         const int n_kv_heads = shape().n_kv_head, D = shape().head_dim;
         for (int il = 0; il < shape().n_layer; ++il) {
             if (L_.dense[il]) continue;
-            LayerState& l = s.layers[il];
+            PqLayerState& l = s.layers[il];
             l.sink_k.resize(n_kv_heads);
             l.sink_v.resize(n_kv_heads);
             l.tail_k.resize(n_kv_heads);
@@ -118,9 +118,9 @@ public:
     PqLayerReadView read_view(int seq_id, int il) const;
     /// pq_allocation (aqpim/kv_pq.h).
     PqAllocation allocation(int seq_id) const {
-        const Sequence& s = sequence(seq_id);
+        const PqSequence& s = sequence(seq_id);
         PqAllocation a;
-        for (const LayerState& l : s.layers) a.k_m.push_back(l.Mk), a.v_m.push_back(l.Mv);
+        for (const PqLayerState& l : s.layers) a.k_m.push_back(l.Mk), a.v_m.push_back(l.Mv);
         return a;
     }
     /// Section "pq" of docs/kv-state.md.
@@ -129,7 +129,7 @@ public:
     /// Sinks, then coded runs split at version and page boundaries, then the f16 tail (window and
     /// tokens waiting for their version); a dense f16 layer is one span.
     std::vector<KvSpan> layout(int seq_id, int il) const override {
-        const LayerState& l = layer(seq_id, il);
+        const PqLayerState& l = layer(seq_id, il);
         if (L_.dense[il]) return {KvSpan{0, l.n, -1, -1}};
         std::vector<KvSpan> out;
         const std::int64_t S = std::min<std::int64_t>(p_.sinks, l.n), c = L_.sched.coded(l.n);
@@ -145,17 +145,17 @@ public:
     }
 
 private:
-    const Sequence& sequence(int seq_id) const {
+    const PqSequence& sequence(int seq_id) const {
         auto it = seqs_.find(seq_id);
         AQPIM_CHECK(it != seqs_.end(), "kv cache {}: no sequence {}", scheme(), seq_id);
         return it->second;
     }
-    const LayerState& layer(int seq_id, int il) const {
+    const PqLayerState& layer(int seq_id, int il) const {
         AQPIM_CHECK(il >= 0 && il < shape().n_layer, "kv cache {}: layer {} out of range [0, {})", scheme(), il,
                     shape().n_layer);
         return sequence(seq_id).layers[il];
     }
-    void release_pages(Sequence& s) {
+    void release_pages(PqSequence& s) {
         for (std::int32_t id : s.code_pages) code_pool_->release(id);
         for (std::int32_t id : s.dense_pages) dense_pool_->release(id);
         s.code_pages.clear();
@@ -172,22 +172,22 @@ private:
 
     /// Refuse (aqpim::Error, nothing changed) when growing sequence s to n1 tokens would hold more
     /// than the budget. Every layer's growth is reserved when the first layer reaches n1.
-    void charge(const Sequence& s, int seq_id, int il, std::int64_t n_new, std::int64_t n1) const;
+    void charge(const PqSequence& s, int seq_id, int il, std::int64_t n_new, std::int64_t n1) const;
 
-    void train_version(Sequence& s, LayerState& l, int il, int j);
+    void train_version(PqSequence& s, PqLayerState& l, int il, int j);
     /// Codes of positions [c0, c1) (after the sinks) of every stream, blocks of streams side by side.
-    void encode(Sequence& s, LayerState& l, std::int64_t c0, std::int64_t c1);
+    void encode(PqSequence& s, PqLayerState& l, std::int64_t c0, std::int64_t c1);
     /// Codes of positions [c0, c1) of one stream: the keys (value = false) or values of KV head ih.
-    void encode_stream(const Sequence& s, const LayerState& l, int ih, bool value, std::int64_t c0,
+    void encode_stream(const PqSequence& s, const PqLayerState& l, int ih, bool value, std::int64_t c0,
                        std::int64_t c1) const;
     void release_large_scratch();
     void ensure_pages(std::vector<std::int32_t>& pages, PagePool& pool, std::int64_t n_pages);
 
-    std::uint8_t* code_region(const Sequence& s, const LayerState& l, std::int64_t i, int ih, bool value) const {
+    std::uint8_t* code_region(const PqSequence& s, const PqLayerState& l, std::int64_t i, int ih, bool value) const {
         const std::uint8_t* page = code_pool_->page(s.code_pages[std::size_t(i / p_.page)]);
         return const_cast<std::uint8_t*>(page) + (value ? l.v_off : l.k_off)[std::size_t(ih)];
     }
-    f16_t* dense_row(const Sequence& s, int il, std::int64_t t, int ih, bool value) const {
+    f16_t* dense_row(const PqSequence& s, int il, std::int64_t t, int ih, bool value) const {
         const std::uint8_t* page = dense_pool_->page(s.dense_pages[std::size_t(t / p_.page)]);
         const std::size_t idx =
             ((std::size_t(L_.slot[il]) * shape().n_kv_head + ih) * 2 + (value ? 1 : 0)) * std::size_t(p_.page) +
@@ -196,19 +196,19 @@ private:
     }
 
     /// Versions [0, n) of layer l, KV head ih, as the rows of one call read them (into ws.versions).
-    void prepare_versions(const LayerState& l, int ih, int n, bool many_rows, AttendScratch& ws) const;
-    void attend_codes(const Sequence& s, const LayerState& l, int ih, const float* q, int group, float scale,
+    void prepare_versions(const PqLayerState& l, int ih, int n, bool many_rows, PqAttendScratch& ws) const;
+    void attend_codes(const PqSequence& s, const PqLayerState& l, int ih, const float* q, int group, float scale,
                       std::int64_t c, AttentionPartial& part) const;
-    void attend_dense_layer(const Sequence& s, int il, int ih, const float* q, int group, float scale, std::int64_t p,
+    void attend_dense_layer(const PqSequence& s, int il, int ih, const float* q, int group, float scale, std::int64_t p,
                             AttentionPartial& part) const;
 
     // kv state (definitions at the end of the file)
-    void save_dense_layer(const Sequence& s, int il, ByteWriter& out) const;
-    void save_coded_layer(const Sequence& s, const LayerState& l, ByteWriter& out) const;
-    void restore_dense_layer(Sequence& s, int il, ByteReader& in);
-    void restore_coded_layer(Sequence& s, int il, ByteReader& in);
+    void save_dense_layer(const PqSequence& s, int il, ByteWriter& out) const;
+    void save_coded_layer(const PqSequence& s, const PqLayerState& l, ByteWriter& out) const;
+    void restore_dense_layer(PqSequence& s, int il, ByteReader& in);
+    void restore_coded_layer(PqSequence& s, int il, ByteReader& in);
     /// Restored code regions of every calibrated layer tile the first s.assigned bytes per token of a page.
-    void check_restored_regions(const Sequence& s, ByteReader& in) const;
+    void check_restored_regions(const PqSequence& s, ByteReader& in) const;
 
     PqKvParams p_;
     PqLayout L_;
@@ -216,7 +216,7 @@ private:
     PqAllocation pinned_;  ///< bits=: m taken instead of chosen, per layer (make_pq_kv_cache with an allocation)
     PqAttentionOptions attn_opts_;
     std::unique_ptr<PagePool> code_pool_, dense_pool_;
-    std::map<int, Sequence> seqs_;
+    std::map<int, PqSequence> seqs_;
     // training scratch (append is called on one thread; its encode tasks have encode_scratch())
     std::vector<float> xk_, xv_;           ///< [n_kv_heads][rows][D] f32 training rows
     std::vector<std::vector<float>> aug_;  ///< [n_kv_heads] RoPE-augmented key training rows

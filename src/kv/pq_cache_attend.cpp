@@ -12,20 +12,20 @@
 namespace aqpim::kv {
 
 /// What every row of one attend() call reads of one codebook version, prepared once per call.
-struct VersionTables {
+struct PqVersionTables {
     std::vector<float> k_centroids, v_centroids;  ///< [M][ksub][dsub] widened (cb=f16/int8; empty for f32)
     std::vector<float> v_columns;                 ///< [Mv][dsub][16] codebook_columns of the values (empty: per row)
     PqAttentionOptions options;                   ///< the cache's options pointing at the above
 };
 
 /// Per-thread scratch of attend() (no allocation once warm).
-struct AttendScratch {
+struct PqAttendScratch {
     AttentionPartial part;
     std::vector<PqCodeSpan> spans, next_spans;  ///< the codes of the version read, of the next one
     std::vector<std::uint8_t> codes;
     std::vector<float> k, v;              ///< decoded rows (attn=decode)
     std::vector<float> tail_k, tail_v;    ///< [rows][D] the call's wq= tail rows widened once
-    std::vector<VersionTables> versions;  ///< [versions the call reads]
+    std::vector<PqVersionTables> versions;  ///< [versions the call reads]
 };
 
 namespace {
@@ -34,19 +34,19 @@ namespace {
 /// current version: one tile of the scan (1024 tokens, 32 KiB at M = 32 for keys and values).
 constexpr std::int64_t kNextVersionPrefetchBlocks = 32;
 
-AttendScratch& attend_scratch() {
-    thread_local AttendScratch s;
+PqAttendScratch& attend_scratch() {
+    thread_local PqAttendScratch s;
     return s;
 }
 
 }  // namespace
 
-void PqKvCache::prepare_versions(const LayerState& l, int ih, int n, bool many_rows, AttendScratch& ws) const {
+void PqKvCache::prepare_versions(const PqLayerState& l, int ih, int n, bool many_rows, PqAttendScratch& ws) const {
     if (ws.versions.size() < std::size_t(n)) ws.versions.resize(std::size_t(n));
     for (int j = 0; j < n; ++j) {
         const PqLayerVersion& ver = l.versions[std::size_t(j)];
         if (ver.compact() && j + 2 < n) l.versions[std::size_t(j + 2)].prefetch(ih);  // widened here, read here
-        VersionTables& t = ws.versions[std::size_t(j)];
+        PqVersionTables& t = ws.versions[std::size_t(j)];
         t.options = attn_opts_;
         // cb=f16/int8: the transforms from the stored quantizers, the codebooks widened once per call.
         t.options.k_centroids = ver.widened_centroids(false, ih, t.k_centroids);
@@ -61,9 +61,9 @@ void PqKvCache::prepare_versions(const LayerState& l, int ih, int n, bool many_r
     }
 }
 
-void PqKvCache::attend_codes(const Sequence& s, const LayerState& l, int ih, const float* q, int group, float scale,
+void PqKvCache::attend_codes(const PqSequence& s, const PqLayerState& l, int ih, const float* q, int group, float scale,
                              std::int64_t c, AttentionPartial& part) const {
-    AttendScratch& ws = attend_scratch();
+    PqAttendScratch& ws = attend_scratch();
     const std::int64_t P = p_.page;
     const int D = shape().head_dim;
     const int last = L_.sched.version_of(c - 1);
@@ -118,7 +118,7 @@ void PqKvCache::attend_codes(const Sequence& s, const LayerState& l, int ih, con
     }
 }
 
-void PqKvCache::attend_dense_layer(const Sequence& s, int il, int ih, const float* q, int group, float scale,
+void PqKvCache::attend_dense_layer(const PqSequence& s, int il, int ih, const float* q, int group, float scale,
                                    std::int64_t p, AttentionPartial& part) const {
     const std::int64_t P = p_.page;
     for (std::int64_t t = 0; t <= p; t += P) {
@@ -129,15 +129,15 @@ void PqKvCache::attend_dense_layer(const Sequence& s, int il, int ih, const floa
 }
 
 void PqKvCache::attend(int il, int seq_id, int ih, const KvQuery& qr) const {
-    const LayerState& l = layer(seq_id, il);
-    const Sequence& s = sequence(seq_id);
+    const PqLayerState& l = layer(seq_id, il);
+    const PqSequence& s = sequence(seq_id);
     AQPIM_CHECK(ih >= 0 && ih < shape().n_kv_head, "kv cache {}: KV head {} out of range [0, {})", scheme(), ih,
                 shape().n_kv_head);
     AQPIM_CHECK(qr.group >= 1 && qr.n_rows >= 0, "kv cache {}: query group {} and rows {} must be positive", scheme(),
                 qr.group, qr.n_rows);
     const int D = shape().head_dim;
     const std::int64_t S = p_.sinks;
-    AttendScratch& ws = attend_scratch();
+    PqAttendScratch& ws = attend_scratch();
     AttentionPartial& part = ws.part;
     // What the rows share, prepared once: the codebooks of the versions they read, and the tail
     // rows [f_lo, p_hi] they read in f16 when those are stored coded (wq=).

@@ -13,8 +13,8 @@ namespace aqpim::kv {
 // ---- the layout as the CUDA kernels read it ------------------------------------------------------------
 
 PqLayerReadView PqKvCache::read_view(int seq_id, int il) const {
-    const LayerState& l = layer(seq_id, il);
-    const Sequence& s = sequence(seq_id);
+    const PqLayerState& l = layer(seq_id, il);
+    const PqSequence& s = sequence(seq_id);
     AQPIM_CHECK(!L_.dense[il], "kv cache {}: layer {} is dense f16, not coded", scheme(), il);
     AQPIM_CHECK(l.n > 0, "kv cache {}: layer {} of sequence {} holds no token", scheme(), il, seq_id);
     AQPIM_CHECK(p_.window_type == "f16", "kv cache {}: the CUDA kernels read the window in f16, not wq={}", scheme(),
@@ -68,7 +68,7 @@ PqLayerReadView PqKvCache::read_view(int seq_id, int il) const {
 // ---- kv state (section "pq" of docs/kv-state.md) -----------------------------------------------------
 
 void PqKvCache::save_sequence(int seq_id, ByteWriter& out) const {
-    const Sequence& s = sequence(seq_id);
+    const PqSequence& s = sequence(seq_id);
     write_layer_counts(out, *this, seq_id);
     // What the bytes depend on beyond the scheme text: the page width (bits= solves it at the context)
     // and the context the last version's key augmentation reaches.
@@ -82,7 +82,7 @@ void PqKvCache::save_sequence(int seq_id, ByteWriter& out) const {
     }
 }
 
-void PqKvCache::save_dense_layer(const Sequence& s, int il, ByteWriter& out) const {
+void PqKvCache::save_dense_layer(const PqSequence& s, int il, ByteWriter& out) const {
     const std::int64_t n = s.layers[il].n, P = p_.page;
     for (int ih = 0; ih < shape().n_kv_head; ++ih)
         for (const bool value : {false, true})
@@ -90,7 +90,7 @@ void PqKvCache::save_dense_layer(const Sequence& s, int il, ByteWriter& out) con
                 out.u16s(dense_row(s, il, t, ih, value), std::size_t(std::min(P, n - t)) * shape().head_dim);
 }
 
-void PqKvCache::save_coded_layer(const Sequence& s, const LayerState& l, ByteWriter& out) const {
+void PqKvCache::save_coded_layer(const PqSequence& s, const PqLayerState& l, ByteWriter& out) const {
     const int n_kv_heads = shape().n_kv_head, D = shape().head_dim;
     const std::int64_t S = std::min<std::int64_t>(p_.sinks, l.n), c = L_.sched.coded(l.n), P = p_.page;
     for (int ih = 0; ih < n_kv_heads; ++ih)
@@ -135,7 +135,7 @@ void PqKvCache::restore_sequence(int seq_id, ByteReader& in) {
                             "context, or ctx= in the spec)",
                             width, aug_context, L_.width, aug_context_));
     add_sequence(seq_id);
-    Sequence& s = seqs_.find(seq_id)->second;
+    PqSequence& s = seqs_.find(seq_id)->second;
     try {
         const std::int64_t n_max = *std::max_element(n.begin(), n.end());
         try {
@@ -158,7 +158,7 @@ void PqKvCache::restore_sequence(int seq_id, ByteReader& in) {
     }
 }
 
-void PqKvCache::restore_dense_layer(Sequence& s, int il, ByteReader& in) {
+void PqKvCache::restore_dense_layer(PqSequence& s, int il, ByteReader& in) {
     const std::int64_t n = s.layers[il].n, P = p_.page;
     // Pages only for rows the input holds.
     in.require(std::uint64_t(n) * shape().head_dim * 2 * shape().n_kv_head, sizeof(f16_t), "dense f16 layer rows");
@@ -170,8 +170,8 @@ void PqKvCache::restore_dense_layer(Sequence& s, int il, ByteReader& in) {
                                 fmt::format("layer {} KV head {} f16 {}", il, ih, value ? "values" : "keys"));
 }
 
-void PqKvCache::restore_coded_layer(Sequence& s, int il, ByteReader& in) {
-    LayerState& l = s.layers[il];
+void PqKvCache::restore_coded_layer(PqSequence& s, int il, ByteReader& in) {
+    PqLayerState& l = s.layers[il];
     const int n_kv_heads = shape().n_kv_head, D = shape().head_dim;
     const std::int64_t S = std::min<std::int64_t>(p_.sinks, l.n), c = L_.sched.coded(l.n), P = p_.page;
     const std::string at = fmt::format("layer {}", il);
@@ -260,11 +260,11 @@ void PqKvCache::restore_coded_layer(Sequence& s, int il, ByteReader& in) {
         }
 }
 
-void PqKvCache::check_restored_regions(const Sequence& s, ByteReader& in) const {
+void PqKvCache::check_restored_regions(const PqSequence& s, ByteReader& in) const {
     std::vector<std::pair<std::size_t, std::size_t>> regions;  // [begin, end) bytes of a page
     const std::size_t P = std::size_t(p_.page);
     for (int il = 0; il < shape().n_layer; ++il) {
-        const LayerState& l = s.layers[il];
+        const PqLayerState& l = s.layers[il];
         if (L_.dense[il] || l.versions.empty()) continue;
         for (int ih = 0; ih < shape().n_kv_head; ++ih) {
             regions.emplace_back(l.k_off[ih], l.k_off[ih] + P * pq_token_code_bytes(l.Mk[ih], p_.nbits));
