@@ -1,5 +1,5 @@
 #pragma once
-// Inputs of the k-means and encode benchmarks (tools/bench_kmeans.cpp, bench/bench_kmeans.cpp):
+// Inputs of the k-means and encode benchmarks (tools/bench_pq_kmeans.cpp, bench/bench_kmeans.cpp):
 // KV-cache-like rows from synthetic_attention (outlier key channels, low-rank structure, RoPE on
 // keys), cut into PQ sub-vectors.
 
