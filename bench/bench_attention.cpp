@@ -63,14 +63,15 @@ void BM_Dense(benchmark::State& state) {
     ColdArena& a = arena(bytes, sizeof(Elem) == 2 ? ArenaFill::f16 : ArenaFill::f32);
     const auto q = query();
     AttentionPartial part(kGroup, kD);
+    Workspace ws;
     std::int64_t i = 0;
     for (auto _ : state) {
         auto* K = reinterpret_cast<Elem*>(a.slot(cold ? i++ : 0));
         part.reset(kGroup, kD);
         if constexpr (sizeof(Elem) == 2)
-            attend_dense_f16(q.data(), kGroup, kD, K, K + T * kD, T, 0.088f, part);
+            attend_dense_f16(q.data(), kGroup, kD, K, K + T * kD, T, 0.088f, part, &ws);
         else
-            attend_dense_f32(q.data(), kGroup, kD, K, K + T * kD, T, 0.088f, part);
+            attend_dense_f32(q.data(), kGroup, kD, K, K + T * kD, T, 0.088f, part, &ws);
         benchmark::DoNotOptimize(part.acc.data());
     }
     report(state, T, double(bytes));
@@ -90,11 +91,12 @@ void BM_PqAttention(benchmark::State& state) {
     ColdArena& a = arena(2 * code_bytes);
     const auto q = query();
     AttentionPartial part(kGroup, kD);
+    Workspace ws;
     std::int64_t i = 0;
     for (auto _ : state) {
         std::uint8_t* codes = a.slot(cold ? i++ : 0);
         part.reset(kGroup, kD);
-        attend_pq(q.data(), kGroup, pk, pv, codes, codes + code_bytes, T, 0.088f, o, part);
+        attend_pq(q.data(), kGroup, pk, pv, codes, codes + code_bytes, T, 0.088f, o, part, &ws);
         benchmark::DoNotOptimize(part.acc.data());
     }
     report(state, T, double(2 * code_bytes));

@@ -15,6 +15,7 @@
 
 #include "aqpim/kv_capture.h"
 #include "aqpim/kv_scheme.h"
+#include "aqpim/workspace.h"
 
 namespace {
 
@@ -47,7 +48,8 @@ void BM_Attend(benchmark::State& state, const std::string& spec) {
     const Filled& f = filled(spec, T);
     std::vector<float> out(kGroup * kD);
     const std::int64_t pos = T - 1;
-    const KvQuery q{f.q.data(), kGroup * kD, 1, kGroup, &pos, 1.0f / std::sqrt(float(kD)), out.data(), kGroup * kD};
+    Workspace ws;
+    const KvQuery q{f.q.data(), kGroup * kD, 1, kGroup, &pos, 1.0f / std::sqrt(float(kD)), out.data(), kGroup * kD, &ws};
     for (auto _ : state) {
         f.cache->attend(0, 0, 0, q);
         benchmark::DoNotOptimize(out.data());

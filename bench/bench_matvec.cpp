@@ -27,6 +27,7 @@
 #include "aqpim/simd.h"
 #include "aqpim/threads.h"
 #include "aqpim/timer.h"
+#include "aqpim/workspace.h"
 #include "aqpim/weights.h"
 #include "model/quant_blocks.h"
 
@@ -111,9 +112,10 @@ void BM_Matvec(benchmark::State& state) {
     const auto x = values(std::size_t(kCols), 7, 1.0f);
     std::vector<float> y(static_cast<std::size_t>(kRows));
     std::int64_t i = 0;
+    Workspace ws;
     Timer t;
     for (auto _ : state) {
-        matvec(WeightMatrix{type, kRows, kCols, m.arena->slot(i++)}, x.data(), y.data(), nt);
+        matvec(WeightMatrix{type, kRows, kCols, m.arena->slot(i++)}, x.data(), y.data(), nt, &ws);
         benchmark::DoNotOptimize(y.data());
     }
     const double bps = double(m.bytes) * double(state.iterations()) / t.seconds();
@@ -135,8 +137,9 @@ void BM_MatvecHot(benchmark::State& state) {
     state.SetLabel(ggml_type_name(type) + "/" + simd_level_name(level));
     const auto x = values(std::size_t(kCols), 7, 1.0f);
     std::vector<float> y(static_cast<std::size_t>(rows));
+    Workspace ws;
     for (auto _ : state) {
-        matvec(WeightMatrix{type, rows, kCols, m.arena->slot(0)}, x.data(), y.data(), 1);
+        matvec(WeightMatrix{type, rows, kCols, m.arena->slot(0)}, x.data(), y.data(), 1, &ws);
         benchmark::DoNotOptimize(y.data());
     }
     state.SetBytesProcessed(std::int64_t(m.bytes) * state.iterations());
@@ -235,8 +238,9 @@ void BM_Matmul(benchmark::State& state) {
     state.SetLabel(ggml_type_name(type) + names[state.range(2)] + "/" + std::to_string(rows) + "x" + std::to_string(cols));
     const auto X = values(std::size_t(n * cols), 9, 1.0f);
     std::vector<float> Y(std::size_t(n * rows));
+    ThreadWorkspaces ws;
     for (auto _ : state) {
-        quant::matmul_with(WeightMatrix{type, rows, cols, m.arena->slot(0)}, X.data(), n, Y.data(), nt, path);
+        quant::matmul_with(WeightMatrix{type, rows, cols, m.arena->slot(0)}, X.data(), n, Y.data(), nt, path, &ws);
         benchmark::DoNotOptimize(Y.data());
     }
     state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(n * rows * cols) * double(state.iterations()) / 1e9,

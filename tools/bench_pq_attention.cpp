@@ -366,6 +366,7 @@ json bench_attention(const BenchOptions& opt) {
                 if (in_cache && bytes > (std::size_t(16) << 20)) continue;  // cannot stay in cache
                 for (int nt : thread_counts(opt)) {
                     std::vector<AttentionPartial> parts(nt, AttentionPartial(kGroup, kD));
+                    std::vector<Workspace> ws(static_cast<std::size_t>(nt));
                     const double s = time_parallel(
                         nt,
                         [&](std::int64_t i, int th) {
@@ -373,10 +374,10 @@ json bench_attention(const BenchOptions& opt) {
                             parts[th].reset(kGroup, kD);
                             if (elem == 4) {
                                 auto* K = reinterpret_cast<float*>(kv);
-                                attend_dense_f32(q.data(), kGroup, kD, K, K + T * kD, T, scale, parts[th]);
+                                attend_dense_f32(q.data(), kGroup, kD, K, K + T * kD, T, scale, parts[th], &ws[th]);
                             } else {
                                 auto* K = reinterpret_cast<f16_t*>(kv);
-                                attend_dense_f16(q.data(), kGroup, kD, K, K + T * kD, T, scale, parts[th]);
+                                attend_dense_f16(q.data(), kGroup, kD, K, K + T * kD, T, scale, parts[th], &ws[th]);
                             }
                         },
                         opt);
@@ -410,12 +411,14 @@ json bench_attention(const BenchOptions& opt) {
                     for (bool in_cache : {true, false})
                         for (int nt : thread_counts(opt)) {
                             std::vector<AttentionPartial> parts(nt, AttentionPartial(kGroup, kD));
+                            std::vector<Workspace> ws(static_cast<std::size_t>(nt));
                             const double s = time_parallel(
                                 nt,
                                 [&](std::int64_t i, int th) {
                                     std::uint8_t* codes = cold.slot(in_cache ? th : i);
                                     parts[th].reset(kGroup, kD);
-                                    attend_pq(q.data(), kGroup, pq_k, pq_v, codes, codes + code_bytes, T, scale, o, parts[th]);
+                                    attend_pq(q.data(), kGroup, pq_k, pq_v, codes, codes + code_bytes, T, scale, o, parts[th],
+                                              &ws[th]);
                                 },
                                 opt);
                             rows.push_back({{"section", "attention"}, {"T", T},

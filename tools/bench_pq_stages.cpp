@@ -137,9 +137,10 @@ json bench_stages(const BenchOptions& opt) {
             o.scores = sp;
             o.values = vp;
             AttentionPartial part(kGroup, kD);
+            Workspace ws;
             const double s = time([&] {
                 part.reset(kGroup, kD);
-                attend_pq(q.data(), kGroup, pq_k, pq_v, kcodes.data(), vcodes.data(), kTile, 0.088f, o, part);
+                attend_pq(q.data(), kGroup, pq_k, pq_v, kcodes.data(), vcodes.data(), kTile, 0.088f, o, part, &ws);
             });
             const std::string name = fmt::format("whole call, {} scores, {} values", sp == PqScorePath::int8 ? "int8" : "f32",
                                                  to_string(vp));
@@ -183,9 +184,10 @@ json bench_stages(const BenchOptions& opt) {
         PqAttentionOptions o;
         o.scores = sp;
         AttentionPartial part(kGroup, kD);
+        Workspace ws;
         const double s = time([&] {
             part.reset(kGroup, kD);
-            attend_pq(q.data(), kGroup, pk8, pv8, kcodes8.data(), vcodes8.data(), kTile, 0.088f, o, part);
+            attend_pq(q.data(), kGroup, pk8, pv8, kcodes8.data(), vcodes8.data(), kTile, 0.088f, o, part, &ws);
         });
         row(sp == PqScorePath::int8 ? "whole call, int8 scores, histogram values" : "whole call, f32 scores, histogram values",
             "tile", s, 2 * code_bytes8, kM8, 8);

@@ -7,6 +7,10 @@
 // Results are AttentionPartial: mergeable flash-decoding state, so a cache made of segments (f16
 // sinks, coded pages of several codebook versions, an f16 recent window) attends to each segment
 // and merges; finalize() divides by the softmax denominator.
+//
+// Every call takes the calling thread's Workspace (aqpim/workspace.h) for the tiles, tables and
+// accumulators it reuses from call to call; without one (nullptr) it allocates its own and frees it
+// on return (right for a single call, slower for a decode loop).
 
 #include <cstdint>
 #include <span>
@@ -15,6 +19,7 @@
 #include "aqpim/half.h"
 #include "aqpim/pq.h"
 #include "aqpim/simd.h"
+#include "aqpim/workspace.h"
 
 namespace aqpim {
 
@@ -33,15 +38,24 @@ struct AttentionPartial {
     void merge(const AttentionPartial& other);
     /// out [n_q][D] = acc / sum (zeros for a head that saw no token).
     void finalize(float* out) const;
+    /// Heap bytes it holds.
+    std::size_t bytes() const { return heap_bytes(max) + heap_bytes(sum) + heap_bytes(acc); }
 };
+
+/// Heap bytes of partials kept as scratch.
+inline std::size_t partials_bytes(const std::vector<AttentionPartial>& partials) {
+    std::size_t b = heap_bytes(partials);
+    for (const AttentionPartial& p : partials) b += p.bytes();
+    return b;
+}
 
 // ---- dense reference ------------------------------------------------------------------------------
 
 /// Attend q [n_q][D] (scores are scale * q·k) over K, V [n_tokens][D] (row-major), merging into `part`.
 void attend_dense_f32(const float* q, int n_q, int D, const float* K, const float* V, std::int64_t n_tokens,
-                      float scale, AttentionPartial& part);
+                      float scale, AttentionPartial& part, Workspace* ws = nullptr);
 void attend_dense_f16(const float* q, int n_q, int D, const f16_t* K, const f16_t* V, std::int64_t n_tokens,
-                      float scale, AttentionPartial& part);
+                      float scale, AttentionPartial& part, Workspace* ws = nullptr);
 
 // ---- attention on PQ codes --------------------------------------------------------------------------
 
@@ -90,7 +104,7 @@ const char* to_string(PqValuePath path);
 /// into `part` (values in the original space).
 void attend_pq(const float* q, int n_q, const ProductQuantizer& pq_k, const ProductQuantizer& pq_v,
                const std::uint8_t* k_blocks, const std::uint8_t* v_blocks, std::int64_t n_tokens, float scale,
-               const PqAttentionOptions& options, AttentionPartial& part);
+               const PqAttentionOptions& options, AttentionPartial& part, Workspace* ws = nullptr);
 
 /// A run of consecutive tokens whose key and value codes are contiguous blocks (a page of a paged
 /// cache). Every span of a call but the last holds whole blocks (n_tokens % 32 == 0).
@@ -102,13 +116,13 @@ struct PqCodeSpan {
 
 /// attend_pq over the concatenation of spans coded by one codebook version (pq_k, pq_v): the query
 /// transform and lookup tables are built once for the call, then the spans are scanned in tiles of
-/// 1024 tokens. A tile made of several spans is first gathered into contiguous thread-local
-/// buffers (the next tile's spans are prefetched meanwhile), so the kernels see the same layout as
+/// 1024 tokens. A tile made of several spans is first gathered into contiguous buffers of the
+/// workspace (the next tile's spans are prefetched meanwhile), so the kernels see the same layout as
 /// one span; a span that covers a whole tile is read in place. Bit-identical to attend_pq on the
 /// concatenated blocks (same tiles, same kernels).
 void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, const ProductQuantizer& pq_v,
                      std::span<const PqCodeSpan> spans, float scale, const PqAttentionOptions& options,
-                     AttentionPartial& part);
+                     AttentionPartial& part, Workspace* ws = nullptr);
 
 // ---- kernels (per SIMD level; tests compare each with ref) -----------------------------------------
 

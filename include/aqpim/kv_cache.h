@@ -28,6 +28,8 @@
 
 namespace aqpim {
 
+class Workspace;  // aqpim/workspace.h
+
 class ByteWriter;  // aqpim/byte_io.h
 class ByteReader;
 
@@ -64,6 +66,9 @@ struct KvQuery {
     float scale = 1.0f;            ///< scores are scale * q·k
     float* out = nullptr;          ///< [n_rows][group][head_dim], row stride out_stride floats
     std::int64_t out_stride = 0;
+    /// The calling thread's scratch (aqpim/workspace.h), reused from call to call; null: the call
+    /// allocates its own.
+    Workspace* ws = nullptr;
 };
 
 /// A run of one sequence's stored tokens in one layer (for `aqpim run --trace`, docs/pimsim.md).
@@ -102,6 +107,9 @@ public:
 
     /// What the cache holds now.
     virtual KvMemory memory() const = 0;
+    /// Heap bytes of the scratch the cache keeps between calls (training rows, its encode tasks'
+    /// buffers): not KV, so outside memory() and any KV budget; 0 for a cache that keeps none.
+    virtual std::size_t scratch_bytes() const { return 0; }
     /// Steady-state bytes one more sequence of n_tokens tokens would occupy (what memory() would
     /// count for it after decoding that far, every overhead included): capacity planning
     /// (`aqpim info --budget`). Schemes that cannot tell throw aqpim::Error.

@@ -10,6 +10,7 @@
 
 #include "aqpim/kv_cache.h"
 #include "aqpim/model.h"
+#include "aqpim/workspace.h"
 
 namespace aqpim {
 
@@ -45,12 +46,17 @@ public:
     /// Bytes a single-token decode step streams from the weights.
     std::uint64_t decode_weight_bytes() const;
 
+    /// Heap bytes of the scratch its threads keep between steps (a Workspace per thread: the
+    /// attention's tiles, tables and accumulators, the products' packed weight panels and prepared
+    /// activations; grown to the largest step seen, never shrunk).
+    std::size_t scratch_bytes() const;
+
 private:
     void attention_block(int il, std::span<const BatchSequence> batch, KvCache& cache, std::int64_t n);
     void ffn_block(int il, std::int64_t n);
     void apply_rope(float* x, int n_heads, std::int64_t n) const;
     /// Y = X W^T through matmul or matmul_batch_invariant.
-    void product(const WeightMatrix& W, const float* X, std::int64_t n, float* Y) const;
+    void product(const WeightMatrix& W, const float* X, std::int64_t n, float* Y);
 
     const ModelWeights& weights_;
     int n_threads_;
@@ -60,6 +66,7 @@ private:
     std::vector<std::int64_t> pos_;   ///< [n] position of each row
     std::vector<float> rope_cos_, rope_sin_;  ///< [n][head_dim/2]
     std::vector<float> x_, xn_, q_, k_, v_, attn_, tmp_, gate_, up_;
+    ThreadWorkspaces workspaces_;  ///< each thread's scratch (attention, products)
 };
 
 /// The KV shape a model's caches need: layers, KV heads, head_dim, RoPE pair layout and frequencies.

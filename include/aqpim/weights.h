@@ -13,6 +13,9 @@
 
 namespace aqpim {
 
+class Workspace;         // aqpim/workspace.h
+class ThreadWorkspaces;  // aqpim/workspace.h
+
 struct WeightMatrix {
     GgmlType type = GgmlType::F32;
     std::int64_t rows = 0;  ///< output features
@@ -27,10 +30,15 @@ struct WeightMatrix {
 
 /// y[r] = W.row(r) · x for every row (x has W.cols values), on up to n_threads threads
 /// (0 = default_threads()).
-void matvec(const WeightMatrix& W, const float* x, float* y, int n_threads = 0);
+/// `ws`: the calling thread's scratch (aqpim/workspace.h), reused from call to call; null: the call
+/// allocates its own.
+void matvec(const WeightMatrix& W, const float* x, float* y, int n_threads = 0, Workspace* ws = nullptr);
 
 /// Y[i][r] = W.row(r) · X[i] for i < n (X is [n][W.cols], Y is [n][W.rows]).
-void matmul(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads = 0);
+/// `ws`: one scratch Workspace per thread of the call's regions, kept by the caller from call to call
+/// (the Transformer's); null: the call allocates its own.
+void matmul(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads = 0,
+            ThreadWorkspaces* ws = nullptr);
 
 /// What decides how matmul rounds beside aqpim's own SIMD level: the BLAS library's kernel and
 /// build ("OpenBLAS <core> <config>"). Results computed under another text may differ in the last

@@ -65,6 +65,7 @@ void attend_heads(PyKvCache& c, int layer, int seq_id, const float* q, int n_row
     const KvShape& shape = c.cache->shape();
     const int group = n_heads / shape.n_kv_head, hd = shape.head_dim;
     const std::int64_t row_stride = std::int64_t(n_heads) * hd;
+    c.workspaces.prepare(c.n_threads);
     parallel_for(
         shape.n_kv_head,
         [&](std::int64_t ih) {
@@ -77,6 +78,7 @@ void attend_heads(PyKvCache& c, int layer, int seq_id, const float* q, int n_row
             query.scale = scale;
             query.out = out + ih * group * hd;
             query.out_stride = row_stride;
+            query.ws = &c.workspaces.mine();
             c.cache->attend(layer, seq_id, int(ih), query);
         },
         c.n_threads);

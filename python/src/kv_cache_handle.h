@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "aqpim/kv_cache.h"
+#include "aqpim/workspace.h"
 
 namespace aqpim::python {
 
@@ -14,6 +15,7 @@ struct PyKvCache {
     std::unique_ptr<KvCache> cache;
     std::mutex mu;
     int n_threads = 1;  ///< threads of attend() across KV heads (0 = aqpim.default_threads())
+    ThreadWorkspaces workspaces;  ///< attend()'s scratch, one per thread, kept from call to call
 };
 
 /// A cache of that scheme ("pq:m=32,...", the --kv grammar) for `shape`, holding sequence 0.

@@ -23,13 +23,14 @@ constexpr std::int64_t kDenseTile = 128;  // tokens per tile: a 128 x 128 f16 K 
 
 template <class T, class ScoresFn, class ValuesFn>
 void attend_dense(const float* q, int n_q, int D, const T* K, const T* V, std::int64_t n_tokens, float scale,
-                  AttentionPartial& part, ScoresFn scores_fn, ValuesFn values_fn) {
+                  AttentionPartial& part, Workspace* workspace, ScoresFn scores_fn, ValuesFn values_fn) {
     AQPIM_CHECK(n_q >= 1 && D >= 1, "attention needs n_q >= 1 and D >= 1 (got n_q={}, D={})", n_q, D);
     AQPIM_CHECK(part.n_q == n_q && part.D == D, "attention partial is [{}][{}], expected [{}][{}]", part.n_q, part.D,
                 n_q, D);
     AQPIM_CHECK(n_tokens >= 0, "negative token count {}", n_tokens);
     const AttnKernels& k = dispatch(kTables);
-    AttentionScratch& ws = attention_scratch();
+    Workspace local;
+    AttentionScratch& ws = workspace_or(workspace, local).get<AttentionScratch>();
     ws.reserve(n_q, D, kDenseTile);
     for (std::int64_t i = 0; i < std::int64_t(n_q) * D; ++i) ws.q[i] = q[i] * scale;
     std::fill(ws.alpha.begin(), ws.alpha.end(), 1.0f);
@@ -54,11 +55,6 @@ void rescale_rows(float* rows, int n_rows, std::int64_t row_len, const float* al
     }
 }
 
-AttentionScratch& attention_scratch() {
-    thread_local AttentionScratch scratch;
-    return scratch;
-}
-
 void AttentionScratch::reserve(int n_q, int D, std::int64_t tile) {
     auto grow = [](AlignedBuffer<float>& b, std::size_t n) {
         if (b.size() < n) b.resize(n);
@@ -66,6 +62,11 @@ void AttentionScratch::reserve(int n_q, int D, std::int64_t tile) {
     grow(q, std::size_t(n_q) * D);
     grow(scores, std::size_t(n_q) * tile);
     alpha.resize(n_q);
+}
+
+std::size_t AttentionScratch::bytes() const {
+    return heap_bytes(q) + heap_bytes(scores) + heap_bytes(alpha) + heap_bytes(lut) + heap_bytes(qlut) +
+           heap_bytes(columns) + heap_bytes(hist) + heap_bytes(acc);
 }
 
 void AttentionPartial::reset(int n_q_, int D_) {
@@ -97,14 +98,14 @@ void AttentionPartial::finalize(float* out) const {
 }
 
 void attend_dense_f32(const float* q, int n_q, int D, const float* K, const float* V, std::int64_t n_tokens,
-                      float scale, AttentionPartial& part) {
-    attend_dense(q, n_q, D, K, V, n_tokens, scale, part, &AttnKernels::dense_scores_f32,
+                      float scale, AttentionPartial& part, Workspace* ws) {
+    attend_dense(q, n_q, D, K, V, n_tokens, scale, part, ws, &AttnKernels::dense_scores_f32,
                  &AttnKernels::dense_values_f32);
 }
 
 void attend_dense_f16(const float* q, int n_q, int D, const f16_t* K, const f16_t* V, std::int64_t n_tokens,
-                      float scale, AttentionPartial& part) {
-    attend_dense(q, n_q, D, K, V, n_tokens, scale, part, &AttnKernels::dense_scores_f16,
+                      float scale, AttentionPartial& part, Workspace* ws) {
+    attend_dense(q, n_q, D, K, V, n_tokens, scale, part, ws, &AttnKernels::dense_scores_f16,
                  &AttnKernels::dense_values_f16);
 }
 

@@ -38,7 +38,7 @@ struct Segment {
     std::int64_t n_blocks = 0;
 };
 
-/// Per-thread scratch of attend_pq_spans beyond the shared AttentionScratch (reused across calls).
+/// A Workspace part: attend_pq_spans's scratch beyond the shared AttentionScratch.
 struct SpanScratch {
     AlignedBuffer<std::uint8_t> k_tile, v_tile;  ///< [kTileBlocks][block bytes]: a tile's codes, gathered
     std::vector<Int8LutParams> qparams;          ///< [n_q]
@@ -46,19 +46,20 @@ struct SpanScratch {
     AlignedBuffer<float> pair_hist;              ///< the pairs value path's histograms (pair_hist_floats)
     std::vector<Segment> segments;               ///< the call's spans cut at tile boundaries
     std::vector<std::size_t> tile_first;         ///< [n_tiles + 1] first segment of each tile
+    std::vector<float> pattern;                  ///< rescale_interleaved's 16 periods of factors
     AttentionPartial local;
-};
 
-SpanScratch& span_scratch() {
-    thread_local SpanScratch scratch;
-    return scratch;
-}
+    std::size_t bytes() const {
+        return heap_bytes(k_tile) + heap_bytes(v_tile) + heap_bytes(qparams) + heap_bytes(lut4) +
+               heap_bytes(pair_hist) + heap_bytes(segments) + heap_bytes(tile_first) + heap_bytes(pattern) + local.bytes();
+    }
+};
 
 /// x[i] *= lane_alpha[i % period] for i < len: histograms whose bins interleave heads. One pattern
 /// of 16 periods, so the multiply vectorizes whatever the period (a bin-by-bin loop over the 8-bit
 /// histograms' 32K floats at GQA 4 was 7% of a 1 x 32K `pq:bits=2` decode step).
-void rescale_interleaved(float* x, std::size_t len, int period, const float* lane_alpha) {
-    thread_local std::vector<float> pattern;
+/// `pattern` is the caller's scratch for it.
+void rescale_interleaved(float* x, std::size_t len, int period, const float* lane_alpha, std::vector<float>& pattern) {
     const std::size_t P = 16 * std::size_t(period);
     pattern.resize(P);
     for (std::size_t j = 0; j < P; ++j) pattern[j] = lane_alpha[j % std::size_t(period)];
@@ -69,12 +70,12 @@ void rescale_interleaved(float* x, std::size_t len, int period, const float* lan
 }
 
 /// pair_hist (pair_hist_floats(n_q, M) floats) times alpha[h] in head h's lanes.
-void rescale_pair_hist(float* pair_hist, int n_q, int M, const float* alpha) {
+void rescale_pair_hist(float* pair_hist, int n_q, int M, const float* alpha, std::vector<float>& pattern) {
     const std::size_t per_group = pair_hist_floats(4, M);
     for (int hg = 0; hg < (n_q + 3) / 4; ++hg) {
         float a[4] = {1, 1, 1, 1};
         for (int j = 0; j < 4 && 4 * hg + j < n_q; ++j) a[j] = alpha[4 * hg + j];
-        rescale_interleaved(pair_hist + hg * per_group, per_group, 4, a);
+        rescale_interleaved(pair_hist + hg * per_group, per_group, 4, a, pattern);
     }
 }
 
@@ -112,15 +113,15 @@ const char* to_string(PqValuePath path) {
 
 void attend_pq(const float* q, int n_q, const ProductQuantizer& pq_k, const ProductQuantizer& pq_v,
                const std::uint8_t* k_blocks, const std::uint8_t* v_blocks, std::int64_t n_tokens, float scale,
-               const PqAttentionOptions& options, AttentionPartial& part) {
+               const PqAttentionOptions& options, AttentionPartial& part, Workspace* ws) {
     AQPIM_CHECK(n_tokens >= 0, "negative token count {}", n_tokens);
     const PqCodeSpan span{k_blocks, v_blocks, n_tokens};
-    attend_pq_spans(q, n_q, pq_k, pq_v, {&span, 1}, scale, options, part);
+    attend_pq_spans(q, n_q, pq_k, pq_v, {&span, 1}, scale, options, part, ws);
 }
 
 void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, const ProductQuantizer& pq_v,
                      std::span<const PqCodeSpan> spans, float scale, const PqAttentionOptions& options,
-                     AttentionPartial& part) {
+                     AttentionPartial& part, Workspace* workspace) {
     AQPIM_CHECK(pq_k.is_trained() && pq_v.is_trained(), "attend_pq needs trained key and value quantizers");
     const int D = pq_k.D();
     AQPIM_CHECK(pq_v.D() == D, "key quantizer has D={}, value quantizer D={}", D, pq_v.D());
@@ -147,8 +148,10 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
     const PqKernels& k = pq_kernels();
     const AttnKernels& ak = attn_kernels(active_simd_level());
     const int Mk = pq_k.M(), Mv = pq_v.M(), ksub_k = pq_k.ksub(), ksub_v = pq_v.ksub();
-    AttentionScratch& ws = attention_scratch();
-    SpanScratch& ss = span_scratch();
+    Workspace own;
+    Workspace& w = workspace_or(workspace, own);
+    AttentionScratch& ws = w.get<AttentionScratch>();
+    SpanScratch& ss = w.get<SpanScratch>();
     ws.reserve(n_q, D, kTile);
 
     // Query side: transform into key-quantizer space (scale folded in), then tables.
@@ -275,11 +278,11 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
         if (value_path == PqValuePath::histogram) {
             // (the first tile's histogram is still zero: 256-bin histograms are 32K floats at GQA 4)
             if (t > 0 && std::any_of(ws.alpha.begin(), ws.alpha.end(), [](float a) { return a != 1.0f; }))
-                rescale_interleaved(ws.hist.data(), hist_len, n_q, ws.alpha.data());
+                rescale_interleaved(ws.hist.data(), hist_len, n_q, ws.alpha.data(), ss.pattern);
             k.values_hist(ws.scores.data(), kTile, n_q, Mv, pq_v.nbits(), vb, nb, ws.hist.data());
         } else if (value_path == PqValuePath::pairs) {
             if (t > 0 && std::any_of(ws.alpha.begin(), ws.alpha.end(), [](float a) { return a != 1.0f; }))
-                rescale_pair_hist(ss.pair_hist.data(), n_q, Mv, ws.alpha.data());
+                rescale_pair_hist(ss.pair_hist.data(), n_q, Mv, ws.alpha.data(), ss.pattern);
             k.values_pairs(ws.scores.data(), kTile, n_q, Mv, vb, nb, ss.pair_hist.data());
         } else {
             rescale_rows(ws.acc.data(), n_q, D, ws.alpha.data());

@@ -88,6 +88,7 @@ PqFidelity measure_pq_fidelity(const CapturedAttention& cap, const PqFidelityCon
     std::size_t stored_bytes = 0, n_measured = 0;
     double encode_s = 0;
     std::vector<float> out_pq(std::size_t(group) * D), out_ref(out_pq.size()), q(out_pq.size());
+    Workspace ws;  // the attention calls' scratch, reused
     for (int ih = 0; ih < n_kv_heads; ++ih) {
         CodedHead ck = encode_head(kpq[ih], keys[ih], n, &encode_s), cv = encode_head(vpq[ih], values[ih], n, &encode_s);
         stored_bytes += ck.blocks.size() + cv.blocks.size() + kpq[ih].parameter_bytes() + vpq[ih].parameter_bytes();
@@ -99,8 +100,8 @@ PqFidelity measure_pq_fidelity(const CapturedAttention& cap, const PqFidelityCon
             for (int g = 0; g < group; ++g)
                 std::copy_n(cap.q.data() + (std::size_t(t) * cap.n_head + ih * group + g) * D, D, q.data() + g * D);
             AttentionPartial ref(group, D), pq(group, D);
-            attend_dense_f32(q.data(), group, D, keys[ih].data(), values[ih].data(), ctx, scale, ref);
-            attend_pq(q.data(), group, kpq[ih], vpq[ih], ck.blocks.data(), cv.blocks.data(), ctx, scale, {}, pq);
+            attend_dense_f32(q.data(), group, D, keys[ih].data(), values[ih].data(), ctx, scale, ref, &ws);
+            attend_pq(q.data(), group, kpq[ih], vpq[ih], ck.blocks.data(), cv.blocks.data(), ctx, scale, {}, pq, &ws);
             ref.finalize(out_ref.data());
             pq.finalize(out_pq.data());
             for (int g = 0; g < group; ++g) {

@@ -41,18 +41,18 @@ constexpr std::int64_t kEncodeBlockTokens = 64;
 constexpr std::int64_t kParallelAppendRows = 64;
 static_assert(kEncodeBlockTokens % kCodeBlock == 0);
 
-/// Per-thread scratch of the encode tasks of append() (a block of tokens at a time: small).
+/// A Workspace part: an encode task's buffers (a block of tokens at a time: small).
 struct EncodeScratch {
     std::vector<float> rows;             ///< [tokens][D] the stream's rows read back
     std::vector<std::uint8_t> codes;     ///< [tokens][M]
     AlignedBuffer<float> y;              ///< ProductQuantizer::encode_with's rows in quantizer space
     std::vector<float> wide_centroids;   ///< cb=f16/int8: the quantizer's codebooks widened
     std::vector<float> norms;            ///< their squared norms
+
+    std::size_t bytes() const {
+        return heap_bytes(rows) + heap_bytes(codes) + heap_bytes(y) + heap_bytes(wide_centroids) + heap_bytes(norms);
+    }
 };
-EncodeScratch& encode_scratch() {
-    thread_local EncodeScratch s;
-    return s;
-}
 
 }  // namespace
 
@@ -268,22 +268,24 @@ void PqKvCache::encode(PqSequence& s, PqLayerState& l, std::int64_t c0, std::int
     // positions, so no two tasks write the same code block (4-bit codes share bytes within one).
     const std::int64_t b0 = c0 / kEncodeBlockTokens, n_blocks = (c1 - 1) / kEncodeBlockTokens + 1 - b0;
     const std::int64_t n_tasks = n_blocks * n_streams;
+    const int n_threads = (c1 - c0) * n_streams >= kParallelAppendRows ? 0 : 1;
+    encode_ws_.prepare(n_threads);
     parallel_for(
         n_tasks,
         [&](std::int64_t task) {
             const std::int64_t blk = b0 + task / n_streams;
             const int stream = int(task % n_streams);
             encode_stream(s, l, stream % n_kv_heads, stream >= n_kv_heads, std::max(c0, blk * kEncodeBlockTokens),
-                          std::min(c1, (blk + 1) * kEncodeBlockTokens));
+                          std::min(c1, (blk + 1) * kEncodeBlockTokens), encode_ws_.mine());
         },
-        (c1 - c0) * n_streams >= kParallelAppendRows ? 0 : 1);
+        n_threads);
 }
 
 void PqKvCache::encode_stream(const PqSequence& s, const PqLayerState& l, int ih, bool value, std::int64_t c0,
-                              std::int64_t c1) const {
+                              std::int64_t c1, Workspace& w) const {
     const int D = shape().head_dim, nbits = p_.nbits;
     const std::int64_t S = p_.sinks, P = p_.page;
-    EncodeScratch& ws = encode_scratch();
+    EncodeScratch& ws = w.get<EncodeScratch>();
     for (std::int64_t a = c0; a < c1;) {
         // A run coded by one version.
         const int j = L_.sched.version_of(a);
@@ -312,6 +314,12 @@ void PqKvCache::encode_stream(const PqSequence& s, const PqLayerState& l, int ih
 }
 
 // ---- accounting --------------------------------------------------------------------------------------
+
+std::size_t PqKvCache::scratch_bytes() const {
+    std::size_t b = heap_bytes(xk_) + heap_bytes(xv_) + heap_bytes(aug_) + encode_ws_.bytes();
+    for (const std::vector<float>& a : aug_) b += heap_bytes(a);
+    return b;
+}
 
 KvMemory PqKvCache::memory() const {
     PqParts parts;

@@ -113,6 +113,7 @@ public:
     void append(int il, int seq_id, std::int64_t n, const float* k, const float* v) override;
     void attend(int il, int seq_id, int ih, const KvQuery& query) const override;
     KvMemory memory() const override;
+    std::size_t scratch_bytes() const override;
     std::uint64_t sequence_bytes(std::int64_t n_tokens) const override { return footprint(n_tokens); }
     /// pq_layer_read_view (aqpim/kv_pq.h): layer il of sequence seq_id as a decode step reads it.
     PqLayerReadView read_view(int seq_id, int il) const;
@@ -179,7 +180,7 @@ private:
     void encode(PqSequence& s, PqLayerState& l, std::int64_t c0, std::int64_t c1);
     /// Codes of positions [c0, c1) of one stream: the keys (value = false) or values of KV head ih.
     void encode_stream(const PqSequence& s, const PqLayerState& l, int ih, bool value, std::int64_t c0,
-                       std::int64_t c1) const;
+                       std::int64_t c1, Workspace& w) const;
     void release_large_scratch();
     void ensure_pages(std::vector<std::int32_t>& pages, PagePool& pool, std::int64_t n_pages);
 
@@ -198,9 +199,9 @@ private:
     /// Versions [0, n) of layer l, KV head ih, as the rows of one call read them (into ws.versions).
     void prepare_versions(const PqLayerState& l, int ih, int n, bool many_rows, PqAttendScratch& ws) const;
     void attend_codes(const PqSequence& s, const PqLayerState& l, int ih, const float* q, int group, float scale,
-                      std::int64_t c, AttentionPartial& part) const;
+                      std::int64_t c, AttentionPartial& part, Workspace& w) const;
     void attend_dense_layer(const PqSequence& s, int il, int ih, const float* q, int group, float scale, std::int64_t p,
-                            AttentionPartial& part) const;
+                            AttentionPartial& part, Workspace& w) const;
 
     // kv state (definitions at the end of the file)
     void save_dense_layer(const PqSequence& s, int il, ByteWriter& out) const;
@@ -217,9 +218,10 @@ private:
     PqAttentionOptions attn_opts_;
     std::unique_ptr<PagePool> code_pool_, dense_pool_;
     std::map<int, PqSequence> seqs_;
-    // training scratch (append is called on one thread; its encode tasks have encode_scratch())
+    // training scratch (append is called on one thread; its encode tasks have encode_ws_)
     std::vector<float> xk_, xv_;           ///< [n_kv_heads][rows][D] f32 training rows
     std::vector<std::vector<float>> aug_;  ///< [n_kv_heads] RoPE-augmented key training rows
+    ThreadWorkspaces encode_ws_;           ///< the encode tasks' buffers, one per thread
     std::optional<RowCodec> window_codec_; ///< wq=: codec of the tail rows (none: f16)
     // key calibration augmentation (aug=)
     int aug_copies_ = 0;

@@ -18,14 +18,25 @@ struct PqVersionTables {
     PqAttentionOptions options;                   ///< the cache's options pointing at the above
 };
 
-/// Per-thread scratch of attend() (no allocation once warm).
+/// A Workspace part: attend()'s scratch (no allocation once warm).
 struct PqAttendScratch {
     AttentionPartial part;
     std::vector<PqCodeSpan> spans, next_spans;  ///< the codes of the version read, of the next one
     std::vector<std::uint8_t> codes;
     std::vector<float> k, v;              ///< decoded rows (attn=decode)
+    ProductQuantizer wide_k, wide_v;      ///< a version's quantizers with f16 codebooks widened (attn=decode)
     std::vector<float> tail_k, tail_v;    ///< [rows][D] the call's wq= tail rows widened once
     std::vector<PqVersionTables> versions;  ///< [versions the call reads]
+
+    std::size_t bytes() const {
+        std::size_t b = part.bytes() + heap_bytes(spans) +
+                        heap_bytes(next_spans) + heap_bytes(codes) + heap_bytes(k) + heap_bytes(v) +
+                        wide_k.parameter_bytes() + wide_v.parameter_bytes() + heap_bytes(tail_k) + heap_bytes(tail_v) +
+                        heap_bytes(versions);
+        for (const PqVersionTables& t : versions)
+            b += heap_bytes(t.k_centroids) + heap_bytes(t.v_centroids) + heap_bytes(t.v_columns);
+        return b;
+    }
 };
 
 namespace {
@@ -33,11 +44,6 @@ namespace {
 /// Blocks of the next codebook version's codes a decode call requests into L2 while it scans the
 /// current version: one tile of the scan (1024 tokens, 32 KiB at M = 32 for keys and values).
 constexpr std::int64_t kNextVersionPrefetchBlocks = 32;
-
-PqAttendScratch& attend_scratch() {
-    thread_local PqAttendScratch s;
-    return s;
-}
 
 }  // namespace
 
@@ -62,8 +68,8 @@ void PqKvCache::prepare_versions(const PqLayerState& l, int ih, int n, bool many
 }
 
 void PqKvCache::attend_codes(const PqSequence& s, const PqLayerState& l, int ih, const float* q, int group, float scale,
-                             std::int64_t c, AttentionPartial& part) const {
-    PqAttendScratch& ws = attend_scratch();
+                             std::int64_t c, AttentionPartial& part, Workspace& w) const {
+    PqAttendScratch& ws = w.get<PqAttendScratch>();
     const std::int64_t P = p_.page;
     const int D = shape().head_dim;
     const int last = L_.sched.version_of(c - 1);
@@ -95,12 +101,12 @@ void PqKvCache::attend_codes(const PqSequence& s, const PqLayerState& l, int ih,
                     if ((budget -= nb) == 0) break;
                 }
             }
-            attend_pq_spans(q, group, ver.k[ih], ver.v[ih], ws.spans, scale, ws.versions[std::size_t(j)].options, part);
+            attend_pq_spans(q, group, ver.k[ih], ver.v[ih], ws.spans, scale, ws.versions[std::size_t(j)].options, part,
+                            &w);
             std::swap(ws.spans, ws.next_spans);
             continue;
         }
-        thread_local ProductQuantizer wide_k, wide_v;  // f16 codebooks widened (cb=f16)
-        const ProductQuantizer &qk = ver.quantizer(false, ih, wide_k), &qv = ver.quantizer(true, ih, wide_v);
+        const ProductQuantizer &qk = ver.quantizer(false, ih, ws.wide_k), &qv = ver.quantizer(true, ih, ws.wide_v);
         // Decode-then-dense: the reference.
         const std::int64_t cnt = b - a;
         for (const bool value : {false, true}) {
@@ -114,17 +120,17 @@ void PqKvCache::attend_codes(const PqSequence& s, const PqLayerState& l, int ih,
             out.resize(std::size_t(cnt) * D);
             pq.decode(ws.codes.data(), cnt, out.data());
         }
-        attend_dense_f32(q, group, D, ws.k.data(), ws.v.data(), cnt, scale, part);
+        attend_dense_f32(q, group, D, ws.k.data(), ws.v.data(), cnt, scale, part, &w);
     }
 }
 
 void PqKvCache::attend_dense_layer(const PqSequence& s, int il, int ih, const float* q, int group, float scale,
-                                   std::int64_t p, AttentionPartial& part) const {
+                                   std::int64_t p, AttentionPartial& part, Workspace& w) const {
     const std::int64_t P = p_.page;
     for (std::int64_t t = 0; t <= p; t += P) {
         const std::int64_t cnt = std::min(P, p + 1 - t);
         attend_dense_f16(q, group, shape().head_dim, dense_row(s, il, t, ih, false), dense_row(s, il, t, ih, true), cnt,
-                         scale, part);
+                         scale, part, &w);
     }
 }
 
@@ -137,7 +143,9 @@ void PqKvCache::attend(int il, int seq_id, int ih, const KvQuery& qr) const {
                 qr.group, qr.n_rows);
     const int D = shape().head_dim;
     const std::int64_t S = p_.sinks;
-    PqAttendScratch& ws = attend_scratch();
+    Workspace local;
+    Workspace& w = workspace_or(qr.ws, local);
+    PqAttendScratch& ws = w.get<PqAttendScratch>();
     AttentionPartial& part = ws.part;
     // What the rows share, prepared once: the codebooks of the versions they read, and the tail
     // rows [f_lo, p_hi] they read in f16 when those are stored coded (wq=).
@@ -185,22 +193,22 @@ void PqKvCache::attend(int il, int seq_id, int ih, const KvQuery& qr) const {
         const float* q = qr.q + r * qr.q_stride;
         part.reset(qr.group, D);
         if (L_.dense[il]) {
-            attend_dense_layer(s, il, ih, q, qr.group, qr.scale, p, part);
+            attend_dense_layer(s, il, ih, q, qr.group, qr.scale, p, part, w);
         } else {
             attend_dense_f16(q, qr.group, D, l.sink_k[ih].data(), l.sink_v[ih].data(), std::min(p + 1, S), qr.scale,
-                             part);
+                             part, &w);
             const std::int64_t c = L_.sched.coded(p + 1);
-            if (c > 0) attend_codes(s, l, ih, q, qr.group, qr.scale, c, part);
+            if (c > 0) attend_codes(s, l, ih, q, qr.group, qr.scale, c, part, w);
             const std::int64_t f = S + c;
             if (p >= f) {
                 const std::int64_t cnt = p + 1 - f;
                 if (tail_f16) {
                     attend_dense_f16(q, qr.group, D, l.tail_k[ih].f16_row(f), l.tail_v[ih].f16_row(f), cnt, qr.scale,
-                                     part);
+                                     part, &w);
                 } else {  // wq=: the rows widened above
                     const std::size_t off = std::size_t(f - f_lo) * D;
                     attend_dense_f32(q, qr.group, D, ws.tail_k.data() + off, ws.tail_v.data() + off, cnt, qr.scale,
-                                     part);
+                                     part, &w);
                 }
             }
         }

@@ -80,7 +80,7 @@ void PqLayerVersion::prefetch(int ih) const {
 const ProductQuantizer& PqLayerVersion::quantizer(bool value, int ih, ProductQuantizer& scratch) const {
     const ProductQuantizer& q = (value ? v : k)[std::size_t(ih)];
     if (!compact()) return q;
-    thread_local std::vector<float> wide;
+    std::vector<float> wide;  // copied into the scratch quantizer by set_centroids
     (value ? vc : kc)[std::size_t(ih)].widen(wide);
     scratch = q;
     scratch.set_centroids(wide.data());

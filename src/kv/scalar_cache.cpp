@@ -11,16 +11,13 @@ namespace aqpim::kv {
 
 namespace {
 
-/// Per-thread buffers, reused across calls (no allocation once warm).
+/// A Workspace part: attend_segmented's buffers (no allocation once warm).
 struct SegmentScratch {
     AlignedBuffer<float> k, v;                ///< [tile][head_dim] decoded keys, values
     std::vector<AttentionPartial> partials;   ///< [n_rows] one per query row
-};
 
-SegmentScratch& segment_scratch() {
-    thread_local SegmentScratch s;
-    return s;
-}
+    std::size_t bytes() const { return heap_bytes(k) + heap_bytes(v) + partials_bytes(partials); }
+};
 
 }  // namespace
 
@@ -34,7 +31,9 @@ std::int64_t tile_for_granule(std::int64_t granule) { return (255 + granule) / g
 
 void attend_segmented(const SegmentedHead& head, const TileSource& source, const KvQuery& query) {
     const int hd = head.head_dim, group = query.group;
-    SegmentScratch& ws = segment_scratch();
+    Workspace local;
+    Workspace& w = workspace_or(query.ws, local);
+    SegmentScratch& ws = w.get<SegmentScratch>();
     const std::size_t tile_elems = std::size_t(head.tile) * hd;
     if (ws.k.size() < tile_elems) {
         ws.k.resize(tile_elems);
@@ -54,7 +53,7 @@ void attend_segmented(const SegmentedHead& head, const TileSource& source, const
             const std::int64_t end = head.quant_end(query.pos[r]);
             if (end <= t0) continue;
             attend_dense_f32(query.q + r * query.q_stride, group, hd, ws.k.data(), ws.v.data(),
-                             std::min(n, end - t0), query.scale, ws.partials[r]);
+                             std::min(n, end - t0), query.scale, ws.partials[r], &w);
         }
     }
     for (int r = 0; r < query.n_rows; ++r) {
@@ -63,7 +62,7 @@ void attend_segmented(const SegmentedHead& head, const TileSource& source, const
             AQPIM_ASSERT(end >= head.f16_start);
             const std::int64_t off = (end - head.f16_start) * hd;
             attend_dense_f16(query.q + r * query.q_stride, group, hd, head.k16 + off, head.v16 + off, p + 1 - end,
-                             query.scale, ws.partials[r]);
+                             query.scale, ws.partials[r], &w);
         }
         ws.partials[r].finalize(query.out + r * query.out_stride);
     }

@@ -16,7 +16,7 @@ namespace {
 
 constexpr std::int64_t kTile = 128;  ///< coded tokens decoded at once (tiles start at multiples of it)
 
-/// Per-thread buffers, reused across calls.
+/// A Workspace part: attend_turbo's buffers, reused across calls.
 struct TurboScratch {
     AlignedBuffer<float> q_ext;    ///< [n_rows][group][key ext_dim] prepared queries, times scale
     AlignedBuffer<float> k_ext;    ///< [kTile][key ext_dim] extended key rows
@@ -30,12 +30,11 @@ struct TurboScratch {
     static void grow(T& b, std::size_t n) {
         if (b.size() < n) b.resize(n);
     }
+    std::size_t bytes() const {
+        return heap_bytes(q_ext) + heap_bytes(k_ext) + heap_bytes(v) + heap_bytes(scores) + heap_bytes(alpha) +
+               heap_bytes(acc) + partials_bytes(partials);
+    }
 };
-
-TurboScratch& turbo_scratch() {
-    thread_local TurboScratch s;
-    return s;
-}
 
 }  // namespace
 
@@ -45,7 +44,9 @@ void attend_turbo(const TurboStreamCoder& keys, const TurboValueCodec& values, c
     const int hd = seg.head_dim, group = query.group, ke = keys.ext_dim();
     const std::size_t krb = keys.row_bytes().total(), vrb = values.row_bytes();
     const AttnKernels& kern = attn_kernels(active_simd_level());
-    TurboScratch& ws = turbo_scratch();
+    Workspace local;
+    Workspace& w = workspace_or(query.ws, local);
+    TurboScratch& ws = w.get<TurboScratch>();
     TurboScratch::grow(ws.q_ext, std::size_t(query.n_rows) * group * ke);
     TurboScratch::grow(ws.k_ext, std::size_t(kTile) * ke);
     TurboScratch::grow(ws.v, std::size_t(kTile) * hd);
@@ -93,7 +94,7 @@ void attend_turbo(const TurboStreamCoder& keys, const TurboValueCodec& values, c
             AQPIM_ASSERT(end >= seg.f16_start);
             const std::int64_t off = (end - seg.f16_start) * hd;
             attend_dense_f16(query.q + r * query.q_stride, group, hd, seg.k16 + off, seg.v16 + off, p + 1 - end,
-                             query.scale, part);
+                             query.scale, part, &w);
         }
         part.finalize(query.out + r * query.out_stride);
     }

@@ -66,18 +66,17 @@ constexpr std::int64_t kBatchTileRows = 64;
 /// tile of W rows is read from memory once and reused from cache by every activation, instead of
 /// the whole of W streamed once per activation. Threads split W's rows (a split that changes no
 /// row's arithmetic) once the whole product is worth them.
-void matmul_rows(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads) {
+void matmul_rows(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads,
+                 ThreadWorkspaces& ws) {
+    ws.prepare(1);  // the calling thread's: the activations are prepared before the region
+    MatmulScratch& caller = ws.mine().get<MatmulScratch>();
     if (n == 1) {
-        QuantizedX& qx = scratch_x();
-        if (quantizes_x(W.type)) quant_kernels(active_simd_level()).prepare_x(W.type, X, W.cols, qx);
-        matvec_prepared(W, X, qx, Y, matvec_threads(W, n_threads));
+        if (quantizes_x(W.type)) quant_kernels(active_simd_level()).prepare_x(W.type, X, W.cols, caller.qx);
+        matvec_prepared(W, X, caller.qx, Y, matvec_threads(W, n_threads));
         return;
     }
     const QuantKernels& k = quant_kernels(active_simd_level());
-    // The calling thread's prepared activations, named through a reference: a lambda that names
-    // a thread_local directly would see the worker thread's own (empty) instance.
-    thread_local std::vector<QuantizedX> scratch;
-    std::vector<QuantizedX>& qxs = scratch;
+    std::vector<QuantizedX>& qxs = caller.qxs;
     const bool prepared = quantizes_x(W.type);
     const std::size_t rb = W.row_bytes();
     if (!prepared && k.dot_rows_batch != nullptr) {  // every activation against a tile of rows at once
@@ -109,17 +108,19 @@ void matmul_rows(const WeightMatrix& W, const float* X, std::int64_t n, float* Y
         gemm_threads(W, n, n_tiles, n_threads));
 }
 
-void matmul_sgemm(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads) {
+void matmul_sgemm(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads,
+                  ThreadWorkspaces& ws) {
     single_threaded_blas();
     const std::int64_t tr = tile_rows(W.cols);
     const std::int64_t n_tiles = ceil_div(W.rows, tr);
     const int nt = gemm_threads(W, n, n_tiles, n_threads);
+    ws.prepare(nt);
     parallel_for(
         n_tiles,
         [&](std::int64_t t) {
             const std::int64_t r0 = t * tr, r1 = std::min(W.rows, r0 + tr);
             const float* tile = nullptr;
-            thread_local AlignedBuffer<float> buf;
+            AlignedBuffer<float>& buf = ws.mine().get<MatmulScratch>().tile;
             if (W.type == GgmlType::F32) {
                 tile = reinterpret_cast<const float*>(W.row(r0));
             } else {
@@ -144,9 +145,10 @@ constexpr std::int64_t kMaxPanelsPerRun = 4;
 /// packed as they are, into an f16 panel that the kernel widens as it loads: a separate
 /// dequantize pass was a third of a batch-8 decode step's weight time on the hd128 synth model,
 /// and the f32 transpose that replaced it a third of a batch-32 step's).
-void matmul_own(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads) {
+void matmul_own(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads, ThreadWorkspaces& ws) {
     const std::int64_t n_panels = ceil_div(W.rows, kPanelRows);
     const int nt = gemm_threads(W, n, n_panels, n_threads);
+    ws.prepare(nt);
     const std::int64_t per_run = std::clamp<std::int64_t>(n_panels / (2 * nt), 1, kMaxPanelsPerRun);
     const std::int64_t n_runs = ceil_div(n_panels, per_run);
     const std::size_t need = std::size_t(kPanelRows * W.cols);
@@ -155,19 +157,21 @@ void matmul_own(const WeightMatrix& W, const float* X, std::int64_t n, float* Y,
         n_runs,
         [&](std::int64_t run) {
             const std::int64_t p0 = run * per_run, p1 = std::min(n_panels, p0 + per_run);
+            MatmulScratch& scratch = ws.mine().get<MatmulScratch>();
             for (std::int64_t p = p0; p < p1; ++p) {
                 const std::int64_t r0 = p * kPanelRows, nr = panel_rows(p);
                 // The run's next panel is requested while this one multiplies.
                 const void* next = p + 1 < p1 ? W.row(r0 + kPanelRows) : nullptr;
                 const std::size_t next_bytes = p + 1 < p1 ? std::size_t(panel_rows(p + 1)) * W.row_bytes() : 0;
                 if (W.type == GgmlType::F16) {
-                    thread_local AlignedBuffer<f16_t> half_panel;
+                    AlignedBuffer<f16_t>& half_panel = scratch.half_panel;
                     if (half_panel.size() < need) half_panel.resize(need);
                     pack_panel_f16_avx512(reinterpret_cast<const f16_t*>(W.row(r0)), int(nr), W.cols, half_panel.data());
                     gemm_panel_avx512(X, n, W.cols, half_panel.data(), int(nr), Y + r0, W.rows, next, next_bytes);
                     continue;
                 }
-                thread_local AlignedBuffer<float> rows, panel;
+                AlignedBuffer<float>& rows = scratch.rows;
+                AlignedBuffer<float>& panel = scratch.panel;
                 if (rows.size() < need) rows.resize(need);
                 if (panel.size() < need) panel.resize(need);
                 dequantize(W.type, W.row(r0), rows.data(), nr * W.cols);
@@ -180,7 +184,8 @@ void matmul_own(const WeightMatrix& W, const float* X, std::int64_t n, float* Y,
 
 }  // namespace
 
-void matmul_with(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads, MatmulPath path) {
+void matmul_with(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads, MatmulPath path,
+                 ThreadWorkspaces* ws) {
     check_matrix(W, "matmul");
     AQPIM_CHECK(n >= 0, "matmul: negative batch size {}", n);
     if (n == 0 || W.rows == 0) return;
@@ -190,10 +195,12 @@ void matmul_with(const WeightMatrix& W, const float* X, std::int64_t n, float* Y
     }
     if (path == MatmulPath::automatic) path = n < gemm_min_batch(W.type) ? MatmulPath::rows : MatmulPath::own;
     if (path == MatmulPath::own && active_simd_level() != SimdLevel::avx512) path = MatmulPath::sgemm;
+    ThreadWorkspaces own;
+    ThreadWorkspaces& w = ws ? *ws : own;
     switch (path) {
-        case MatmulPath::rows: return matmul_rows(W, X, n, Y, n_threads);
-        case MatmulPath::own: return matmul_own(W, X, n, Y, n_threads);
-        default: return matmul_sgemm(W, X, n, Y, n_threads);
+        case MatmulPath::rows: return matmul_rows(W, X, n, Y, n_threads, w);
+        case MatmulPath::own: return matmul_own(W, X, n, Y, n_threads, w);
+        default: return matmul_sgemm(W, X, n, Y, n_threads, w);
     }
 }
 
@@ -209,8 +216,8 @@ std::int64_t gemm_min_batch(GgmlType type) {
 
 }  // namespace quant
 
-void matmul(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads) {
-    quant::matmul_with(W, X, n, Y, n_threads, quant::MatmulPath::automatic);
+void matmul(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads, ThreadWorkspaces* ws) {
+    quant::matmul_with(W, X, n, Y, n_threads, quant::MatmulPath::automatic, ws);
 }
 
 }  // namespace aqpim

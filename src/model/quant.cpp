@@ -261,21 +261,17 @@ void matvec_prepared(const WeightMatrix& W, const float* x, const QuantizedX& qx
         nt);
 }
 
-QuantizedX& scratch_x() {
-    thread_local QuantizedX qx;
-    return qx;
-}
-
 }  // namespace quant
 
-void matvec(const WeightMatrix& W, const float* x, float* y, int n_threads) {
+void matvec(const WeightMatrix& W, const float* x, float* y, int n_threads, Workspace* ws) {
     check_matrix(W, "matvec");
     if (W.rows == 0) return;
     if (W.cols == 0) {
         std::fill(y, y + W.rows, 0.0f);
         return;
     }
-    QuantizedX& qx = scratch_x();
+    Workspace own;
+    QuantizedX& qx = workspace_or(ws, own).get<MatmulScratch>().qx;
     if (quantizes_x(W.type)) dispatch(kTables).prepare_x(W.type, x, W.cols, qx);
     matvec_prepared(W, x, qx, y, matvec_threads(W, n_threads));
 }

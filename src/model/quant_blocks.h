@@ -10,6 +10,7 @@
 #include "aqpim/ggml_types.h"
 #include "aqpim/half.h"
 #include "aqpim/weights.h"
+#include "aqpim/workspace.h"
 
 namespace aqpim::quant {
 
@@ -102,6 +103,30 @@ struct QuantizedX {
     AlignedBuffer<float> aux;           ///< avx512: per-type correction terms
 };
 
+using aqpim::heap_bytes;
+/// Heap bytes a QuantizedX holds.
+inline std::size_t heap_bytes(const QuantizedX& x) {
+    return heap_bytes(x.q) + heap_bytes(x.d) + heap_bytes(x.s) + heap_bytes(x.s16) + heap_bytes(x.lane) +
+           heap_bytes(x.lane_i) + heap_bytes(x.aux);
+}
+
+/// A Workspace part: the products' buffers (matvec's prepared activation; matmul's prepared
+/// activations on its calling thread, and each thread's dequantized rows and packed panels).
+struct MatmulScratch {
+    QuantizedX qx;                    ///< matvec's x, prepared for the type's kernel
+    std::vector<QuantizedX> qxs;      ///< [n] matmul_rows' activations, prepared
+    AlignedBuffer<float> rows, panel; ///< matmul_own: a panel's rows dequantized, then packed k-major
+    AlignedBuffer<f16_t> half_panel;  ///< matmul_own: an f16 panel packed as it is
+    AlignedBuffer<float> tile;        ///< matmul_sgemm: a tile of rows dequantized
+
+    std::size_t bytes() const {
+        std::size_t b = heap_bytes(qx) + heap_bytes(qxs) + heap_bytes(rows) + heap_bytes(panel) +
+                        heap_bytes(half_panel) + heap_bytes(tile);
+        for (const QuantizedX& x : qxs) b += heap_bytes(x);
+        return b;
+    }
+};
+
 /// Quantize x into natural-order q, d, s and s16 (the specification every level reproduces
 /// exactly); grows the buffers as needed.
 void quantize_x_ref(const float* x, std::int64_t n, QuantizedX& qx);
@@ -155,8 +180,6 @@ int matvec_threads(const WeightMatrix& W, int n_threads);
 /// matvec with x already prepared (qx filled by the active level's prepare_x when the type
 /// quantizes x), rows split into `nt` contiguous chunks.
 void matvec_prepared(const WeightMatrix& W, const float* x, const QuantizedX& qx, float* y, int nt);
-/// The calling thread's activation scratch.
-QuantizedX& scratch_x();
 
 /// matmul's own f32 GEMM (AVX-512): W rows are dequantized 32 at a time and packed k-major into
 /// a panel [K][32]; then Y[i][0..n_cols) = X[i] . panel columns for every activation row i.
@@ -179,6 +202,7 @@ enum class MatmulPath { automatic, rows, sgemm, own };
 /// Smallest batch matmul dequantizes W for (the measured crossover with per-row matvec, W
 /// [4096 x 4096] in the LLC, one thread: 4 for f32/f16/bf16, 8 for Q8_0, 12 for Q4_0/Q4_K/Q6_K).
 std::int64_t gemm_min_batch(GgmlType type);
-void matmul_with(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads, MatmulPath path);
+void matmul_with(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads, MatmulPath path,
+                 ThreadWorkspaces* ws = nullptr);
 
 }  // namespace aqpim::quant

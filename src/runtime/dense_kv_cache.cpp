@@ -62,9 +62,9 @@ public:
             part.reset(qr.group, hd);
             const float* q = qr.q + r * qr.q_stride;
             if constexpr (std::is_same_v<T, float>)
-                attend_dense_f32(q, qr.group, hd, l.k[ih].data(), l.v[ih].data(), p + 1, qr.scale, part);
+                attend_dense_f32(q, qr.group, hd, l.k[ih].data(), l.v[ih].data(), p + 1, qr.scale, part, qr.ws);
             else
-                attend_dense_f16(q, qr.group, hd, l.k[ih].data(), l.v[ih].data(), p + 1, qr.scale, part);
+                attend_dense_f16(q, qr.group, hd, l.k[ih].data(), l.v[ih].data(), p + 1, qr.scale, part, qr.ws);
             part.finalize(qr.out + r * qr.out_stride);
         }
     }

@@ -55,6 +55,8 @@ KvShape kv_shape_of(const ModelWeights& weights) {
 
 KvShape Transformer::kv_shape() const { return kv_shape_of(weights_); }
 
+std::size_t Transformer::scratch_bytes() const { return workspaces_.bytes(); }
+
 std::uint64_t Transformer::decode_weight_bytes() const {
     // Every matrix is streamed once per step except the embedding table, of which one row is read
     // (unless it doubles as the output matrix).
@@ -63,13 +65,13 @@ std::uint64_t Transformer::decode_weight_bytes() const {
     return b;
 }
 
-void Transformer::product(const WeightMatrix& W, const float* X, std::int64_t n, float* Y) const {
+void Transformer::product(const WeightMatrix& W, const float* X, std::int64_t n, float* Y) {
     // Batch-invariant: every row through matvec, as a batch of one computes it (matmul's GEMM
     // paths round differently from matvec, so a row's result would depend on the batch size).
     if (batch_invariant_)
-        quant::matmul_with(W, X, n, Y, n_threads_, quant::MatmulPath::rows);
+        quant::matmul_with(W, X, n, Y, n_threads_, quant::MatmulPath::rows, &workspaces_);
     else
-        matmul(W, X, n, Y, n_threads_);
+        matmul(W, X, n, Y, n_threads_, &workspaces_);
 }
 
 void Transformer::apply_rope(float* x, int n_heads, std::int64_t n) const {
@@ -121,6 +123,7 @@ void Transformer::attention_block(int il, std::span<const BatchSequence> batch, 
     for (std::size_t s = 0; s < batch.size(); ++s)
         work += double(row0[s + 1] - row0[s]) * double(pos_[row0[s + 1] - 1] + 1) * c.n_head * hd;
     const int attn_threads = work < double(1 << 20) ? 1 : n_threads_;
+    workspaces_.prepare(attn_threads);
     parallel_for(
         n_tasks,
         [&](std::int64_t task) {
@@ -135,6 +138,7 @@ void Transformer::attention_block(int il, std::span<const BatchSequence> batch, 
             query.scale = scale;
             query.out = attn_.data() + row0[s] * q_dim + ih * group * hd;
             query.out_stride = q_dim;
+            query.ws = &workspaces_.mine();
             cache.attend(il, batch[s].seq_id, ih, query);
         },
         attn_threads);

@@ -134,6 +134,9 @@ struct EngineStats {
     std::uint64_t kv_budget_bytes = 0;
     std::int64_t pages_in_use = 0;        ///< code pages of every sequence (paged schemes; 0 otherwise)
     double bits_per_element = 0.0;        ///< of what the cache holds now
+    /// Scratch kept between steps, outside the KV budget: the forward pass's threads'
+    /// (Transformer::scratch_bytes) and the cache's (KvCache::scratch_bytes).
+    std::uint64_t model_scratch_bytes = 0, cache_scratch_bytes = 0;
     double prefill_seconds = 0.0, decode_seconds = 0.0;  ///< time spent in each phase
     std::uint64_t prefill_tokens = 0, decode_tokens = 0; ///< tokens through each phase
     Histogram ttft, tpot;                 ///< time to first token, time per output token (seconds)

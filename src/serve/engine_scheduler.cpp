@@ -488,6 +488,8 @@ void Engine::Impl::publish() {
     published.kv_bytes_reserved = reserved;
     published.pages_in_use = pages;
     published.bits_per_element = mem.bits_per_element(cache->shape());
+    published.model_scratch_bytes = model.scratch_bytes();
+    published.cache_scratch_bytes = cache->scratch_bytes();
     published.requests_rejected = rejected;
     published_slots = std::move(infos);
 }

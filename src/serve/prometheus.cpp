@@ -113,6 +113,12 @@ std::string prometheus_text(const EngineStats& s, const HttpCounters& http) {
     metric(out, "aqpim_kv_pages_in_use", "gauge", "Code pages of every sequence (paged schemes).", double(s.pages_in_use));
     metric(out, "aqpim_kv_bits_per_element", "gauge", "Bits per cached K/V element of what is held now.",
            s.bits_per_element);
+    out += "# HELP aqpim_scratch_bytes Scratch kept between steps, outside the KV budget: the forward pass's "
+           "threads' (attention tiles and tables, weight panels, prepared activations) and the KV cache's "
+           "(training rows, encode buffers).\n"
+           "# TYPE aqpim_scratch_bytes gauge\n";
+    out += fmt::format("aqpim_scratch_bytes{{part=\"model\"}} {}\n", s.model_scratch_bytes);
+    out += fmt::format("aqpim_scratch_bytes{{part=\"kv_cache\"}} {}\n", s.cache_scratch_bytes);
     metric(out, "aqpim_prefill_tokens_total", "counter", "Prompt tokens through prefill.", double(s.prefill_tokens));
     metric(out, "aqpim_decode_tokens_total", "counter", "Tokens through batched decode.", double(s.decode_tokens));
     metric(out, "aqpim_prefill_tokens_per_second", "gauge", "Prefill tokens per second spent prefilling.",

@@ -10,6 +10,7 @@
 #include "aqpim/error.h"
 #include "aqpim/pq_codes.h"
 #include "aqpim/pq_kernels.h"
+#include "aqpim/workspace.h"
 #include "support/random.h"
 #include "support/simd_guard.h"
 
@@ -91,6 +92,38 @@ TEST(PqAttention, EqualsDecodeThenDense) {
                     ASSERT_NEAR(got[i], expect[i], 2e-4f * (1 + std::fabs(expect[i])))
                         << simd_level_name(level) << " D=" << c.D << " M=" << c.M << " nbits=" << c.nbits
                         << " n_q=" << c.n_q << " path=" << int(path) << " i=" << i;
+            }
+        }
+    }
+}
+
+TEST(PqAttention, AWorkspaceGivesTheSameBitsAndIsReusedWarm) {
+    // Each value path and both key widths: a call with the caller's workspace equals one without
+    // (its own, freed on return) bit for bit; once warm, the workspace does not grow.
+    const Case cases[] = {{128, 32, 4, 4, 2500, Rotation::none, false, RopePairs::none},
+                          {64, 16, 8, 5, 2100, Rotation::none, false, RopePairs::none}};
+    for (const Case& c : cases) {
+        auto K = test::gaussian(std::size_t(c.n) * c.D, 4), V = test::gaussian(std::size_t(c.n) * c.D, 5);
+        auto q = test::gaussian(std::size_t(c.n_q) * c.D, 6);
+        Coded ck = code(K, c.n, c, 11), cv = code(V, c.n, c, 21);
+        for (PqValuePath path : {PqValuePath::histogram, PqValuePath::permute, PqValuePath::pairs}) {
+            if (path != PqValuePath::histogram && c.nbits != 4) continue;
+            for (PqScorePath scores : {PqScorePath::f32, PqScorePath::automatic}) {
+                PqAttentionOptions o;
+                o.values = path;
+                o.scores = scores;
+                AttentionPartial own(c.n_q, c.D), given(c.n_q, c.D);
+                attend_pq(q.data(), c.n_q, ck.pq, cv.pq, ck.blocks.data(), cv.blocks.data(), c.n, 0.1f, o, own);
+                Workspace ws;
+                attend_pq(q.data(), c.n_q, ck.pq, cv.pq, ck.blocks.data(), cv.blocks.data(), c.n, 0.1f, o, given, &ws);
+                EXPECT_EQ(own.acc, given.acc);
+                EXPECT_EQ(own.sum, given.sum);
+                const std::size_t warm = ws.bytes();
+                EXPECT_GT(warm, std::size_t(c.n_q) * c.D * sizeof(float));  // at least the accumulators
+                AttentionPartial again(c.n_q, c.D);
+                attend_pq(q.data(), c.n_q, ck.pq, cv.pq, ck.blocks.data(), cv.blocks.data(), c.n, 0.1f, o, again, &ws);
+                EXPECT_EQ(again.acc, own.acc);
+                EXPECT_EQ(ws.bytes(), warm) << "path " << to_string(path);
             }
         }
     }

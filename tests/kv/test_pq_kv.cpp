@@ -309,6 +309,33 @@ TEST(PqKv, AttentionStaysCloseToF16) {
     }
 }
 
+// Scratch is the caller's or counted: attention with a workspace (KvQuery::ws, what the Transformer
+// passes) gives the same bits as without; the cache's own scratch (training rows, encode buffers)
+// is reported by scratch_bytes(), apart from the KV bytes of memory().
+TEST(PqKv, ScratchIsTheCallersOrCounted) {
+    const KvShape shape = neox_shape(1, 2, 64);
+    const int n = 700;
+    const Data d = synthetic(shape, n, 2, 12);
+    for (const char* spec : {"pq:m=16,calib=256,refresh=0", "pq:m=16,calib=256,refresh=256,cb=int8,wq=q8_0"}) {
+        auto pq = pq_cache(spec, shape);
+        pq->add_sequence(0);
+        append_all_layers(*pq, d, 0, 0, n);
+        EXPECT_GT(pq->scratch_bytes(), 0u) << spec;  // the encode tasks' buffers at least
+        const int D = shape.head_dim, n_q = shape.n_kv_head * d.group;
+        std::vector<std::int64_t> pos = {n - 3, n - 2, n - 1};
+        std::vector<float> own(pos.size() * d.group * D), given(own.size());
+        KvQuery q{d.q.data() + ((n - 3) * n_q) * D, std::int64_t(n_q) * D, int(pos.size()), d.group, pos.data(),
+                  1.0f / std::sqrt(float(D)), own.data(), std::int64_t(d.group) * D};
+        pq->attend(0, 0, 0, q);
+        Workspace ws;
+        q.out = given.data();
+        q.ws = &ws;
+        pq->attend(0, 0, 0, q);
+        EXPECT_EQ(own, given) << spec;
+        EXPECT_GT(ws.bytes(), 0u) << spec;
+    }
+}
+
 // aniso= (pq/anisotropic_codes.h) reaches the cache's key codes and only them: on the same rows the
 // coded keys score themselves closer to x·x than nearest-centroid codes do, the values' codes are
 // the same bytes.

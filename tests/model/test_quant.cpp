@@ -14,6 +14,7 @@
 
 #include "aqpim/error.h"
 #include "aqpim/weights.h"
+#include "aqpim/workspace.h"
 #include "model/quant_blocks.h"
 #include "support/random.h"
 #include "support/simd_guard.h"
@@ -576,6 +577,34 @@ TEST(Matmul, ForcedPathsAgreeAndThreadsDoNotMatter) {
                 // the rows path differs by the activation quantization only
                 EXPECT_LT(std::sqrt(num / den), quant::quantizes_x(type) ? 0.01 : 1e-6) << tname(type);
             }
+    }
+}
+
+// The caller's workspaces (what the Transformer passes) give the same bits as the call's own, on
+// every path; warm, they hold what the first call grew and grow no further.
+TEST(Matmul, WorkspacesGiveTheSameBitsAndStopGrowing) {
+    const std::int64_t rows = 300, n = 17, c = 800;
+    for (GgmlType type : {GgmlType::Q8_0, GgmlType::F16}) {
+        const auto data = make_weights(type, rows, c, 63);
+        const WeightMatrix W{type, rows, c, data.data()};
+        const auto X = test::gaussian(std::size_t(n * c), 64);
+        for (auto path : {quant::MatmulPath::rows, quant::MatmulPath::sgemm, quant::MatmulPath::own}) {
+            std::vector<float> own(std::size_t(n * rows)), given(own.size());
+            quant::matmul_with(W, X.data(), n, own.data(), 2, path);
+            ThreadWorkspaces ws;
+            quant::matmul_with(W, X.data(), n, given.data(), 2, path, &ws);
+            EXPECT_EQ(own, given) << tname(type);
+            const std::size_t warm = ws.bytes();
+            EXPECT_GT(warm, 0u) << tname(type);
+            quant::matmul_with(W, X.data(), n, given.data(), 2, path, &ws);
+            EXPECT_EQ(own, given) << tname(type);
+            EXPECT_EQ(ws.bytes(), warm) << tname(type);
+        }
+        std::vector<float> y1(static_cast<std::size_t>(rows)), y2(y1.size());
+        matvec(W, X.data(), y1.data(), 1);
+        Workspace w;
+        matvec(W, X.data(), y2.data(), 1, &w);
+        EXPECT_EQ(y1, y2) << tname(type);
     }
 }
 

@@ -107,6 +107,24 @@ TEST(Transformer, BadTokensAreErrors) {
     EXPECT_THROW(t.forward({&unknown, 1}, *cache, logits), Error);
 }
 
+TEST(Transformer, ScratchIsCountedAndStopsGrowingOnceWarm) {
+    const ModelWeights w = test::tiny_model({});
+    Transformer t(w, 1);
+    EXPECT_EQ(t.scratch_bytes(), 0u);  // nothing run yet
+    auto cache = make_dense_kv_cache(t.kv_shape(), DenseKvType::f16);
+    cache->add_sequence(0);
+    std::vector<float> logits;
+    const BatchSequence prompt{0, kIds, false};
+    t.forward({&prompt, 1}, *cache, logits);
+    const std::size_t after_prompt = t.scratch_bytes();
+    EXPECT_GT(after_prompt, 0u);  // the dense tiles and scores, the prepared activations
+    for (std::int32_t id : {3, 4, 5}) {  // decode steps need no more than the prompt's call did
+        const BatchSequence step{0, {&id, 1}, false};
+        t.forward({&step, 1}, *cache, logits);
+        EXPECT_EQ(t.scratch_bytes(), after_prompt);
+    }
+}
+
 TEST(Rope, FrequencyRules) {
     ModelWeights w = test::tiny_model({.n_embd = 64, .n_head = 2, .n_kv_head = 1});  // head_dim 32
     w.config.rope_theta = 500000.0f;

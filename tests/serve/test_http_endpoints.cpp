@@ -245,8 +245,14 @@ TEST(HttpEndpoints, ModelsHealthSlotsAndMetrics) {
                              "aqpim_time_to_first_token_seconds_count 1",
                              "aqpim_time_per_output_token_seconds_count 4", "aqpim_kv_bits_per_element",
                              "aqpim_decode_tokens_per_second", "aqpim_kv_pages_in_use",
+                             "# TYPE aqpim_scratch_bytes gauge", "aqpim_scratch_bytes{part=\"kv_cache\"} ",
                              "aqpim_http_responses_total{status=\"200\"}"})
         EXPECT_NE(t.find(name), std::string::npos) << name << "\n" << t;
+    // The forward pass's scratch of the request that ran: counted, not zero.
+    const std::string scratch = "\naqpim_scratch_bytes{part=\"model\"} ";
+    const std::size_t at = t.find(scratch);
+    ASSERT_NE(at, std::string::npos) << t;
+    EXPECT_GT(std::stod(t.substr(at + scratch.size())), 0.0);
 }
 
 }  // namespace
