@@ -228,6 +228,12 @@ limited to positions <= pos[i] (default: the sequence's last n_rows tokens). sca
 1/sqrt(head_dim); out (float32, same shape) receives the result in place. Returns [n_rows, n_heads, head_dim].)doc")
         .def("memory", [](PyKvCache& c) { std::lock_guard l(c.mu); return memory_dict(*c.cache); },
              "Every byte held: {'n_tokens', 'bytes', 'bits_per_element', 'parts': {name: bytes}} (as `aqpim info` counts).")
+        .def("scratch_bytes", [](PyKvCache& c) {
+                std::lock_guard l(c.mu);
+                return c.cache->scratch_bytes() + c.workspaces.bytes();
+            },
+             "Heap bytes of scratch kept between calls, not KV and not in memory(): the cache's own (training rows, "
+             "encode buffers) and attend()'s per-thread workspaces.")
         .def("sequence_bytes", [](PyKvCache& c, std::int64_t n_tokens) {
                 std::lock_guard l(c.mu);
                 return c.cache->sequence_bytes(n_tokens);

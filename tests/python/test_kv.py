@@ -97,6 +97,14 @@ def test_memory_is_counted_as_aqpim_info_counts_it(scheme, synth_gguf, rng):
     shared = sum(b for part, b in mem["parts"].items() if "(shared)" in part)
     assert mem["n_tokens"] == context and mem["bytes"] == sum(mem["parts"].values())
     assert mem["bytes"] - shared == info_bytes
+    # scratch is counted apart: attend's workspace grows on the first call and not on a repeat
+    before = cache.scratch_bytes()
+    q = rng.standard_normal((1, H, HD)).astype(np.float32)
+    cache.attend(0, q)
+    warm = cache.scratch_bytes()
+    assert warm > before
+    cache.attend(0, q)
+    assert cache.scratch_bytes() == warm and cache.memory()["bytes"] == mem["bytes"]
     if not shared:
         assert mem["bits_per_element"] == pytest.approx(info_bits, abs=5e-4)
 
