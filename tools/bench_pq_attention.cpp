@@ -49,6 +49,21 @@ double time_parallel(int n_threads, const std::function<void(std::int64_t, int)>
         min_seconds(opt), reps(opt));
 }
 
+// time_parallel of attention calls: each thread with its own partial (reset before every call) and
+// workspace, as a decode step's attention tasks have; call(i, slot thread, partial, workspace).
+double time_attention(int n_threads, const std::function<void(std::int64_t, int, AttentionPartial&, Workspace&)>& call,
+                      const BenchOptions& opt) {
+    std::vector<AttentionPartial> parts(n_threads, AttentionPartial(kGroup, kD));
+    std::vector<Workspace> ws(static_cast<std::size_t>(n_threads));
+    return time_parallel(
+        n_threads,
+        [&](std::int64_t i, int th) {
+            parts[th].reset(kGroup, kD);
+            call(i, th, parts[th], ws[th]);
+        },
+        opt);
+}
+
 // Vector uops per token of the AVX-512 exact-float scan of 4-bit codes (src/pq/pq_kernels_avx512.cpp):
 // per 32-token block, a group of n subspaces costs 2n vpermps, 2n adds and 2n - 1 shifts (the
 // first subspace's low nibbles need none), and the block ends with one add per 16 tokens. All of
@@ -365,19 +380,16 @@ json bench_attention(const BenchOptions& opt) {
             for (bool in_cache : {true, false}) {
                 if (in_cache && bytes > (std::size_t(16) << 20)) continue;  // cannot stay in cache
                 for (int nt : thread_counts(opt)) {
-                    std::vector<AttentionPartial> parts(nt, AttentionPartial(kGroup, kD));
-                    std::vector<Workspace> ws(static_cast<std::size_t>(nt));
-                    const double s = time_parallel(
+                    const double s = time_attention(
                         nt,
-                        [&](std::int64_t i, int th) {
+                        [&](std::int64_t i, int th, AttentionPartial& part, Workspace& ws) {
                             std::uint8_t* kv = cold.slot(in_cache ? th : i);
-                            parts[th].reset(kGroup, kD);
                             if (elem == 4) {
                                 auto* K = reinterpret_cast<float*>(kv);
-                                attend_dense_f32(q.data(), kGroup, kD, K, K + T * kD, T, scale, parts[th], &ws[th]);
+                                attend_dense_f32(q.data(), kGroup, kD, K, K + T * kD, T, scale, part, &ws);
                             } else {
                                 auto* K = reinterpret_cast<f16_t*>(kv);
-                                attend_dense_f16(q.data(), kGroup, kD, K, K + T * kD, T, scale, parts[th], &ws[th]);
+                                attend_dense_f16(q.data(), kGroup, kD, K, K + T * kD, T, scale, part, &ws);
                             }
                         },
                         opt);
@@ -410,15 +422,11 @@ json bench_attention(const BenchOptions& opt) {
                     o.scores = int8 ? PqScorePath::int8 : PqScorePath::f32;
                     for (bool in_cache : {true, false})
                         for (int nt : thread_counts(opt)) {
-                            std::vector<AttentionPartial> parts(nt, AttentionPartial(kGroup, kD));
-                            std::vector<Workspace> ws(static_cast<std::size_t>(nt));
-                            const double s = time_parallel(
+                            const double s = time_attention(
                                 nt,
-                                [&](std::int64_t i, int th) {
+                                [&](std::int64_t i, int th, AttentionPartial& part, Workspace& ws) {
                                     std::uint8_t* codes = cold.slot(in_cache ? th : i);
-                                    parts[th].reset(kGroup, kD);
-                                    attend_pq(q.data(), kGroup, pq_k, pq_v, codes, codes + code_bytes, T, scale, o, parts[th],
-                                              &ws[th]);
+                                    attend_pq(q.data(), kGroup, pq_k, pq_v, codes, codes + code_bytes, T, scale, o, part, &ws);
                                 },
                                 opt);
                             rows.push_back({{"section", "attention"}, {"T", T},
