@@ -35,11 +35,59 @@ f16_t f16_round_up(float x) {
     return h2f(h) < x ? f16_step_up(h) : h;
 }
 
-/// This thread's code scratch of at least n bytes.
-std::uint8_t* code_scratch(std::size_t n) {
-    thread_local std::vector<std::uint8_t> q;
-    if (q.size() < n) q.resize(n);
-    return q.data();
+/// Little-endian bitstream of `bits`-bit codes (1..8), written one code at a time: pack_bits' layout.
+class BitWriter {
+public:
+    BitWriter(std::uint8_t* out, int bits) : out_(out), bits_(bits) {}
+    void put(std::uint32_t q) {
+        acc_ |= q << n_acc_;
+        n_acc_ += bits_;
+        for (; n_acc_ >= 8; n_acc_ -= 8, acc_ >>= 8) *out_++ = std::uint8_t(acc_);
+    }
+    void finish() {
+        if (n_acc_ > 0) *out_ = std::uint8_t(acc_);
+    }
+
+private:
+    std::uint8_t* out_;
+    int bits_;
+    std::uint32_t acc_ = 0;
+    int n_acc_ = 0;
+};
+
+/// The reader of a BitWriter's stream.
+class BitReader {
+public:
+    BitReader(const std::uint8_t* in, int bits) : in_(in), bits_(bits), mask_((1u << bits) - 1) {}
+    std::uint8_t get() {
+        for (; n_acc_ < bits_; n_acc_ += 8) acc_ |= std::uint32_t(*in_++) << n_acc_;
+        const std::uint8_t q = std::uint8_t(acc_ & mask_);
+        acc_ >>= bits_;
+        n_acc_ -= bits_;
+        return q;
+    }
+
+private:
+    const std::uint8_t* in_;
+    int bits_;
+    std::uint32_t mask_;
+    std::uint32_t acc_ = 0;
+    int n_acc_ = 0;
+};
+
+/// A group's f16 min (rounded down) and scale (rounded up), as quantize_affine_group documents.
+void affine_range(const float* x, std::int64_t stride, int n, int top, f16_t& scale, f16_t& min) {
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < n; ++i) {
+        lo = std::min(lo, x[i * stride]);
+        hi = std::max(hi, x[i * stride]);
+    }
+    min = f16_round_down(lo);
+    scale = f16_round_up((hi - h2f(min)) / float(top));
+}
+
+std::uint8_t affine_code(float x, float s, float mn, int top) {
+    return s > 0 ? std::uint8_t(std::clamp(int(std::nearbyint((x - mn) / s)), 0, top)) : 0;
 }
 
 }  // namespace
@@ -49,18 +97,10 @@ std::uint8_t* code_scratch(std::size_t n) {
 void quantize_affine_group(const float* x, std::int64_t stride, int n, int bits, f16_t& scale, f16_t& min,
                            std::uint8_t* q) {
     AQPIM_ASSERT(n >= 1 && bits >= 1 && bits <= 8);
-    float lo = x[0], hi = x[0];
-    for (int i = 1; i < n; ++i) {
-        lo = std::min(lo, x[i * stride]);
-        hi = std::max(hi, x[i * stride]);
-    }
     const int top = (1 << bits) - 1;
-    min = f16_round_down(lo);
-    const float mn = h2f(min);
-    scale = f16_round_up((hi - mn) / float(top));
-    const float s = h2f(scale);
-    for (int i = 0; i < n; ++i)
-        q[i] = s > 0 ? std::uint8_t(std::clamp(int(std::nearbyint((x[i * stride] - mn) / s)), 0, top)) : 0;
+    affine_range(x, stride, n, top, scale, min);
+    const float s = h2f(scale), mn = h2f(min);
+    for (int i = 0; i < n; ++i) q[i] = affine_code(x[i * stride], s, mn, top);
 }
 
 void pack_bits(const std::uint8_t* q, std::int64_t n, int bits, std::uint8_t* out) {
@@ -68,14 +108,9 @@ void pack_bits(const std::uint8_t* q, std::int64_t n, int bits, std::uint8_t* ou
         std::memcpy(out, q, std::size_t(n));
         return;
     }
-    std::uint32_t acc = 0;
-    int n_acc = 0;
-    for (std::int64_t i = 0; i < n; ++i) {
-        acc |= std::uint32_t(q[i]) << n_acc;
-        n_acc += bits;
-        for (; n_acc >= 8; n_acc -= 8, acc >>= 8) *out++ = std::uint8_t(acc);
-    }
-    if (n_acc > 0) *out = std::uint8_t(acc);
+    BitWriter w(out, bits);
+    for (std::int64_t i = 0; i < n; ++i) w.put(q[i]);
+    w.finish();
 }
 
 void unpack_bits(const std::uint8_t* in, std::int64_t n, int bits, std::uint8_t* q) {
@@ -83,41 +118,37 @@ void unpack_bits(const std::uint8_t* in, std::int64_t n, int bits, std::uint8_t*
         std::memcpy(q, in, std::size_t(n));
         return;
     }
-    const std::uint32_t mask = (1u << bits) - 1;
-    std::uint32_t acc = 0;
-    int n_acc = 0;
-    for (std::int64_t i = 0; i < n; ++i) {
-        for (; n_acc < bits; n_acc += 8) acc |= std::uint32_t(*in++) << n_acc;
-        q[i] = std::uint8_t(acc & mask);
-        acc >>= bits;
-        n_acc -= bits;
-    }
+    BitReader r(in, bits);
+    for (std::int64_t i = 0; i < n; ++i) q[i] = r.get();
 }
 
+// Groups are coded straight into the bitstream (codes group-major, as pack_bits lays them out), so
+// no buffer of codes is needed between the groups and the stream.
 void affine_encode(const AffineLayout& L, const float* x, std::uint8_t* out) {
-    const std::int64_t n = std::int64_t(L.n_groups) * L.g;
-    std::uint8_t* q = code_scratch(std::size_t(n));
+    AQPIM_ASSERT(L.g >= 1 && L.bits >= 1 && L.bits <= 8);
+    const int top = (1 << L.bits) - 1;
+    BitWriter w(out + L.scale_bytes() + L.min_bytes(), L.bits);
     for (int j = 0; j < L.n_groups; ++j) {
+        const float* xj = x + j * L.group_stride;
         f16_t scale, min;
-        quantize_affine_group(x + j * L.group_stride, L.elem_stride, L.g, L.bits, scale, min, q + std::int64_t(j) * L.g);
+        affine_range(xj, L.elem_stride, L.g, top, scale, min);
         std::memcpy(out + j * sizeof(f16_t), &scale, sizeof(f16_t));
         std::memcpy(out + L.scale_bytes() + j * sizeof(f16_t), &min, sizeof(f16_t));
+        const float s = h2f(scale), mn = h2f(min);
+        for (int i = 0; i < L.g; ++i) w.put(affine_code(xj[i * L.elem_stride], s, mn, top));
     }
-    pack_bits(q, n, L.bits, out + L.scale_bytes() + L.min_bytes());
+    w.finish();
 }
 
 void affine_decode(const AffineLayout& L, const std::uint8_t* in, float* x) {
-    const std::int64_t n = std::int64_t(L.n_groups) * L.g;
-    std::uint8_t* q = code_scratch(std::size_t(n));
-    unpack_bits(in + L.scale_bytes() + L.min_bytes(), n, L.bits, q);
+    BitReader r(in + L.scale_bytes() + L.min_bytes(), L.bits);
     for (int j = 0; j < L.n_groups; ++j) {
         f16_t scale, min;
         std::memcpy(&scale, in + j * sizeof(f16_t), sizeof(f16_t));
         std::memcpy(&min, in + L.scale_bytes() + j * sizeof(f16_t), sizeof(f16_t));
         const float s = h2f(scale), mn = h2f(min);
-        const std::uint8_t* qj = q + std::int64_t(j) * L.g;
         float* xj = x + j * L.group_stride;
-        for (int i = 0; i < L.g; ++i) xj[i * L.elem_stride] = mn + s * float(qj[i]);
+        for (int i = 0; i < L.g; ++i) xj[i * L.elem_stride] = mn + s * float(r.get());
     }
 }
 
