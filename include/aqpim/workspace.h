@@ -81,6 +81,24 @@ private:
 /// scratch and frees it on return).
 inline Workspace& workspace_or(Workspace* ws, Workspace& local) { return ws ? *ws : local; }
 
+/// A call's own buffer of n values of T (uninitialized): inside the object, on the caller's stack, up
+/// to N values, else on the heap. For scratch of one row's size (a head_dim or a few), where a
+/// Workspace would be one more argument for a few hundred bytes and a thread_local is hidden state.
+template <class T, std::size_t N>
+class LocalBuffer {
+public:
+    explicit LocalBuffer(std::size_t n) {
+        if (n > N) heap_.resize(n);
+    }
+    LocalBuffer(const LocalBuffer&) = delete;
+    LocalBuffer& operator=(const LocalBuffer&) = delete;
+    T* data() { return heap_.empty() ? inline_ : heap_.data(); }
+
+private:
+    alignas(64) T inline_[N];
+    std::vector<T> heap_;
+};
+
 /// One Workspace per thread of a parallel_for region (aqpim/threads.h), kept from region to region
 /// by whoever runs them (the Transformer's attention, a Python cache handle).
 class ThreadWorkspaces {

@@ -306,7 +306,7 @@ void PqKvCache::encode_stream(const PqSequence& s, const PqLayerState& l, int ih
         const int M = q.M();
         ws.codes.resize(std::size_t(cnt) * M);
         q.encode_with(centroids, ws.norms.data(), ws.rows.data(), cnt, ws.codes.data(), ws.y);
-        if (!value) refine_codes_anisotropic(q, centroids, ws.rows.data(), cnt, p_.aniso, ws.codes.data());
+        if (!value) refine_codes_anisotropic(q, centroids, ws.rows.data(), cnt, p_.aniso, ws.codes.data(), 4, &w);
         for (std::int64_t i = a; i < b; ++i)
             store_token_code(code_region(s, l, i, ih, value), i % P, M, nbits, ws.codes.data() + (i - a) * M);
         a = b;

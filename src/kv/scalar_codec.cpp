@@ -35,59 +35,31 @@ f16_t f16_round_up(float x) {
     return h2f(h) < x ? f16_step_up(h) : h;
 }
 
-/// Little-endian bitstream of `bits`-bit codes (1..8), written one code at a time: pack_bits' layout.
-class BitWriter {
-public:
-    BitWriter(std::uint8_t* out, int bits) : out_(out), bits_(bits) {}
-    void put(std::uint32_t q) {
-        acc_ |= q << n_acc_;
-        n_acc_ += bits_;
-        for (; n_acc_ >= 8; n_acc_ -= 8, acc_ >>= 8) *out_++ = std::uint8_t(acc_);
-    }
-    void finish() {
-        if (n_acc_ > 0) *out_ = std::uint8_t(acc_);
-    }
-
-private:
-    std::uint8_t* out_;
-    int bits_;
-    std::uint32_t acc_ = 0;
-    int n_acc_ = 0;
-};
-
-/// The reader of a BitWriter's stream.
-class BitReader {
-public:
-    BitReader(const std::uint8_t* in, int bits) : in_(in), bits_(bits), mask_((1u << bits) - 1) {}
-    std::uint8_t get() {
-        for (; n_acc_ < bits_; n_acc_ += 8) acc_ |= std::uint32_t(*in_++) << n_acc_;
-        const std::uint8_t q = std::uint8_t(acc_ & mask_);
-        acc_ >>= bits_;
-        n_acc_ -= bits_;
-        return q;
-    }
-
-private:
-    const std::uint8_t* in_;
-    int bits_;
-    std::uint32_t mask_;
-    std::uint32_t acc_ = 0;
-    int n_acc_ = 0;
-};
-
-/// A group's f16 min (rounded down) and scale (rounded up), as quantize_affine_group documents.
-void affine_range(const float* x, std::int64_t stride, int n, int top, f16_t& scale, f16_t& min) {
-    float lo = x[0], hi = x[0];
-    for (int i = 1; i < n; ++i) {
-        lo = std::min(lo, x[i * stride]);
-        hi = std::max(hi, x[i * stride]);
-    }
-    min = f16_round_down(lo);
-    scale = f16_round_up((hi - h2f(min)) / float(top));
-}
-
 std::uint8_t affine_code(float x, float s, float mn, int top) {
     return s > 0 ? std::uint8_t(std::clamp(int(std::nearbyint((x - mn) / s)), 0, top)) : 0;
+}
+
+/// Codes are unpacked and packed in chunks of this many (a multiple of 8: every chunk starts on a byte).
+constexpr std::int64_t kChunkCodes = 256;
+
+/// The f16 scale and min of group j of a coded block, as floats.
+void group_scale_min(const AffineLayout& L, const std::uint8_t* block, int j, float& s, float& mn) {
+    f16_t scale, min;
+    std::memcpy(&scale, block + j * sizeof(f16_t), sizeof(f16_t));
+    std::memcpy(&min, block + L.scale_bytes() + j * sizeof(f16_t), sizeof(f16_t));
+    s = h2f(scale);
+    mn = h2f(min);
+}
+
+/// f(j, i, at) for the codes [k0, k1) of a layout, flat index k = j * g + i, at = k - k0: group by group.
+template <class F>
+void for_codes(const AffineLayout& L, std::int64_t k0, std::int64_t k1, F f) {
+    for (std::int64_t k = k0; k < k1;) {
+        const int j = int(k / L.g);
+        const std::int64_t end = std::min<std::int64_t>(k1, std::int64_t(j + 1) * L.g);
+        f(j, int(k - std::int64_t(j) * L.g), int(end - k), k - k0);
+        k = end;
+    }
 }
 
 }  // namespace
@@ -97,9 +69,17 @@ std::uint8_t affine_code(float x, float s, float mn, int top) {
 void quantize_affine_group(const float* x, std::int64_t stride, int n, int bits, f16_t& scale, f16_t& min,
                            std::uint8_t* q) {
     AQPIM_ASSERT(n >= 1 && bits >= 1 && bits <= 8);
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < n; ++i) {
+        lo = std::min(lo, x[i * stride]);
+        hi = std::max(hi, x[i * stride]);
+    }
     const int top = (1 << bits) - 1;
-    affine_range(x, stride, n, top, scale, min);
-    const float s = h2f(scale), mn = h2f(min);
+    min = f16_round_down(lo);
+    const float mn = h2f(min);
+    scale = f16_round_up((hi - mn) / float(top));
+    if (!q) return;
+    const float s = h2f(scale);
     for (int i = 0; i < n; ++i) q[i] = affine_code(x[i * stride], s, mn, top);
 }
 
@@ -108,9 +88,14 @@ void pack_bits(const std::uint8_t* q, std::int64_t n, int bits, std::uint8_t* ou
         std::memcpy(out, q, std::size_t(n));
         return;
     }
-    BitWriter w(out, bits);
-    for (std::int64_t i = 0; i < n; ++i) w.put(q[i]);
-    w.finish();
+    std::uint32_t acc = 0;
+    int n_acc = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+        acc |= std::uint32_t(q[i]) << n_acc;
+        n_acc += bits;
+        for (; n_acc >= 8; n_acc -= 8, acc >>= 8) *out++ = std::uint8_t(acc);
+    }
+    if (n_acc > 0) *out = std::uint8_t(acc);
 }
 
 void unpack_bits(const std::uint8_t* in, std::int64_t n, int bits, std::uint8_t* q) {
@@ -118,37 +103,58 @@ void unpack_bits(const std::uint8_t* in, std::int64_t n, int bits, std::uint8_t*
         std::memcpy(q, in, std::size_t(n));
         return;
     }
-    BitReader r(in, bits);
-    for (std::int64_t i = 0; i < n; ++i) q[i] = r.get();
+    const std::uint32_t mask = (1u << bits) - 1;
+    std::uint32_t acc = 0;
+    int n_acc = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+        for (; n_acc < bits; n_acc += 8) acc |= std::uint32_t(*in++) << n_acc;
+        q[i] = std::uint8_t(acc & mask);
+        acc >>= bits;
+        n_acc -= bits;
+    }
 }
 
-// Groups are coded straight into the bitstream (codes group-major, as pack_bits lays them out), so
-// no buffer of codes is needed between the groups and the stream.
+// The codes go through a chunk of kChunkCodes on the stack, group by group within it (codes are
+// group-major in the stream), then are packed (or, decoding, unpacked then scaled: that loop is the
+// one that vectorises).
 void affine_encode(const AffineLayout& L, const float* x, std::uint8_t* out) {
     AQPIM_ASSERT(L.g >= 1 && L.bits >= 1 && L.bits <= 8);
+    const std::int64_t n = std::int64_t(L.n_groups) * L.g;
     const int top = (1 << L.bits) - 1;
-    BitWriter w(out + L.scale_bytes() + L.min_bytes(), L.bits);
+    std::uint8_t* codes = out + L.scale_bytes() + L.min_bytes();
+    std::uint8_t q[kChunkCodes];
     for (int j = 0; j < L.n_groups; ++j) {
-        const float* xj = x + j * L.group_stride;
         f16_t scale, min;
-        affine_range(xj, L.elem_stride, L.g, top, scale, min);
+        quantize_affine_group(x + j * L.group_stride, L.elem_stride, L.g, L.bits, scale, min, nullptr);
         std::memcpy(out + j * sizeof(f16_t), &scale, sizeof(f16_t));
         std::memcpy(out + L.scale_bytes() + j * sizeof(f16_t), &min, sizeof(f16_t));
-        const float s = h2f(scale), mn = h2f(min);
-        for (int i = 0; i < L.g; ++i) w.put(affine_code(xj[i * L.elem_stride], s, mn, top));
     }
-    w.finish();
+    for (std::int64_t k0 = 0; k0 < n; k0 += kChunkCodes) {
+        const std::int64_t k1 = std::min(n, k0 + kChunkCodes);
+        for_codes(L, k0, k1, [&](int j, int i0, int cnt, std::int64_t at) {
+            float s, mn;
+            group_scale_min(L, out, j, s, mn);
+            const float* xj = x + j * L.group_stride + std::int64_t(i0) * L.elem_stride;
+            for (int i = 0; i < cnt; ++i) q[at + i] = affine_code(xj[i * L.elem_stride], s, mn, top);
+        });
+        pack_bits(q, k1 - k0, L.bits, codes + k0 * L.bits / 8);
+    }
 }
 
 void affine_decode(const AffineLayout& L, const std::uint8_t* in, float* x) {
-    BitReader r(in + L.scale_bytes() + L.min_bytes(), L.bits);
-    for (int j = 0; j < L.n_groups; ++j) {
-        f16_t scale, min;
-        std::memcpy(&scale, in + j * sizeof(f16_t), sizeof(f16_t));
-        std::memcpy(&min, in + L.scale_bytes() + j * sizeof(f16_t), sizeof(f16_t));
-        const float s = h2f(scale), mn = h2f(min);
-        float* xj = x + j * L.group_stride;
-        for (int i = 0; i < L.g; ++i) xj[i * L.elem_stride] = mn + s * float(r.get());
+    const std::int64_t n = std::int64_t(L.n_groups) * L.g;
+    const std::uint8_t* codes = in + L.scale_bytes() + L.min_bytes();
+    std::uint8_t q[kChunkCodes];
+    for (std::int64_t k0 = 0; k0 < n; k0 += kChunkCodes) {
+        const std::int64_t k1 = std::min(n, k0 + kChunkCodes);
+        unpack_bits(codes + k0 * L.bits / 8, k1 - k0, L.bits, q);
+        for_codes(L, k0, k1, [&](int j, int i0, int cnt, std::int64_t at) {
+            float s, mn;
+            group_scale_min(L, in, j, s, mn);
+            float* xj = x + j * L.group_stride + std::int64_t(i0) * L.elem_stride;
+            const std::uint8_t* qj = q + at;
+            for (int i = 0; i < cnt; ++i) xj[i * L.elem_stride] = mn + s * float(qj[i]);
+        });
     }
 }
 

@@ -34,7 +34,7 @@ struct AffineLayout {
 
 /// Quantize one group: x[i * stride], i < n -> q[i] in [0, 2^bits - 1] with x ~ min + scale * q.
 /// min is rounded down to f16 and scale up, so every |x - (min + scale * q)| <= scale / 2 (up to f32
-/// rounding) and no code clips. Non-finite input gives unspecified codes.
+/// rounding) and no code clips. Non-finite input gives unspecified codes. q null: scale and min only.
 void quantize_affine_group(const float* x, std::int64_t stride, int n, int bits, f16_t& scale, f16_t& min,
                            std::uint8_t* q);
 

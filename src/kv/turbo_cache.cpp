@@ -10,6 +10,7 @@
 
 #include "aqpim/error.h"
 #include "aqpim/half.h"
+#include "aqpim/workspace.h"
 #include "kv/kv_state_io.h"
 
 namespace aqpim::kv {
@@ -87,24 +88,20 @@ std::vector<std::uint8_t> outlier_mask(const std::vector<double>& energy, int n_
 
 /// The channel permutation a split stream codes in (turbo_codec.h): the mask's channels ascending,
 /// then the others ascending, into `out` [head_dim]. nullptr for an unsplit stream (empty mask).
-const int* mask_channels(const std::vector<std::uint8_t>& mask, int head_dim, std::vector<int>& out) {
+const int* mask_channels(const std::vector<std::uint8_t>& mask, int head_dim, int* out) {
     if (mask.empty()) return nullptr;
-    out.resize(std::size_t(head_dim));
     int i = 0;
     for (int pass = 1; pass >= 0; --pass)
         for (int c = 0; c < head_dim; ++c)
             if (((mask[c / 8] >> (c % 8)) & 1) == pass) out[i++] = c;
-    return out.data();
+    return out;
 }
 
-/// This thread's permutations of the key and value streams of one head.
+/// The permutations of the key and value streams of one head, on the stack up to head_dim 256.
 struct HeadChannels {
-    std::vector<int> k, v;
+    explicit HeadChannels(int head_dim) : k(std::size_t(head_dim)), v(std::size_t(head_dim)) {}
+    LocalBuffer<int, 256> k, v;
 };
-HeadChannels& head_channels() {
-    thread_local HeadChannels c;
-    return c;
-}
 
 class TurboKvCache final : public ScalarCacheBase<TurboLayer> {
 public:
@@ -131,9 +128,9 @@ public:
             append_f16_rows(k, n, ih, h.k16);
             append_f16_rows(v, n, ih, h.v16);
             choose_outliers(h, l.n_tokens, n_new, l.f16_start);
-            HeadChannels& ch = head_channels();
-            const int* kch = mask_channels(h.k_mask, hd, ch.k);
-            const int* vch = mask_channels(h.v_mask, hd, ch.v);
+            HeadChannels ch{hd};
+            const int* kch = mask_channels(h.k_mask, hd, ch.k.data());
+            const int* vch = mask_channels(h.v_mask, hd, ch.v.data());
             h.k_rows.resize(std::size_t(coded_new) * krb);
             h.v_rows.resize(std::size_t(coded_new) * vrb);
             for (std::int64_t t = l.n_coded; t < coded_new; ++t) {
@@ -156,9 +153,10 @@ public:
         if (p_.decode_attention) return ScalarCacheBase::attend(il, seq_id, ih, query);  // decoded tiles, dense
         const TurboLayer& l = attended_layer(il, seq_id, ih, query);
         const TurboHead& h = l.heads[ih];
-        HeadChannels& ch = head_channels();
+        HeadChannels ch{shape().head_dim};
         TurboHeadView view{head_view(l, ih), h.k_rows.data(), h.v_rows.data(),
-                           mask_channels(h.k_mask, shape().head_dim, ch.k), mask_channels(h.v_mask, shape().head_dim, ch.v)};
+                           mask_channels(h.k_mask, shape().head_dim, ch.k.data()),
+                           mask_channels(h.v_mask, shape().head_dim, ch.v.data())};
         attend_turbo(*p_.keys, *p_.values, view, query);
     }
 
@@ -276,12 +274,12 @@ protected:
     void decode_tile(const TurboLayer& l, int ih, std::int64_t t0, std::int64_t n, float* K, float* V) const override {
         AQPIM_ASSERT(t0 + n <= l.n_coded);
         const TurboHead& h = l.heads[ih];
-        HeadChannels& ch = head_channels();
         const int hd = shape().head_dim;
+        HeadChannels ch{hd};
         p_.keys->decode(h.k_rows.data() + std::size_t(t0) * p_.keys->row_bytes().total(), n,
-                        mask_channels(h.k_mask, hd, ch.k), K);
+                        mask_channels(h.k_mask, hd, ch.k.data()), K);
         p_.values->decode(h.v_rows.data() + std::size_t(t0) * p_.values->row_bytes(), n,
-                          mask_channels(h.v_mask, hd, ch.v), V);
+                          mask_channels(h.v_mask, hd, ch.v.data()), V);
     }
 
 private:

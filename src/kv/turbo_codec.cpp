@@ -8,6 +8,7 @@
 
 #include "aqpim/error.h"
 #include "aqpim/half.h"
+#include "aqpim/workspace.h"
 #include "kv/scalar_codec.h"
 #include "kv/turbo_kernels.h"
 #include "pq/rotation.h"
@@ -16,24 +17,11 @@ namespace aqpim::kv {
 
 namespace {
 
-/// Per-thread work vectors (append codes on one thread, attention on many): each [head_dim] or
-/// [sketch_bits] floats / codes, grown on first use.
-struct CoderScratch {
-    std::vector<float> a, b, c;
-    std::vector<std::uint8_t> idx;
-    void reserve(std::size_t n) {
-        if (a.size() >= n) return;
-        a.resize(n);
-        b.resize(n);
-        c.resize(n);
-        idx.resize(n);
-    }
-};
-
-CoderScratch& coder_scratch() {
-    thread_local CoderScratch s;
-    return s;
-}
+/// Work vectors of one row ([head_dim] or a part's [dim] floats or codes; a decoded row's [ext_dim]),
+/// on the stack for head dims up to 256.
+using RowFloats = LocalBuffer<float, 256>;
+using RowCodes = LocalBuffer<std::uint8_t, 256>;
+using ExtFloats = LocalBuffer<float, 512>;
 
 int channel(const int* channels, int i) { return channels ? channels[i] : i; }
 
@@ -154,23 +142,24 @@ void TurboStreamCoder::rotate(const Part& p, const float* x, float* y, bool tran
 }
 
 void TurboStreamCoder::encode(const float* x, const int* channels, std::uint8_t* row) const {
-    CoderScratch& s = coder_scratch();
-    s.reserve(std::size_t(head_dim_));
+    RowFloats part{std::size_t(head_dim_)}, rotated{std::size_t(head_dim_)};
+    RowCodes idx{std::size_t(head_dim_)};
     for (const Part& p : parts_) {
         const int d = p.spec.dim;
         std::uint8_t* out = row + p.byte_offset;
-        float* xp = s.a.data();
+        float* xp = part.data();
         for (int j = 0; j < d; ++j) xp[j] = x[channel(channels, p.channel_offset + j)];
         float* r = xp;  // what the sketch codes: the rotated residual, or the part itself without mse
         if (p.codebook) {
-            float* y = s.b.data();
+            float* y = rotated.data();
+            std::uint8_t* ix = idx.data();
             rotate(p, xp, y, false);
             const double norm = norm2(xp, d);
             const float inv = norm > 0 ? float(1.0 / norm) : 0.0f;
-            for (int j = 0; j < d; ++j) s.idx[j] = std::uint8_t(p.codebook->index(y[j] * inv));
-            pack_bits(s.idx.data(), d, p.spec.mse_bits, out);
+            for (int j = 0; j < d; ++j) ix[j] = std::uint8_t(p.codebook->index(y[j] * inv));
+            pack_bits(ix, d, p.spec.mse_bits, out);
             const float stored = store_f16(float(norm), out + p.code_bytes);
-            for (int j = 0; j < d; ++j) y[j] -= stored * p.codebook->centroids[s.idx[j]];
+            for (int j = 0; j < d; ++j) y[j] -= stored * p.codebook->centroids[ix[j]];
             r = y;
             out += p.code_bytes + sizeof(f16_t);
         }
@@ -203,11 +192,10 @@ void TurboStreamCoder::decode_ext(const std::uint8_t* rows, std::int64_t n, floa
 }
 
 void TurboStreamCoder::prepare_query(const float* q, const int* channels, float* q_ext) const {
-    CoderScratch& s = coder_scratch();
-    s.reserve(std::size_t(head_dim_));
+    RowFloats part{std::size_t(head_dim_)};
     for (const Part& p : parts_) {
         const int d = p.spec.dim;
-        float* qp = s.a.data();
+        float* qp = part.data();
         for (int j = 0; j < d; ++j) qp[j] = q[channel(channels, p.channel_offset + j)];
         const float* qs = qp;  // the query in the sketch's coordinates
         if (p.codebook) {
@@ -222,24 +210,23 @@ void TurboStreamCoder::prepare_query(const float* q, const int* channels, float*
 
 void TurboStreamCoder::unrotate(const float* acc, const int* channels, float* out) const {
     AQPIM_ASSERT(rotated_only());
-    CoderScratch& s = coder_scratch();
-    s.reserve(std::size_t(head_dim_));
+    RowFloats part{std::size_t(head_dim_)};
     for (const Part& p : parts_) {
-        float* z = s.a.data();
+        float* z = part.data();
         rotate(p, acc + p.mse_offset, z, true);
         for (int j = 0; j < p.spec.dim; ++j) out[channel(channels, p.channel_offset + j)] = z[j];
     }
 }
 
 void TurboStreamCoder::decode(const std::uint8_t* rows, std::int64_t n, const int* channels, float* out) const {
-    CoderScratch& s = coder_scratch();
-    s.reserve(std::size_t(head_dim_) + std::size_t(ext_dim_));
-    float* ext = s.c.data();
+    ExtFloats ext_row{std::size_t(ext_dim_)};
+    RowFloats coded{std::size_t(head_dim_)}, part{std::size_t(head_dim_)};
+    float* ext = ext_row.data();
     for (std::int64_t t = 0; t < n; ++t) {
         decode_ext(rows + t * row_bytes_.total(), 1, ext);
         for (const Part& p : parts_) {
             const int d = p.spec.dim;
-            float* y = s.a.data();  // the part in its coding coordinates
+            float* y = coded.data();  // the part in its coding coordinates
             for (int j = 0; j < d; ++j) y[j] = p.codebook ? ext[p.mse_offset + j] : 0.0f;
             if (p.spec.sketch_bits > 0)  // + √(π/2)/m ‖r‖ S^T s: the sketch's reconstruction of r
                 for (int i = 0; i < p.spec.sketch_bits; ++i) {
@@ -247,7 +234,7 @@ void TurboStreamCoder::decode(const std::uint8_t* rows, std::int64_t n, const in
                     const float* Si = p.projection.data() + std::size_t(i) * d;
                     for (int j = 0; j < d; ++j) y[j] += v * Si[j];
                 }
-            float* xp = s.b.data();
+            float* xp = part.data();
             if (p.codebook)
                 rotate(p, y, xp, true);
             else

@@ -3,17 +3,34 @@
 #include <vector>
 
 #include "aqpim/error.h"
+#include "aqpim/workspace.h"
 
 namespace aqpim {
 
+namespace {
+
+/// The coder's buffers, a part of the caller's Workspace.
+struct AnisotropicScratch {
+    std::vector<float> columns;  ///< [M][dsub][ksub] the codebooks as columns
+    std::vector<float> y, u;     ///< [n][D] the rows as keys and as queries, in quantizer space
+    std::vector<float> dist, dot;  ///< [M][ksub] one row's distances to and dots with every centroid
+    std::vector<float> loss;       ///< [ksub]
+    std::size_t bytes() const {
+        return heap_bytes(columns) + heap_bytes(y) + heap_bytes(u) + heap_bytes(dist) + heap_bytes(dot) + heap_bytes(loss);
+    }
+};
+
+}  // namespace
+
 void refine_codes_anisotropic(const ProductQuantizer& q, const float* centroids, const float* x, std::int64_t n,
-                              double lambda, std::uint8_t* codes, int max_sweeps) {
+                              double lambda, std::uint8_t* codes, int max_sweeps, Workspace* workspace) {
     AQPIM_CHECK(lambda >= 0, "refine_codes_anisotropic: lambda={} must be >= 0", lambda);
     if (lambda == 0 || n == 0) return;
     const int D = q.D(), M = q.M(), K = q.ksub(), ds = q.dsub();
     // The codebooks as columns [m][j][K] (every centroid's j-th dimension side by side), so that
     // the per-centroid sums below run over contiguous lanes; the rows' transforms, all at once.
-    thread_local std::vector<float> columns, y, u, dist, dot, loss;
+    Workspace local;
+    auto& [columns, y, u, dist, dot, loss] = workspace_or(workspace, local).get<AnisotropicScratch>();
     columns.resize(std::size_t(M) * ds * K);
     for (int m = 0; m < M; ++m)
         for (int k = 0; k < K; ++k)

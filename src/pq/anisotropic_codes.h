@@ -13,6 +13,8 @@
 
 namespace aqpim {
 
+class Workspace;
+
 /// Refines `codes` [n][M] of rows x [n][D] (original space) coded by `q` against `centroids`
 /// [M][ksub][dsub] (q's own or a widened copy, in q's quantizer space) by coordinate descent, one
 /// subspace at a time, on
@@ -24,8 +26,10 @@ namespace aqpim {
 /// Starts from the given codes (nearest centroid is the optimum at lambda = 0) and sweeps the
 /// subspaces until a sweep changes nothing or `max_sweeps` ran; a code changes only when the loss
 /// strictly drops, so the result depends on the row alone (not on the batch it was coded in).
-/// lambda must be >= 0; lambda = 0 leaves the codes as they are.
+/// lambda must be >= 0; lambda = 0 leaves the codes as they are. Its buffers (the codebooks as
+/// columns, the rows transformed, per-row tables) are a part of `ws` (aqpim/workspace.h), else
+/// allocated for the call.
 void refine_codes_anisotropic(const ProductQuantizer& q, const float* centroids, const float* x, std::int64_t n,
-                              double lambda, std::uint8_t* codes, int max_sweeps = 4);
+                              double lambda, std::uint8_t* codes, int max_sweeps = 4, Workspace* ws = nullptr);
 
 }  // namespace aqpim

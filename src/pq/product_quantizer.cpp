@@ -10,6 +10,7 @@
 #include "aqpim/error.h"
 #include "aqpim/pq.h"
 #include "aqpim/threads.h"
+#include "aqpim/workspace.h"
 #include "pq/nearest_kernels.h"
 #include "pq/pq_transform.h"
 #include "pq/rotation.h"
@@ -366,14 +367,10 @@ KMeansStats train_product_quantizers(std::span<ProductQuantizer> pqs, std::span<
 
 namespace {
 
-/// The calling thread's [2D] transform scratch and [2D] gains for forward, transform_query and
-/// inverse (attention transforms every codebook version's queries and result per call: a heap
-/// allocation each was about 0.7% of a batch-32 x 8K decode step).
-float* transform_scratch(int D) {
-    thread_local std::vector<float> scratch;
-    if (scratch.size() < 4 * std::size_t(D)) scratch.resize(4 * std::size_t(D));
-    return scratch.data();
-}
+/// [2D] transform scratch and [2D] gains for forward, transform_query and inverse, on the stack up to
+/// head_dim 256. Attention transforms every codebook version's queries and result per call: a heap
+/// allocation each was about 0.7% of a batch-32 x 8K decode step.
+using TransformScratch = LocalBuffer<float, 4 * 256>;
 
 }  // namespace
 
@@ -384,7 +381,8 @@ void ProductQuantizer::forward(const float* x, float* y, std::int64_t n) const {
         return;
     }
     const int D = params_.D;
-    float* scratch = transform_scratch(D);
+    TransformScratch own{4 * std::size_t(D)};
+    float* scratch = own.data();
     PqTransform tf = transform_view_(scratch + 2 * D, true);
     for (std::int64_t i = 0; i < n; ++i) tf.forward_one(x + i * D, tf.key_gain, y + i * D, scratch);
 }
@@ -396,7 +394,8 @@ void ProductQuantizer::transform_query(const float* q, float* qy, std::int64_t n
         return;
     }
     const int D = params_.D;
-    float* scratch = transform_scratch(D);
+    TransformScratch own{4 * std::size_t(D)};
+    float* scratch = own.data();
     PqTransform tf = transform_view_(scratch + 2 * D, false);
     for (std::int64_t i = 0; i < n; ++i) tf.forward_one(q + i * D, tf.query_gain, qy + i * D, scratch);
 }
@@ -408,7 +407,8 @@ void ProductQuantizer::inverse(const float* y, float* x, std::int64_t n) const {
         return;
     }
     const int D = params_.D;
-    float* scratch = transform_scratch(D);
+    TransformScratch own{4 * std::size_t(D)};
+    float* scratch = own.data();
     PqTransform tf = transform_view_(scratch + 2 * D, false);
     for (std::int64_t i = 0; i < n; ++i) tf.inverse_one(y + i * D, x + i * D, scratch);
 }

@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <vector>
 
 #include "aqpim/pq_kernels.h"
+#include "aqpim/workspace.h"
 
 namespace aqpim {
 
@@ -16,22 +16,22 @@ namespace aqpim {
 template <class MinMax, class QuantizeRow>
 void quantize_luts_with(const float* lut, int n_q, int M, int ksub, std::uint8_t* qlut, Int8LutParams* params,
                         MinMax min_max, QuantizeRow quantize_row) {
-    thread_local std::vector<float> mins;  // each subspace's minimum, from the first pass to the second
-    mins.resize(std::size_t(M));
+    LocalBuffer<float, 256> minima{std::size_t(M)};  // each subspace's minimum, from the first pass to the second
+    float* mins = minima.data();
     for (int h = 0; h < n_q; ++h) {
         const float* l = lut + std::int64_t(h) * M * ksub;
         float bias = 0, max_range = 0;
         for (int m = 0; m < M; ++m) {
             float lo, hi;
             min_max(l + m * ksub, ksub, lo, hi);
-            mins[std::size_t(m)] = lo;
+            mins[m] = lo;
             bias += lo;
             max_range = std::max(max_range, hi - lo);
         }
         // One grid step for every subspace (so the u8 sums add up on one scale); 255 levels.
         const float scale = max_range > 0 ? max_range / 255.0f : 1.0f, inv = 1.0f / scale;
         for (int m = 0; m < M; ++m)
-            quantize_row(l + m * ksub, ksub, mins[std::size_t(m)], inv, qlut + (std::int64_t(h) * M + m) * ksub);
+            quantize_row(l + m * ksub, ksub, mins[m], inv, qlut + (std::int64_t(h) * M + m) * ksub);
         params[h] = {scale, bias};
     }
 }

@@ -48,4 +48,18 @@ TEST(Workspace, OrTakesTheCallersElseTheLocal) {
 }
 
 }  // namespace
+TEST(Workspace, LocalBufferIsInsideUpToItsSizeElseOnTheHeap) {
+    const auto inside = [](const auto& b, const int* p) {
+        const auto* lo = reinterpret_cast<const char*>(&b);
+        const auto* at = reinterpret_cast<const char*>(p);
+        return at >= lo && at < lo + sizeof(b);
+    };
+    LocalBuffer<int, 8> small(8);
+    EXPECT_TRUE(inside(small, small.data()));
+    LocalBuffer<int, 8> big(1000);
+    EXPECT_FALSE(inside(big, big.data()));
+    for (int i = 0; i < 1000; ++i) big.data()[i] = i;  // every value writable (ASan checks the bound)
+    EXPECT_EQ(big.data()[999], 999);
+}
+
 }  // namespace aqpim

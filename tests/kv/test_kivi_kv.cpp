@@ -66,6 +66,40 @@ TEST(Kivi, KeyBlocksRoundTripPerChannelWithinHalfAScale) {
     }
 }
 
+TEST(Kivi, AffineBlocksAreEachGroupsCodesPackedWhole) {
+    // The stream the block codec writes (in chunks of codes) is the format: every group's codes, group
+    // after group, packed as one bitstream after the scales and mins. Strided and contiguous groups,
+    // widths that do and do not divide 8, groups that straddle the codec's chunks.
+    for (const AffineLayout L : {AffineLayout{96, 7, 3, 1, 96}, AffineLayout{40, 13, 5, 13, 1}, AffineLayout{64, 32, 2, 1, 64},
+                                 AffineLayout{3, 300, 8, 300, 1}, AffineLayout{600, 1, 1, 1, 1}}) {
+        const std::int64_t n = std::int64_t(L.n_groups) * L.g;
+        std::vector<float> x = test::gaussian(std::size_t(n), 83);
+        std::vector<std::uint8_t> block(L.bytes()), want(L.bytes()), q(static_cast<std::size_t>(n));
+        affine_encode(L, x.data(), block.data());
+        for (int j = 0; j < L.n_groups; ++j) {
+            f16_t scale, min;
+            quantize_affine_group(x.data() + j * L.group_stride, L.elem_stride, L.g, L.bits, scale, min,
+                                  q.data() + std::int64_t(j) * L.g);
+            std::memcpy(want.data() + 2 * j, &scale, 2);
+            std::memcpy(want.data() + L.scale_bytes() + 2 * j, &min, 2);
+        }
+        pack_bits(q.data(), n, L.bits, want.data() + L.scale_bytes() + L.min_bytes());
+        EXPECT_EQ(block, want) << L.n_groups << " groups of " << L.g << " at " << L.bits << " bits";
+        // and each value decodes to its group's min + scale * code
+        std::vector<float> y(static_cast<std::size_t>(n));
+        affine_decode(L, block.data(), y.data());
+        for (int j = 0; j < L.n_groups; ++j) {
+            f16_t scale, min;
+            std::memcpy(&scale, block.data() + 2 * j, 2);
+            std::memcpy(&min, block.data() + L.scale_bytes() + 2 * j, 2);
+            for (int i = 0; i < L.g; ++i)
+                ASSERT_EQ(y[std::size_t(j * L.group_stride + i * L.elem_stride)],
+                          fp16_to_f32_scalar(min) + fp16_to_f32_scalar(scale) * float(q[std::size_t(j) * L.g + i]))
+                    << "group " << j << " value " << i;
+        }
+    }
+}
+
 TEST(Kivi, AttentionMatchesF32DenseWithinTolerance) {
     const KvShape shape{1, 2, 64};
     auto a = make("kivi2:window=0", shape), b = make("kivi2:window=0", shape);

@@ -8,6 +8,7 @@
 
 #include "aqpim/error.h"
 #include "aqpim/pq.h"
+#include "aqpim/workspace.h"
 #include "pq/anisotropic_codes.h"
 #include "pq/pq_test_data.h"
 
@@ -104,6 +105,23 @@ TEST(AnisotropicCodes, ZeroWeightKeepsTheNearestCodes) {
     refine_codes_anisotropic(f.pq, f.pq.centroids(), f.x.data(), f.n, 0.0, codes.data());
     EXPECT_EQ(codes, nearest);
     EXPECT_THROW(refine_codes_anisotropic(f.pq, f.pq.centroids(), f.x.data(), f.n, -1.0, codes.data()), Error);
+}
+
+TEST(AnisotropicCodes, AWorkspaceHoldsItsBuffersAndChangesNoCode) {
+    Fit f = fit(32, 8, true);
+    std::vector<std::uint8_t> nearest(std::size_t(f.n) * f.pq.M());
+    f.pq.encode(f.x.data(), f.n, nearest.data());
+    std::vector<std::uint8_t> own = nearest, kept = nearest, again = nearest;
+    refine_codes_anisotropic(f.pq, f.pq.centroids(), f.x.data(), f.n, 16.0, own.data());
+    ASSERT_NE(own, nearest);  // the refinement changed something to compare
+    Workspace ws;
+    refine_codes_anisotropic(f.pq, f.pq.centroids(), f.x.data(), f.n, 16.0, kept.data(), 4, &ws);
+    EXPECT_EQ(kept, own);
+    const std::size_t warm = ws.bytes();
+    EXPECT_GE(warm, 2 * std::size_t(f.n) * f.pq.D() * sizeof(float));  // the rows as keys and as queries
+    refine_codes_anisotropic(f.pq, f.pq.centroids(), f.x.data(), f.n, 16.0, again.data(), 4, &ws);
+    EXPECT_EQ(again, own);
+    EXPECT_EQ(ws.bytes(), warm);
 }
 
 TEST(AnisotropicCodes, EachRowIsCodedAsIfAlone) {
