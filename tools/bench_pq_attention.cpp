@@ -254,7 +254,8 @@ json bench_int8_error(const BenchOptions& opt) {
         };
         for (float& v : qy) v = gauss() / std::sqrt(float(kD));
         for (float& v : cents) v = gauss();
-        pq_kernels().build_lut(qy.data(), 1, M, 16, dsub, cents.data(), lut.data());
+        std::vector<float> columns(lut_columns_floats(M, 16, dsub));
+        pq_kernels().build_lut(qy.data(), 1, M, 16, dsub, cents.data(), lut.data(), columns.data());
         std::vector<std::uint8_t> codes(std::size_t(nb) * code_block_bytes(M, 4));
         for (auto& c : codes) c = std::uint8_t((s = s * 6364136223846793005ull + 1) >> 56);
         std::vector<std::uint8_t> qlut(std::size_t(M) * 16);

@@ -51,6 +51,7 @@ json bench_stages(const BenchOptions& opt) {
         vcodes[i] = std::uint8_t(i * 40503u >> 7);
     }
     std::vector<float> q(kGroup * kD), qy(kGroup * kD), lut(std::size_t(kGroup) * kM * 16);
+    std::vector<float> lut_columns(lut_columns_floats(1, 256, kD));  // the widest tables below (8-bit codes)
     for (int i = 0; i < kGroup * kD; ++i) q[i] = std::sin(0.37f * i);
     std::vector<std::uint8_t> qlut(lut.size());
     std::vector<Int8LutParams> qprm(kGroup);
@@ -87,7 +88,7 @@ json bench_stages(const BenchOptions& opt) {
     // Per call, query side.
     row("query transform + f32 tables", "call", time([&] {
             pq_k.transform_query(q.data(), qy.data(), kGroup);
-            k.build_lut(qy.data(), kGroup, kM, 16, dsub, pq_k.centroids(), lut.data());
+            k.build_lut(qy.data(), kGroup, kM, 16, dsub, pq_k.centroids(), lut.data(), lut_columns.data());
         }));
     row("int8 tables", "call", time([&] { quantize_luts(lut.data(), kGroup, kM, 16, qlut.data(), qprm.data()); }));
     // Per tile.
@@ -162,7 +163,7 @@ json bench_stages(const BenchOptions& opt) {
     const double code_bytes8 = double(bb8) / kCodeBlock;
     row("query transform + f32 tables", "call", time([&] {
             pk8.transform_query(q.data(), qy.data(), kGroup);
-            k.build_lut(qy.data(), kGroup, kM8, 256, kD / kM8, pk8.centroids(), lut8.data());
+            k.build_lut(qy.data(), kGroup, kM8, 256, kD / kM8, pk8.centroids(), lut8.data(), lut_columns.data());
         }), 0, kM8, 8);
     row("tables interleaved by 4 heads", "call", time([&] { interleave_luts_by4(lut8.data(), kGroup, kM8, lut4.data()); }),
         0, kM8, 8);

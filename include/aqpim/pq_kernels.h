@@ -25,8 +25,10 @@ struct Int8LutParams {
 };
 
 struct PqKernels {
-    /// lut[h][m][c] = qy[h][m*dsub : (m+1)*dsub] · centroids[m][c]
-    void (*build_lut)(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut);
+    /// lut[h][m][c] = qy[h][m*dsub : (m+1)*dsub] · centroids[m][c]. columns: the caller's scratch of
+    /// lut_columns_floats(M, ksub, dsub) floats (the codebooks transposed; the reference reads none).
+    void (*build_lut)(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut,
+                      float* columns);
     /// scores[h][t] = Σ_m lut[h][m][code(t, m)] for every token of n_blocks blocks (padding too).
     void (*scan_f32)(const float* lut, int n_q, int M, int nbits, const std::uint8_t* blocks, std::int64_t n_blocks,
                      float* scores, std::int64_t score_stride);
@@ -70,6 +72,9 @@ void quantize_luts(const float* lut, int n_q, int M, int ksub, std::uint8_t* qlu
 /// Whether the active level scans 8-bit codes with int8 tables faster than with float ones (the
 /// avx512 level's VBMI kernel); elsewhere int8 tables for 8-bit codes take the scalar reference.
 bool int8_scores_8bit_fast();
+
+/// Floats of build_lut's column scratch: the M codebooks [ksub][dsub] as columns.
+inline std::size_t lut_columns_floats(int M, int ksub, int dsub) { return std::size_t(M) * ksub * dsub; }
 
 /// One subspace's centroids [ksub][dsub] as columns [dsub][ksub] (ksub a multiple of 4).
 void subspace_columns(const float* centroids, int ksub, int dsub, float* columns);

@@ -179,8 +179,10 @@ subspace, 'none', 'interleaved' (2i, 2i+1) or 'neox' (i, i + d/2); rotation: 'no
                 {
                     py::gil_scoped_release release;
                     std::vector<float> qy(std::size_t(n_q) * pq.D());
+                    std::vector<float> columns(lut_columns_floats(pq.M(), pq.ksub(), pq.dsub()));
                     pq.transform_query(q.data(), qy.data(), n_q);
-                    pq_kernels().build_lut(qy.data(), int(n_q), pq.M(), pq.ksub(), pq.dsub(), pq.centroids(), out);
+                    pq_kernels().build_lut(qy.data(), int(n_q), pq.M(), pq.ksub(), pq.dsub(), pq.centroids(), out,
+                                           columns.data());
                 }
                 return lut;
             },

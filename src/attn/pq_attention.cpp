@@ -44,6 +44,7 @@ struct SpanScratch {
     std::vector<Int8LutParams> qparams;          ///< [n_q]
     AlignedBuffer<float> lut4;                   ///< 8-bit key tables interleaved by four heads
     AlignedBuffer<float> pair_hist;              ///< the pairs value path's histograms (pair_hist_floats)
+    std::vector<float> lut_columns;              ///< build_lut's key codebooks as columns (lut_columns_floats)
     std::vector<Segment> segments;               ///< the call's spans cut at tile boundaries
     std::vector<std::size_t> tile_first;         ///< [n_tiles + 1] first segment of each tile
     std::vector<float> pattern;                  ///< rescale_interleaved's 16 periods of factors
@@ -51,7 +52,7 @@ struct SpanScratch {
 
     std::size_t bytes() const {
         return heap_bytes(k_tile) + heap_bytes(v_tile) + heap_bytes(qparams) + heap_bytes(lut4) +
-               heap_bytes(pair_hist) + heap_bytes(segments) + heap_bytes(tile_first) + heap_bytes(pattern) + local.bytes();
+               heap_bytes(pair_hist) + heap_bytes(lut_columns) + heap_bytes(segments) + heap_bytes(tile_first) + heap_bytes(pattern) + local.bytes();
     }
 };
 
@@ -161,7 +162,9 @@ void attend_pq_spans(const float* q, int n_q, const ProductQuantizer& pq_k, cons
     const float* k_cb = options.k_centroids ? options.k_centroids : pq_k.centroids();
     const float* v_cb = options.v_centroids ? options.v_centroids : pq_v.centroids();
     AQPIM_CHECK(k_cb && v_cb, "attend_pq: a quantizer has no codebooks and none were given");
-    k.build_lut(ws.q.data(), n_q, Mk, ksub_k, pq_k.dsub(), k_cb, ws.lut.data());
+    const std::size_t n_columns = lut_columns_floats(Mk, ksub_k, pq_k.dsub());
+    if (ss.lut_columns.size() < n_columns) ss.lut_columns.resize(n_columns);
+    k.build_lut(ws.q.data(), n_q, Mk, ksub_k, pq_k.dsub(), k_cb, ws.lut.data(), ss.lut_columns.data());
     const bool by4 = !int8 && pq_k.nbits() == 8 && n_q >= kMinHeadsBy4;
     if (by4) {
         const std::size_t n = std::size_t((n_q + 3) / 4) * Mk * 256 * 4;

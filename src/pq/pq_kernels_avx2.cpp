@@ -127,21 +127,20 @@ void values_perm_heads(const float* p, std::int64_t p_stride, int M, int dsub, c
 
 }  // namespace
 
-void build_lut_avx2(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut) {
-    if (ksub % 8 != 0) return build_lut_ref(qy, n_q, M, ksub, dsub, centroids, lut);
+void build_lut_avx2(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut,
+                    float* columns) {
+    if (ksub % 8 != 0) return build_lut_ref(qy, n_q, M, ksub, dsub, centroids, lut, columns);
     const int D = M * dsub;
     // Each subspace transposed to columns in turn (as build_lut_avx512), then 8 centroids per FMA;
     // NQ compile-time, so the accumulators stay in registers.
-    thread_local std::vector<float> columns;
-    columns.resize(std::size_t(ksub) * dsub);
     for (int m = 0; m < M; ++m) {
-        subspace_columns(centroids + std::int64_t(m) * ksub * dsub, ksub, dsub, columns.data());
+        subspace_columns(centroids + std::int64_t(m) * ksub * dsub, ksub, dsub, columns);
         for_head_groups<kMaxHeads>(n_q, [&](auto NQ, int h0) {
             for (int c0 = 0; c0 < ksub; c0 += 8) {
                 __m256 acc[NQ()];
                 for (int h = 0; h < NQ(); ++h) acc[h] = _mm256_setzero_ps();
                 for (int d = 0; d < dsub; ++d) {
-                    const __m256 col = _mm256_loadu_ps(columns.data() + std::size_t(d) * ksub + c0);
+                    const __m256 col = _mm256_loadu_ps(columns + std::size_t(d) * ksub + c0);
                     for (int h = 0; h < NQ(); ++h)
                         acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(qy[std::int64_t(h0 + h) * D + m * dsub + d]), col, acc[h]);
                 }

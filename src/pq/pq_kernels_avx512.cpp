@@ -160,26 +160,25 @@ void quantize_luts_avx512(const float* lut, int n_q, int M, int ksub, std::uint8
         });
 }
 
-void build_lut_avx512(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut) {
-    if (ksub % 16 != 0) return build_lut_ref(qy, n_q, M, ksub, dsub, centroids, lut);
+void build_lut_avx512(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut,
+                      float* columns) {
+    if (ksub % 16 != 0) return build_lut_ref(qy, n_q, M, ksub, dsub, centroids, lut, columns);
     const int D = M * dsub;
     // The codebook transposed to columns [M][dsub][ksub] once per call, then one FMA per head, 16
     // centroids and dim, in the reference's order. 16-lane gathers instead (one per 16 centroids
     // and dim) made 4-bit tables cost as much as scanning a 1K-token codebook version and 8-bit
     // ones 2.5x what they cost now (docs/pq-kernels.md "Lookup tables"). NQ a compile-time count,
     // so the accumulators are registers (with a run-time count GCC kept them on the stack).
-    thread_local std::vector<float> columns;
-    columns.resize(std::size_t(M) * ksub * dsub);
     if (ksub == 16)  // codebook_columns: the transposes with the count of codes a constant
-        codebook_columns(centroids, M, dsub, columns.data());
+        codebook_columns(centroids, M, dsub, columns);
     else
         for (int m = 0; m < M; ++m)
-            subspace_columns(centroids + std::int64_t(m) * ksub * dsub, ksub, dsub, columns.data() + std::size_t(m) * ksub * dsub);
+            subspace_columns(centroids + std::int64_t(m) * ksub * dsub, ksub, dsub, columns + std::size_t(m) * ksub * dsub);
     with_constant<16, 256>(ksub, [&](auto KS) {  // 4 and 8 bits with the centroid count a constant
         const int K = KS() > 0 ? KS() : ksub;
         for_head_groups<kMaxHeads>(n_q, [&](auto NQ, int h0) {
             for (int m = 0; m < M; ++m) {
-                const float* cm = columns.data() + std::size_t(m) * K * dsub;
+                const float* cm = columns + std::size_t(m) * K * dsub;
                 const float* qm = qy + std::int64_t(h0) * D + m * dsub;
                 for (int c0 = 0; c0 < K; c0 += 16) {
                     __m512 acc[NQ()];

@@ -20,7 +20,7 @@ bool hist_times_codebook_avx2(const float* hist, int n_q, int M, int ksub, int d
 bool hist_times_codebook_avx512(const float* hist, int n_q, int M, int ksub, int dsub, const float* centroids, float* out);
 
 #define AQPIM_DECLARE_PQ_KERNELS(isa)                                                                            \
-    void build_lut_##isa(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut); \
+    void build_lut_##isa(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut, float* columns); \
     void scan_f32_##isa(const float* lut, int n_q, int M, int nbits, const std::uint8_t* blocks,                 \
                         std::int64_t n_blocks, float* scores, std::int64_t score_stride);                          \
     void scan_f32_8bit_by4_##isa(const float* lut4, int n_q, int M, const std::uint8_t* blocks,                \

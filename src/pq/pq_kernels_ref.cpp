@@ -8,7 +8,7 @@
 
 namespace aqpim {
 
-void build_lut_ref(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut) {
+void build_lut_ref(const float* qy, int n_q, int M, int ksub, int dsub, const float* centroids, float* lut, float*) {
     const int D = M * dsub;
     for (int h = 0; h < n_q; ++h)
         for (int m = 0; m < M; ++m)

@@ -62,7 +62,7 @@ TEST(CudaTile8, TablesOf256MatchBuildLut) {
     const auto q = test::gaussian(std::size_t(n_q) * D, 4);
     std::vector<float> qy(q.size()), lut(std::size_t(n_q) * M * 256);
     pq.transform_query(q.data(), qy.data(), n_q);
-    pq_kernels(SimdLevel::ref).build_lut(qy.data(), n_q, M, 256, D / M, pq.centroids(), lut.data());
+    pq_kernels(SimdLevel::ref).build_lut(qy.data(), n_q, M, 256, D / M, pq.centroids(), lut.data(), nullptr);
     for (int h = 0; h < n_q; ++h) {
         std::vector<float> qyh(D);
         for (int i = 0; i < D; ++i) qyh[i] = query_in_quantizer_space(q.data() + h * D, view, 1.0f, i);

@@ -100,7 +100,7 @@ TEST(CudaTile, LookupScoresMatchTheCpuScan) {
     pq.transform_query(q.data(), qy.data(), n_q);
     for (float& v : qy) v *= scale;
     const PqKernels& k = pq_kernels(SimdLevel::ref);
-    k.build_lut(qy.data(), n_q, M, 16, D / M, pq.centroids(), lut.data());
+    k.build_lut(qy.data(), n_q, M, 16, D / M, pq.centroids(), lut.data(), nullptr);
     k.scan_f32(lut.data(), n_q, M, 4, blocks.data(), code_blocks_for(n), scores.data(), n);
     for (int h = 0; h < n_q; ++h) {
         std::vector<float> qyh(D), luth(M * 16);

@@ -108,9 +108,10 @@ TEST(PqKernels, BuildLutMatchesRef) {
         auto qy = test::gaussian(std::size_t(s.n_q) * D, 11);
         auto cents = test::gaussian(std::size_t(s.M) * ksub * s.dsub, 12);
         std::vector<float> ref(std::size_t(s.n_q) * s.M * ksub), out(ref.size());
-        pq_kernels(SimdLevel::ref).build_lut(qy.data(), s.n_q, s.M, ksub, s.dsub, cents.data(), ref.data());
+        std::vector<float> columns(lut_columns_floats(s.M, ksub, s.dsub));
+        pq_kernels(SimdLevel::ref).build_lut(qy.data(), s.n_q, s.M, ksub, s.dsub, cents.data(), ref.data(), nullptr);
         for (SimdLevel level : supported_simd_levels()) {
-            pq_kernels(level).build_lut(qy.data(), s.n_q, s.M, ksub, s.dsub, cents.data(), out.data());
+            pq_kernels(level).build_lut(qy.data(), s.n_q, s.M, ksub, s.dsub, cents.data(), out.data(), columns.data());
             for (std::size_t i = 0; i < ref.size(); ++i)
                 ASSERT_NEAR(out[i], ref[i], 1e-5f * (1 + std::fabs(ref[i]))) << simd_level_name(level) << " " << name(s);
         }
