@@ -81,13 +81,21 @@ void matmul_rows(const WeightMatrix& W, const float* X, std::int64_t n, float* Y
     const std::size_t rb = W.row_bytes();
     if (!prepared && k.dot_rows_batch != nullptr) {  // every activation against a tile of rows at once
         const std::int64_t n_tiles = ceil_div(W.rows, kBatchTileRows);
+        const int threads = gemm_threads(W, n, n_tiles, n_threads);
+        ws.prepare(threads);
         parallel_for(
             n_tiles,
             [&](std::int64_t t) {
                 const std::int64_t r0 = t * kBatchTileRows, nr = std::min(kBatchTileRows, W.rows - r0);
-                k.dot_rows_batch(W.type, W.row(r0), rb, nr, W.cols, X, n, Y + r0, W.rows);
+                float* saved = nullptr;  // read only by rows longer than one chunk
+                if (W.cols > kBatchChunk) {
+                    AlignedBuffer<float>& b = ws.mine().get<MatmulScratch>().saved;
+                    if (b.size() < dot_rows_batch_saved_floats(nr)) b.resize(dot_rows_batch_saved_floats(kBatchTileRows));
+                    saved = b.data();
+                }
+                k.dot_rows_batch(W.type, W.row(r0), rb, nr, W.cols, X, n, Y + r0, W.rows, saved);
             },
-            gemm_threads(W, n, n_tiles, n_threads));
+            threads);
         return;
     }
     const std::int64_t tile = std::max<std::int64_t>(1, std::int64_t(kRowTileBytes / std::max<std::size_t>(rb, 1)));

@@ -431,13 +431,11 @@ void dot_float_block(const std::uint8_t* const* rows, const float* const* xs, st
 /// chunk of every row of the tile stay in L1 while the row pairs pass.
 template <GgmlType T>
 void dot_float_rows_batch(const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows, std::int64_t cols,
-                          const float* X, std::int64_t n_x, float* Y, std::int64_t ldy) {
-    constexpr int kR = 2, kC = 3;
-    constexpr std::int64_t kKc = 1024;
-    constexpr std::int64_t kPairFloats = kR * kC * 4 * 16;
-    thread_local AlignedBuffer<float> saved;  // [row pair][kR][kC][4][16] accumulators between chunks
-    const std::int64_t n_pairs = ceil_div(n_rows, kR);
-    if (cols > kKc && saved.size() < std::size_t(n_pairs * kPairFloats)) saved.resize(std::size_t(n_pairs * kPairFloats));
+                          const float* X, std::int64_t n_x, float* Y, std::int64_t ldy, float* saved) {
+    constexpr int kR = kBatchRows, kC = kBatchActivations;
+    constexpr std::int64_t kKc = kBatchChunk;
+    constexpr std::int64_t kPairFloats = kR * kC * 4 * 16;  // saved: [row pair][kR][kC][4][16] accumulators between chunks
+    static_assert(kKc % 64 == 0, "chunks of whole 64-value steps");
     for (std::int64_t c0 = 0; c0 < n_x; c0 += kC) {
         const int nc = int(std::min<std::int64_t>(kC, n_x - c0));
         const float* xs[kC];
@@ -449,7 +447,7 @@ void dot_float_rows_batch(const std::uint8_t* w, std::size_t row_bytes, std::int
                 const std::uint8_t* rows[kR];
                 for (int r = 0; r < nr; ++r) rows[r] = w + std::size_t(r0 + r) * row_bytes;
                 for (int c = 0; c < nc; ++c) xs[c] = X + (c0 + c) * cols, ys[c] = Y + (c0 + c) * ldy + r0;
-                float* acc = cols > kKc ? saved.data() + (r0 / kR) * kPairFloats : nullptr;
+                float* acc = cols > kKc ? saved + (r0 / kR) * kPairFloats : nullptr;
                 with_count<kR>(nr, [&](auto RR) {
                     with_count<kC>(nc, [&](auto CC) { dot_float_block<T, RR, CC>(rows, xs, k0, k1, cols, acc, ys); });
                 });
@@ -729,11 +727,11 @@ void dot_rows_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes
 }
 
 void dot_rows_batch_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
-                           std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy) {
+                           std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy, float* saved) {
     switch (type) {
-        case GgmlType::F32: return dot_float_rows_batch<GgmlType::F32>(w, row_bytes, n_rows, cols, X, n_x, Y, ldy);
-        case GgmlType::F16: return dot_float_rows_batch<GgmlType::F16>(w, row_bytes, n_rows, cols, X, n_x, Y, ldy);
-        case GgmlType::BF16: return dot_float_rows_batch<GgmlType::BF16>(w, row_bytes, n_rows, cols, X, n_x, Y, ldy);
+        case GgmlType::F32: return dot_float_rows_batch<GgmlType::F32>(w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved);
+        case GgmlType::F16: return dot_float_rows_batch<GgmlType::F16>(w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved);
+        case GgmlType::BF16: return dot_float_rows_batch<GgmlType::BF16>(w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved);
         default: AQPIM_ASSERT(false);
     }
 }

@@ -118,10 +118,11 @@ struct MatmulScratch {
     AlignedBuffer<float> rows, panel; ///< matmul_own: a panel's rows dequantized, then packed k-major
     AlignedBuffer<f16_t> half_panel;  ///< matmul_own: an f16 panel packed as it is
     AlignedBuffer<float> tile;        ///< matmul_sgemm: a tile of rows dequantized
+    AlignedBuffer<float> saved;       ///< matmul_rows: dot_rows_batch's accumulators between chunks
 
     std::size_t bytes() const {
         std::size_t b = heap_bytes(qx) + heap_bytes(qxs) + heap_bytes(rows) + heap_bytes(panel) +
-                        heap_bytes(half_panel) + heap_bytes(tile);
+                        heap_bytes(half_panel) + heap_bytes(tile) + heap_bytes(saved);
         for (const QuantizedX& x : qxs) b += heap_bytes(x);
         return b;
     }
@@ -135,6 +136,15 @@ void reserve_x(QuantizedX& qx, std::int64_t n, bool lanes);
 
 // ---- per-level kernels ---------------------------------------------------------------------------
 
+/// dot_rows_batch's blocks: kBatchRows rows x kBatchActivations activations, 4 x 16-lane
+/// accumulators each, over chunks of kBatchChunk values (a multiple of dot_float's 64-value step).
+constexpr int kBatchRows = 2, kBatchActivations = 3;
+constexpr std::int64_t kBatchChunk = 1024;
+/// Floats of dot_rows_batch's saved accumulators for n_rows rows (48 KiB at 64 rows).
+inline std::size_t dot_rows_batch_saved_floats(std::int64_t n_rows) {
+    return std::size_t((n_rows + kBatchRows - 1) / kBatchRows) * kBatchRows * kBatchActivations * 4 * 16;
+}
+
 /// Everything a level provides. Quantized types run on QuantizedX; F32/F16/BF16 on f32 x.
 struct QuantKernels {
     /// n values of a quantized type (Q8_0, Q4_0, Q4_K, Q6_K) -> f32.
@@ -145,9 +155,12 @@ struct QuantKernels {
     void (*dot_rows)(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
                      std::int64_t cols, const float* x, const QuantizedX& qx, float* y);
     /// F32/F16/BF16 only, null where the level has none: Y[i * ldy + r] = row r . X[i] for the
-    /// n_x rows of X (cols values each, contiguous), every output bit-identical to dot_rows'.
+    /// n_x rows of X (cols values each, contiguous), every output bit-identical to dot_rows'. saved:
+    /// the caller's scratch of dot_rows_batch_saved_floats(n_rows) floats, 64-byte aligned (the
+    /// accumulators kept between chunks of kBatchChunk values; unread when cols <= kBatchChunk).
     void (*dot_rows_batch)(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
-                           std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy) = nullptr;
+                           std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy,
+                           float* saved) = nullptr;
 };
 
 #define AQPIM_DECLARE_QUANT_KERNELS(isa)                                                                  \
@@ -160,7 +173,7 @@ AQPIM_DECLARE_QUANT_KERNELS(ref)
 AQPIM_DECLARE_QUANT_KERNELS(avx2)
 AQPIM_DECLARE_QUANT_KERNELS(avx512)
 void dot_rows_batch_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
-                           std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy);
+                           std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy, float* saved);
 
 #undef AQPIM_DECLARE_QUANT_KERNELS
 

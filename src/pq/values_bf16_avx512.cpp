@@ -11,7 +11,6 @@
 
 #include <algorithm>
 
-#include "aqpim/aligned.h"
 #include "aqpim/pq_codes.h"
 #include "pq/code_groups.h"
 #include "pq/pq_kernels_isa.h"
@@ -23,6 +22,7 @@ namespace aqpim {
 namespace {
 
 constexpr int kHeadsPerPass = 4;  // NQ x ND = 16 accumulators + 4 columns + indices in 32 registers
+constexpr std::int64_t kChunkBlocks = 32;  // blocks whose paired weights are built, then used, at a time
 
 inline __m512i as_i(__m512bh x) { return (__m512i)x; }
 inline __m512bh as_bh(__m512i x) { return (__m512bh)x; }
@@ -76,22 +76,26 @@ void values_bf16_avx512(const float* p, std::int64_t p_stride, int n_q, int M, i
                         std::int64_t n_blocks, const float* columns, float* out) {
     const int D = M * dsub;
     const std::size_t block_bytes = code_block_bytes(M, 4);
-    thread_local AlignedBuffer<std::uint16_t> pw;  // [n_blocks][NQ][32], 64-byte aligned
+    // The weights of up to kChunkBlocks blocks at a time (an attention tile's 32 blocks, 8 KiB), on the stack.
+    alignas(64) std::uint16_t pw[kChunkBlocks * kHeadsPerPass * 32];  // [block][NQ][32]
     for_head_groups<kHeadsPerPass>(n_q, [&](auto NQ, int h0) {
-        if (pw.size() < std::size_t(n_blocks) * NQ() * 32) pw.resize(std::size_t(n_blocks) * NQ() * 32);
-        pair_weights<NQ()>(p + h0 * p_stride, p_stride, n_blocks, pw.data());
-        // Subspace-outer, as the f32 pass: one subspace's accumulators stay in registers while the
-        // tile's blocks (codes and paired weights in L1/L2) stream by.
-        for (int g = 0; g < (M + 3) / 4; ++g)
-            for_subspaces_in_group(std::min(4, M - 4 * g), [&](auto J) {
-                const int m = 4 * g + J();
-                for (int d = 0; d < dsub; d += 4)
-                    with_count<4>(std::min(4, dsub - d), [&](auto ND) {
-                        values_bf16_dims<NQ(), ND(), J()>(pw.data(), blocks + g * 64, block_bytes, n_blocks,
-                                                          columns + (std::int64_t(m) * dsub + d) * 16,
-                                                          out + std::int64_t(h0) * D + m * dsub + d, D);
-                    });
-            });
+        for (std::int64_t b0 = 0; b0 < n_blocks; b0 += kChunkBlocks) {
+            const std::int64_t nb = std::min(kChunkBlocks, n_blocks - b0);
+            const std::uint8_t* chunk = blocks + b0 * std::int64_t(block_bytes);
+            pair_weights<NQ()>(p + h0 * p_stride + b0 * kCodeBlock, p_stride, nb, pw);
+            // Subspace-outer, as the f32 pass: one subspace's accumulators stay in registers while the
+            // chunk's blocks (codes and paired weights in L1/L2) stream by.
+            for (int g = 0; g < (M + 3) / 4; ++g)
+                for_subspaces_in_group(std::min(4, M - 4 * g), [&](auto J) {
+                    const int m = 4 * g + J();
+                    for (int d = 0; d < dsub; d += 4)
+                        with_count<4>(std::min(4, dsub - d), [&](auto ND) {
+                            values_bf16_dims<NQ(), ND(), J()>(pw, chunk + g * 64, block_bytes, nb,
+                                                              columns + (std::int64_t(m) * dsub + d) * 16,
+                                                              out + std::int64_t(h0) * D + m * dsub + d, D);
+                        });
+                });
+        }
     });
 }
 

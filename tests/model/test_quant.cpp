@@ -583,7 +583,9 @@ TEST(Matmul, ForcedPathsAgreeAndThreadsDoNotMatter) {
 // The caller's workspaces (what the Transformer passes) give the same bits as the call's own, on
 // every path; warm, they hold what the first call grew and grow no further.
 TEST(Matmul, WorkspacesGiveTheSameBitsAndStopGrowing) {
-    const std::int64_t rows = 300, n = 17, c = 800;
+    const std::int64_t rows = 300, n = 17;
+    // 2048 columns: the row-batch kernel keeps accumulators between its 1024-value chunks, in the workspace
+    for (const std::int64_t c : {800, 2048})
     for (GgmlType type : {GgmlType::Q8_0, GgmlType::F16}) {
         const auto data = make_weights(type, rows, c, 63);
         const WeightMatrix W{type, rows, c, data.data()};
@@ -596,6 +598,9 @@ TEST(Matmul, WorkspacesGiveTheSameBitsAndStopGrowing) {
             EXPECT_EQ(own, given) << tname(type);
             const std::size_t warm = ws.bytes();
             EXPECT_GT(warm, 0u) << tname(type);
+            if (path == quant::MatmulPath::rows && c > quant::kBatchChunk && quant::quant_kernels(active_simd_level()).dot_rows_batch &&
+                type == GgmlType::F16)
+                EXPECT_GE(warm, quant::dot_rows_batch_saved_floats(64) * sizeof(float)) << "the saved accumulators are counted";
             quant::matmul_with(W, X.data(), n, given.data(), 2, path, &ws);
             EXPECT_EQ(own, given) << tname(type);
             EXPECT_EQ(ws.bytes(), warm) << tname(type);
