@@ -41,11 +41,17 @@ TEST(StoreCli, BenchServeMeasuresEveryTierAndSection) {
     for (const char* k : {"fresh_s", "hit_memory_s", "hit_disk_s"}) EXPECT_GT(ttft[k].get<double>(), 0.0) << k;
     const auto& load = j["rows"][2];
     EXPECT_EQ(load["section"], "workload");
-    // one client: the first request misses; the second finds the system prompt's blocks stored
-    // without the tail its chain would end at (it writes it), and may miss even those (the blocks are
-    // written while it starts); the third may find that tail not yet written
-    EXPECT_GE(load["hit_rate"].get<double>(), 3.0 / 6.0 - 1e-9);
-    EXPECT_LE(load["hit_rate"].get<double>(), 4.0 / 6.0 + 1e-9);
+    // One client: the first request misses, whatever the timing. The later ones find the system
+    // prompt's blocks once the store's writer has written them; it writes beside the engine, so
+    // on a quiet machine 3 or 4 of 6 hit, and on a loaded one (ctest -j2 beside two busy loops, 1
+    // run in 20 of `bench serve` alone) none did: no lower bound holds. What does: a hit restores
+    // at most the shared 64-token prefix, never a request's own 96 tokens.
+    const double hit_rate = load["hit_rate"].get<double>();
+    EXPECT_GE(hit_rate, 0.0);
+    EXPECT_LE(hit_rate, 5.0 / 6.0 + 1e-9);
+    const double restored_pct = load["prompt_tokens_restored_pct"].get<double>();
+    EXPECT_LE(restored_pct, 100.0 * hit_rate * 64.0 / 160.0 + 1e-9);
+    EXPECT_EQ(restored_pct > 0, hit_rate > 0) << restored_pct << " " << hit_rate;
 }
 
 TEST(StoreCli, ServeRefusesBadStoreOptions) {
