@@ -51,7 +51,8 @@ void group_scale_min(const AffineLayout& L, const std::uint8_t* block, int j, fl
     mn = h2f(min);
 }
 
-/// f(j, i, at) for the codes [k0, k1) of a layout, flat index k = j * g + i, at = k - k0: group by group.
+/// f(j, i0, cnt, at) for the codes [k0, k1) of a layout (flat index k = j * g + i), a group's run at a
+/// time: group j's codes i0 .. i0 + cnt - 1, the first of them at k0 + at.
 template <class F>
 void for_codes(const AffineLayout& L, std::int64_t k0, std::int64_t k1, F f) {
     for (std::int64_t k = k0; k < k1;) {
