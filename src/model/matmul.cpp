@@ -90,7 +90,8 @@ void matmul_rows(const WeightMatrix& W, const float* X, std::int64_t n, float* Y
                 float* saved = nullptr;  // read only by rows longer than one chunk
                 if (W.cols > kBatchChunk) {
                     AlignedBuffer<float>& b = ws.mine().get<MatmulScratch>().saved;
-                    if (b.size() < dot_rows_batch_saved_floats(nr)) b.resize(dot_rows_batch_saved_floats(kBatchTileRows));
+                    const std::size_t tile_floats = dot_rows_batch_saved_floats(kBatchTileRows);  // any tile's
+                    if (b.size() < tile_floats) b.resize(tile_floats);
                     saved = b.data();
                 }
                 k.dot_rows_batch(W.type, W.row(r0), rb, nr, W.cols, X, n, Y + r0, W.rows, saved);
