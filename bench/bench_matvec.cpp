@@ -9,7 +9,8 @@
 //                                           registers and FMA against f32 x (no x quantization)
 //   BM_Matmul/<type>/<n>/<path>/<threads>   prefill product, W [4096 x 4096], n activations;
 //                                           path 0 = per-row matvec, 1 = dequantized tiles + OpenBLAS
-//                                           sgemm, 2 = dequantized 32-row panels + own AVX-512 kernel
+//                                           sgemm, 2 = dequantized 32-row panels + own AVX-512 kernel,
+//                                           3 = the batch-invariant product (the server's decode)
 // Counters: bytes/s of weights read; roof = the streaming read of the same arena measured in the
 // same benchmark with the same thread count; of_roof = bytes/s / roof; GFLOP/s for matmul.
 // On a shared machine run repetitions and read the "_max" rows (bytes/s) / "_min" rows (time):
@@ -225,16 +226,17 @@ void BM_MatvecF32x(benchmark::State& state) {
 /// W shapes of BM_Matmul (rows x cols): a Llama-7B projection, austen-13m's FFN up and down.
 constexpr std::int64_t kMatmulShapes[][2] = {{4096, 4096}, {1408, 512}, {512, 1408}};
 
-// args: type index, n, path (0 rows, 1 sgemm, 2 own), threads, shape index (kMatmulShapes)
+// args: type index, n, path (0 rows, 1 sgemm, 2 own, 3 invariant), threads, shape index (kMatmulShapes)
 void BM_Matmul(benchmark::State& state) {
     const GgmlType type = kTypes[state.range(0)];
     const std::int64_t n = state.range(1), rows = kMatmulShapes[state.range(4)][0], cols = kMatmulShapes[state.range(4)][1];
     if (cols % ggml_type_traits(type).block_size != 0) return state.SkipWithError("columns not a multiple of the type's block");
-    const quant::MatmulPath paths[] = {quant::MatmulPath::rows, quant::MatmulPath::sgemm, quant::MatmulPath::own};
+    const quant::MatmulPath paths[] = {quant::MatmulPath::rows, quant::MatmulPath::sgemm, quant::MatmulPath::own,
+                                       quant::MatmulPath::invariant};
     const auto path = paths[state.range(2)];
     const int nt = int(state.range(3));
     MatrixArena& m = matrices(type, rows, cols, false);
-    const char* names[] = {"/rows", "/sgemm", "/own"};
+    const char* names[] = {"/rows", "/sgemm", "/own", "/invariant"};
     state.SetLabel(ggml_type_name(type) + names[state.range(2)] + "/" + std::to_string(rows) + "x" + std::to_string(cols));
     const auto X = values(std::size_t(n * cols), 9, 1.0f);
     std::vector<float> Y(std::size_t(n * rows));
@@ -274,7 +276,7 @@ BENCHMARK(BM_Matvec)->Apply(matvec_args)->Unit(benchmark::kMillisecond)->UseReal
 BENCHMARK(BM_MatvecHot)->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {2, 1, 0}})->Apply(best_of)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MatvecF32x)->ArgsProduct({{3, 4}, {1, 2}})->Apply(best_of)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Matmul)
-    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {1, 4, 8, 16, 32, 64, 256}, {0, 1, 2}, {1, 2}, {0, 1, 2}})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {1, 4, 8, 16, 32, 64, 256}, {0, 1, 2, 3}, {1, 2}, {0, 1, 2}})
     ->Apply(best_of)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

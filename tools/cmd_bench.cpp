@@ -143,8 +143,8 @@ void add_bench_command(CLI::App& app) {
         ->capture_default_str()
         ->needs(contexts);
     decode->add_flag("--batch-invariant", dopt->batch_invariant,
-                     "KV-dominated mode: decode as `aqpim serve` does, each projection row with matvec's arithmetic "
-                     "(a sequence's tokens do not depend on the batch) instead of the faster batched GEMM")
+                     "KV-dominated mode: decode as `aqpim serve` does, each projection row with one arithmetic "
+                     "whatever the batch (a sequence's tokens do not depend on it) instead of the batched GEMM")
         ->needs(contexts);
     decode->add_flag("--sequential", dopt->sequential,
                      "KV-dominated mode: fill and time one scheme after another (holds one cache at a time) instead "

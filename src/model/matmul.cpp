@@ -61,6 +61,31 @@ constexpr std::size_t kRowTileBytes = std::size_t(32) << 10;
 /// (128 KB of f16 at 64 rows, from L2) per block of 3 activations (12 KB of x, from L1).
 constexpr std::int64_t kBatchTileRows = 64;
 
+using RowBatchKernel = void (*)(GgmlType, const std::uint8_t*, std::size_t, std::int64_t, std::int64_t, const float*,
+                                std::int64_t, float*, std::int64_t, float*);
+
+/// Every activation against tiles of `tile_rows` rows of W through a row-batch kernel
+/// (dot_rows_batch or dot_rows_invariant), the tiles split across `threads`: a split that changes
+/// no output's arithmetic. `saved_floats`: the kernel's accumulators between chunks for one tile.
+void matmul_row_tiles(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int threads,
+                      ThreadWorkspaces& ws, RowBatchKernel kernel, std::int64_t tile_rows, std::size_t saved_floats) {
+    const std::int64_t n_tiles = ceil_div(W.rows, tile_rows);
+    ws.prepare(threads);
+    parallel_for(
+        n_tiles,
+        [&](std::int64_t t) {
+            const std::int64_t r0 = t * tile_rows, nr = std::min(tile_rows, W.rows - r0);
+            float* saved = nullptr;  // read only by rows longer than one chunk
+            if (W.cols > kBatchChunk) {
+                AlignedBuffer<float>& b = ws.mine().get<MatmulScratch>().saved;
+                if (b.size() < saved_floats) b.resize(saved_floats);
+                saved = b.data();
+            }
+            kernel(W.type, W.row(r0), W.row_bytes(), nr, W.cols, X, n, Y + r0, W.rows, saved);
+        },
+        threads);
+}
+
 /// Every activation row through the decode kernel, exactly as matvec computes it (same kernel,
 /// same x preparation, so a row's result does not depend on the batch), with the loops tiled: a
 /// tile of W rows is read from memory once and reused from cache by every activation, instead of
@@ -79,26 +104,9 @@ void matmul_rows(const WeightMatrix& W, const float* X, std::int64_t n, float* Y
     std::vector<QuantizedX>& qxs = caller.qxs;
     const bool prepared = quantizes_x(W.type);
     const std::size_t rb = W.row_bytes();
-    if (!prepared && k.dot_rows_batch != nullptr) {  // every activation against a tile of rows at once
-        const std::int64_t n_tiles = ceil_div(W.rows, kBatchTileRows);
-        const int threads = gemm_threads(W, n, n_tiles, n_threads);
-        ws.prepare(threads);
-        parallel_for(
-            n_tiles,
-            [&](std::int64_t t) {
-                const std::int64_t r0 = t * kBatchTileRows, nr = std::min(kBatchTileRows, W.rows - r0);
-                float* saved = nullptr;  // read only by rows longer than one chunk
-                if (W.cols > kBatchChunk) {
-                    AlignedBuffer<float>& b = ws.mine().get<MatmulScratch>().saved;
-                    const std::size_t tile_floats = dot_rows_batch_saved_floats(kBatchTileRows);  // any tile's
-                    if (b.size() < tile_floats) b.resize(tile_floats);
-                    saved = b.data();
-                }
-                k.dot_rows_batch(W.type, W.row(r0), rb, nr, W.cols, X, n, Y + r0, W.rows, saved);
-            },
-            threads);
-        return;
-    }
+    if (!prepared && k.dot_rows_batch != nullptr)  // every activation against a tile of rows at once
+        return matmul_row_tiles(W, X, n, Y, gemm_threads(W, n, ceil_div(W.rows, kBatchTileRows), n_threads), ws,
+                                k.dot_rows_batch, kBatchTileRows, batch_saved_floats<BatchBlocks>(kBatchTileRows));
     const std::int64_t tile = std::max<std::int64_t>(1, std::int64_t(kRowTileBytes / std::max<std::size_t>(rb, 1)));
     const std::int64_t n_tiles = ceil_div(W.rows, tile);
     if (prepared) {
@@ -115,6 +123,24 @@ void matmul_rows(const WeightMatrix& W, const float* X, std::int64_t n, float* Y
                            Y + i * W.rows + r0);
         },
         gemm_threads(W, n, n_tiles, n_threads));
+}
+
+/// MatmulPath::invariant: dot_rows_invariant for every n, 1 included, where the level has it for
+/// W's type (threads by W's bytes as matvec's when n is small, so a lone decode row is as fast as
+/// matvec's), else matmul_rows (matvec's arithmetic for every row).
+void matmul_invariant(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads,
+                      ThreadWorkspaces& ws) {
+    const QuantKernels& k = quant_kernels(active_simd_level());
+    if (quantizes_x(W.type) || k.dot_rows_invariant == nullptr) return matmul_rows(W, X, n, Y, n_threads, ws);
+    const int threads = std::max(gemm_threads(W, n, ceil_div(W.rows, kBatchTileRows), n_threads),
+                                 int(std::min<std::int64_t>(ceil_div(W.rows, kBatchTileRows), matvec_threads(W, n_threads))));
+    // Up to one block of activations reads each row once, so tiles need not fit a cache: four a
+    // thread, as matvec splits its rows (64-row tasks of a lone row cost more to hand out than to do).
+    const std::int64_t tile_rows =
+        n <= InvariantBlocks::activations
+            ? std::max(kBatchTileRows, ceil_div(ceil_div(W.rows, 4 * std::int64_t(threads)), InvariantBlocks::rows) * InvariantBlocks::rows)
+            : kBatchTileRows;
+    matmul_row_tiles(W, X, n, Y, threads, ws, k.dot_rows_invariant, tile_rows, batch_saved_floats<InvariantBlocks>(tile_rows));
 }
 
 void matmul_sgemm(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads,
@@ -208,6 +234,7 @@ void matmul_with(const WeightMatrix& W, const float* X, std::int64_t n, float* Y
     ThreadWorkspaces& w = ws ? *ws : own;
     switch (path) {
         case MatmulPath::rows: return matmul_rows(W, X, n, Y, n_threads, w);
+        case MatmulPath::invariant: return matmul_invariant(W, X, n, Y, n_threads, w);
         case MatmulPath::own: return matmul_own(W, X, n, Y, n_threads, w);
         default: return matmul_sgemm(W, X, n, Y, n_threads, w);
     }

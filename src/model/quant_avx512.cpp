@@ -54,6 +54,18 @@ inline __m256 fold(__m512 v) {
 }
 using aqpim::hsum;  // the __m256 one (simd/avx2_util.h), beside this __m512 one
 inline float hsum(__m512 v) { return hsum(fold(v)); }
+/// hsum of four vectors at once, each by hsum's own tree (lanes l + l+8, then + l+4, + l+2, + l+1),
+/// so each result is bit-identical to hsum's; about half the shuffles and adds of four hsums.
+inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+    // 128-bit lanes: [a0 + a2, a1 + a3, b0 + b2, b1 + b3] and the same for c, d
+    const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
+    const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xee));
+    // [a0+a2 + a1+a3, b.., c.., d..]: one 128-bit lane per vector
+    __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xdd));
+    s = _mm512_add_ps(s, _mm512_permute_ps(s, 0x4e));  // element l + element l + 2
+    s = _mm512_add_ps(s, _mm512_permute_ps(s, 0xb1));  // + element l + 1
+    return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s));
+}
 inline float hmax(__m512 v) {
     __m256 m8 = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xee)));
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
@@ -367,24 +379,35 @@ float dot_float(const std::uint8_t* row, const float* x, std::int64_t n) {
     return hsum(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
-/// dot_float's arithmetic for R rows of W against C rows of x at once, over values [k0, k1) of a
-/// row of n: each of the R x C outputs keeps its own four accumulators, fed in dot_float's order
-/// (64 values per step; the masked tail, in the chunk that reaches n, into the first) and reduced
-/// by the same hsum, so every output is bit-identical to dot_float's. A converted weight vector
-/// is used C times and an x vector R times (R + C loads per R x C FMAs instead of two per FMA).
-/// Between chunks the accumulators wait in `saved` ([R][C][4] vectors of 16 floats, aligned).
-template <GgmlType T, int R, int C>
+/// The sums of R rows of W against C rows of x at once, over values [k0, k1) of a row of n, in S
+/// 16-lane accumulators per output: S = 4 is dot_float's arithmetic (64 values per step, 16 in each
+/// accumulator; the masked tail, in the chunk that reaches n, into the first; the same hsum), so
+/// every output is bit-identical to dot_float's. S = 1 is the invariant products' arithmetic: 16
+/// values per step into one accumulator, then hsum. A converted weight vector is used C times and
+/// an x vector R times (R + C loads per R x C FMAs instead of two per FMA). Between chunks the
+/// accumulators wait in `saved` ([R][C][S] vectors of 16 floats, aligned). `ahead` > 0: each row's
+/// line that many bytes further on is requested as the row's own is read (the weights the next
+/// blocks read, while these come from memory only once).
+template <GgmlType T, int S, int R, int C>
 void dot_float_block(const std::uint8_t* const* rows, const float* const* xs, std::int64_t k0, std::int64_t k1,
-                     std::int64_t n, float* saved, float* const* ys) {
-    __m512 acc[R][C][4];
+                     std::int64_t n, float* saved, float* const* ys, std::size_t ahead) {
+    static_assert(S == 1 || S == 4, "dot_float's four accumulators or the invariant products' one");
+    constexpr std::int64_t kValueBytes = T == GgmlType::F32 ? 4 : 2;
+    __m512 acc[R][C][S];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
         for (int c = 0; c < C; ++c)
 #pragma GCC unroll 16
-            for (int s = 0; s < 4; ++s) acc[r][c][s] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(saved + 16 * ((r * C + c) * 4 + s));
+            for (int s = 0; s < S; ++s) acc[r][c][s] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(saved + 16 * ((r * C + c) * S + s));
     std::int64_t i = k0;
-    for (; i + 64 <= std::min(k1, n); i += 64)
+    for (; i + 64 <= std::min(k1, n); i += 64) {  // 64 values a step: 16 into each of 4 sums, or all 64 into one
+        if (ahead > 0)
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+                for (std::int64_t line = 0; line < kValueBytes; ++line)
+                    _mm_prefetch(reinterpret_cast<const char*>(rows[r] + i * kValueBytes + ahead + 64 * line), _MM_HINT_T0);
 #pragma GCC unroll 16
         for (int s = 0; s < 4; ++s) {
             __m512 w[R];
@@ -394,16 +417,17 @@ void dot_float_block(const std::uint8_t* const* rows, const float* const* xs, st
             for (int c = 0; c < C; ++c) {
                 const __m512 x = opaque(_mm512_loadu_ps(xs[c] + i + 16 * s));  // one load, not one per row
 #pragma GCC unroll 16
-                for (int r = 0; r < R; ++r) acc[r][c][s] = _mm512_fmadd_ps(w[r], x, acc[r][c][s]);
+                for (int r = 0; r < R; ++r) acc[r][c][s % S] = _mm512_fmadd_ps(w[r], x, acc[r][c][s % S]);
             }
         }
+    }
     if (k1 < n) {
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
             for (int c = 0; c < C; ++c)
 #pragma GCC unroll 16
-                for (int s = 0; s < 4; ++s) _mm512_store_ps(saved + 16 * ((r * C + c) * 4 + s), acc[r][c][s]);
+                for (int s = 0; s < S; ++s) _mm512_store_ps(saved + 16 * ((r * C + c) * S + s), acc[r][c][s]);
         return;
     }
     for (; i < n; i += 16) {
@@ -418,24 +442,42 @@ void dot_float_block(const std::uint8_t* const* rows, const float* const* xs, st
             for (int r = 0; r < R; ++r) acc[r][c][0] = _mm512_fmadd_ps(w[r], x, acc[r][c][0]);
         }
     }
+    if constexpr (S == 4) {
 #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r)
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+            for (int c = 0; c < C; ++c)
+                ys[c][r] = hsum(_mm512_add_ps(_mm512_add_ps(acc[r][c][0], acc[r][c][1]), _mm512_add_ps(acc[r][c][2], acc[r][c][3])));
+    } else {
 #pragma GCC unroll 16
         for (int c = 0; c < C; ++c)
-            ys[c][r] = hsum(_mm512_add_ps(_mm512_add_ps(acc[r][c][0], acc[r][c][1]), _mm512_add_ps(acc[r][c][2], acc[r][c][3])));
+#pragma GCC unroll 16
+            for (int r0 = 0; r0 < R; r0 += 4) {
+                __m512 v[4];
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; ++j) v[j] = r0 + j < R ? acc[r0 + j][c][0] : _mm512_setzero_ps();
+                alignas(16) float out[4];
+                _mm_store_ps(out, hsum4(v[0], v[1], v[2], v[3]));
+#pragma GCC unroll 4
+                for (int j = 0; j < 4 && r0 + j < R; ++j) ys[c][r0 + j] = out[j];
+            }
+    }
 }
 
-/// Y[c][r] = row r . X[c] for n_rows rows and n_x activations, each as dot_float computes it, in
-/// blocks of 2 rows x 3 activations (24 accumulators). Per block of 3 activations, the values go
-/// in chunks of kKc (a multiple of dot_float's 64-value step): the block's 3 x 4 KB of x and a
-/// chunk of every row of the tile stay in L1 while the row pairs pass.
-template <GgmlType T>
+/// Y[c][r] = row r . X[c] for n_rows rows and n_x activations, in blocks of kR rows x kC
+/// activations with S accumulators per output (dot_float_block). Per block of
+/// activations, the values go in chunks of kBatchChunk (a multiple of dot_float's 64-value step):
+/// the block's x and a chunk of every row of the tile stay in L1 while the row blocks pass.
+template <GgmlType T, int S, int kR, int kC>
 void dot_float_rows_batch(const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows, std::int64_t cols,
                           const float* X, std::int64_t n_x, float* Y, std::int64_t ldy, float* saved) {
-    constexpr int kR = kBatchRows, kC = kBatchActivations;
     constexpr std::int64_t kKc = kBatchChunk;
-    constexpr std::int64_t kPairFloats = kR * kC * 4 * 16;  // saved: [row pair][kR][kC][4][16] accumulators between chunks
+    constexpr std::int64_t kBlockFloats = kR * kC * S * 16;  // saved: [row block][kR][kC][S][16]
     static_assert(kKc % 64 == 0, "chunks of whole 64-value steps");
+    // The first block of activations reads the rows from memory: it requests the rows whole blocks
+    // ahead, at least kWeightPrefetchBytes (matvec's distance) further on.
+    const std::size_t block_bytes = std::size_t(kR) * row_bytes;
+    const std::size_t ahead = (kWeightPrefetchBytes + block_bytes - 1) / block_bytes * block_bytes;
     for (std::int64_t c0 = 0; c0 < n_x; c0 += kC) {
         const int nc = int(std::min<std::int64_t>(kC, n_x - c0));
         const float* xs[kC];
@@ -447,9 +489,11 @@ void dot_float_rows_batch(const std::uint8_t* w, std::size_t row_bytes, std::int
                 const std::uint8_t* rows[kR];
                 for (int r = 0; r < nr; ++r) rows[r] = w + std::size_t(r0 + r) * row_bytes;
                 for (int c = 0; c < nc; ++c) xs[c] = X + (c0 + c) * cols, ys[c] = Y + (c0 + c) * ldy + r0;
-                float* acc = cols > kKc ? saved + (r0 / kR) * kPairFloats : nullptr;
+                float* acc = cols > kKc ? saved + (r0 / kR) * kBlockFloats : nullptr;
                 with_count<kR>(nr, [&](auto RR) {
-                    with_count<kC>(nc, [&](auto CC) { dot_float_block<T, RR, CC>(rows, xs, k0, k1, cols, acc, ys); });
+                    with_count<kC>(nc, [&](auto CC) {
+                        dot_float_block<T, S, RR, CC>(rows, xs, k0, k1, cols, acc, ys, c0 == 0 ? ahead : 0);
+                    });
                 });
             }
         }
@@ -726,14 +770,35 @@ void dot_rows_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes
     }
 }
 
-void dot_rows_batch_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
-                           std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy, float* saved) {
+namespace {
+
+template <int S, int kR, int kC>
+void dot_float_rows_batch_of(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
+                             std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy, float* saved) {
     switch (type) {
-        case GgmlType::F32: return dot_float_rows_batch<GgmlType::F32>(w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved);
-        case GgmlType::F16: return dot_float_rows_batch<GgmlType::F16>(w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved);
-        case GgmlType::BF16: return dot_float_rows_batch<GgmlType::BF16>(w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved);
+        case GgmlType::F32: return dot_float_rows_batch<GgmlType::F32, S, kR, kC>(w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved);
+        case GgmlType::F16: return dot_float_rows_batch<GgmlType::F16, S, kR, kC>(w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved);
+        case GgmlType::BF16: return dot_float_rows_batch<GgmlType::BF16, S, kR, kC>(w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved);
         default: AQPIM_ASSERT(false);
     }
+}
+
+}  // namespace
+
+void dot_rows_batch_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
+                           std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy, float* saved) {
+    using B = BatchBlocks;
+    dot_float_rows_batch_of<B::sums, B::rows, B::activations>(type, w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved);
+}
+
+void dot_rows_invariant_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
+                               std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy,
+                               float* saved) {
+    using B = InvariantBlocks;
+    if (n_x <= B::few_activations)
+        return dot_float_rows_batch_of<B::sums, B::few_rows, B::few_activations>(type, w, row_bytes, n_rows, cols, X, n_x,
+                                                                                  Y, ldy, saved);
+    dot_float_rows_batch_of<B::sums, B::rows, B::activations>(type, w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved);
 }
 
 }  // namespace aqpim::quant

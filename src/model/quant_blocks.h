@@ -136,13 +136,26 @@ void reserve_x(QuantizedX& qx, std::int64_t n, bool lanes);
 
 // ---- per-level kernels ---------------------------------------------------------------------------
 
-/// dot_rows_batch's blocks: kBatchRows rows x kBatchActivations activations, 4 x 16-lane
-/// accumulators each, over chunks of kBatchChunk values (a multiple of dot_float's 64-value step).
-constexpr int kBatchRows = 2, kBatchActivations = 3;
+/// The row-batch products' blocks (dot_rows_batch, dot_rows_invariant): `rows` rows x
+/// `activations` activations at once, `sums` 16-lane accumulators per output, over chunks of
+/// kBatchChunk values (a multiple of dot_float's 64-value step).
+struct BatchBlocks {  ///< dot_rows_batch: dot_float's four accumulators (matvec's arithmetic)
+    static constexpr int rows = 2, activations = 3, sums = 4;
+};
+struct InvariantBlocks {  ///< dot_rows_invariant: one accumulator per output
+    static constexpr int rows = 4, activations = 6, sums = 1;
+    /// Up to few_activations activations go few_rows rows at a time (more weight streams and FMA
+    /// chains for a lone decode row, half the blocks to set up); the saved floats of the larger
+    /// blocks cover them (rows x activations per row: 8 x 2 / 8 <= 4 x 6 / 4).
+    static constexpr int few_rows = 8, few_activations = 2;
+    static_assert(few_activations <= activations, "the saved accumulators are sized by the larger blocks");
+};
 constexpr std::int64_t kBatchChunk = 1024;
-/// Floats of dot_rows_batch's saved accumulators for n_rows rows (48 KiB at 64 rows).
-inline std::size_t dot_rows_batch_saved_floats(std::int64_t n_rows) {
-    return std::size_t((n_rows + kBatchRows - 1) / kBatchRows) * kBatchRows * kBatchActivations * 4 * 16;
+/// Floats of the saved accumulators for n_rows rows (48 KiB at 64 rows for BatchBlocks, 24 KiB
+/// for InvariantBlocks).
+template <class B>
+inline std::size_t batch_saved_floats(std::int64_t n_rows) {
+    return std::size_t((n_rows + B::rows - 1) / B::rows) * B::rows * B::activations * B::sums * 16;
 }
 
 /// Everything a level provides. Quantized types run on QuantizedX; F32/F16/BF16 on f32 x.
@@ -156,11 +169,19 @@ struct QuantKernels {
                      std::int64_t cols, const float* x, const QuantizedX& qx, float* y);
     /// F32/F16/BF16 only, null where the level has none: Y[i * ldy + r] = row r . X[i] for the
     /// n_x rows of X (cols values each, contiguous), every output bit-identical to dot_rows'. saved:
-    /// the caller's scratch of dot_rows_batch_saved_floats(n_rows) floats, 64-byte aligned (the
+    /// the caller's scratch of batch_saved_floats<BatchBlocks>(n_rows) floats, 64-byte aligned (the
     /// accumulators kept between chunks of kBatchChunk values; unread when cols <= kBatchChunk).
     void (*dot_rows_batch)(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
                            std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy,
                            float* saved) = nullptr;
+    /// As dot_rows_batch, with the invariant products' arithmetic instead of dot_rows': each output
+    /// sums 16 values per step in one 16-lane accumulator, then reduces it, whatever n_x and
+    /// whichever block it is in, so a row of X gets the same bits in a batch of 1 or of 64 (the
+    /// server's decode, MatmulPath::invariant) at GEMM-like speed from a few rows up. saved:
+    /// batch_saved_floats<InvariantBlocks>(n_rows) floats, 64-byte aligned.
+    void (*dot_rows_invariant)(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
+                               std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy,
+                               float* saved) = nullptr;
 };
 
 #define AQPIM_DECLARE_QUANT_KERNELS(isa)                                                                  \
@@ -174,6 +195,9 @@ AQPIM_DECLARE_QUANT_KERNELS(avx2)
 AQPIM_DECLARE_QUANT_KERNELS(avx512)
 void dot_rows_batch_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
                            std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy, float* saved);
+void dot_rows_invariant_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
+                               std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy,
+                               float* saved);
 
 #undef AQPIM_DECLARE_QUANT_KERNELS
 
@@ -210,8 +234,10 @@ void gemm_panel_avx512(const float* X, std::int64_t n, std::int64_t K, const f16
 
 /// How matmul computes. automatic: per-row matvec below gemm_min_batch(type) activations, else
 /// `own` (dequantized 32-row panels through gemm_panel_avx512; `sgemm` below AVX-512). rows /
-/// sgemm / own force a path, for tests and benchmarks.
-enum class MatmulPath { automatic, rows, sgemm, own };
+/// sgemm / own force a path, for tests and benchmarks. invariant: a row of X gets the same bits
+/// whatever n (the server's decode): dot_rows_invariant where the level has it for W's type,
+/// else `rows` (matvec's arithmetic for every row, slower from a few rows up).
+enum class MatmulPath { automatic, rows, sgemm, own, invariant };
 /// Smallest batch matmul dequantizes W for (the measured crossover with per-row matvec, W
 /// [4096 x 4096] in the LLC, one thread: 4 for f32/f16/bf16, 8 for Q8_0, 12 for Q4_0/Q4_K/Q6_K).
 std::int64_t gemm_min_batch(GgmlType type);

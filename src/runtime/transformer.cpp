@@ -66,10 +66,10 @@ std::uint64_t Transformer::decode_weight_bytes() const {
 }
 
 void Transformer::product(const WeightMatrix& W, const float* X, std::int64_t n, float* Y) {
-    // Batch-invariant: every row through matvec, as a batch of one computes it (matmul's GEMM
-    // paths round differently from matvec, so a row's result would depend on the batch size).
+    // Batch-invariant: every row with the same arithmetic whatever n (matmul's automatic paths
+    // switch between matvec's and the GEMM's rounding with the batch size).
     if (batch_invariant_)
-        quant::matmul_with(W, X, n, Y, n_threads_, quant::MatmulPath::rows, &workspaces_);
+        quant::matmul_with(W, X, n, Y, n_threads_, quant::MatmulPath::invariant, &workspaces_);
     else
         matmul(W, X, n, Y, n_threads_, &workspaces_);
 }

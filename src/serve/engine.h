@@ -14,7 +14,7 @@
 // Determinism: a request's tokens depend only on the request (prompt, parameters, seed) and the
 // engine's options, never on what else runs: each sequence has its own Sampler, prompts are
 // prefilled alone in chunks aligned to position 0, and decode uses the batch-invariant matmul
-// (each row computed as a batch of one computes it).
+// (each row with the same arithmetic whatever the batch: MatmulPath::invariant).
 //
 // Threads: callbacks run on the scheduler thread (keep them short, never call back into a blocking
 // engine method from one: submit and cancel are fine). Waits are condition variables, no spinning.

@@ -541,6 +541,62 @@ TEST(Matmul, TheRowsPathIsMatvecBitForBitOnLongRowsAndOddShapes) {
         for (std::int64_t c : {1025, 2048, 2100}) expect_rows_path_is_matvec(type, 131, c, 73, {2, 4, 7});
 }
 
+/// The invariant path (the server's decode): at every SIMD level, each row of X gets the same bits
+/// in a batch of n as alone, whatever n, its place in the batch and the threads; float types are
+/// within 1e-5 of the exact product (their own kernel, one accumulator per output), the others are
+/// matvec's (the rows path).
+void expect_invariant_rows(GgmlType type, std::int64_t rows, std::int64_t c, std::uint64_t seed,
+                           std::initializer_list<std::int64_t> batches) {
+    const std::int64_t max_n = std::max(batches);
+    const auto data = make_weights(type, rows, c, seed);
+    const WeightMatrix W{type, rows, c, data.data()};
+    const auto w = dequantized(type, data, rows * c);
+    const auto X = test::gaussian(std::size_t(max_n * c), seed + 1);
+    for (SimdLevel level : supported_simd_levels()) {
+        test::SimdLevelGuard g(level);
+        std::vector<float> alone(std::size_t(max_n * rows));
+        for (std::int64_t i = 0; i < max_n; ++i)
+            quant::matmul_with(W, X.data() + i * c, 1, alone.data() + i * rows, 1, quant::MatmulPath::invariant);
+        for (std::int64_t i = 0; i < max_n; ++i) {
+            std::vector<float> y(static_cast<std::size_t>(rows));
+            matvec(W, X.data() + i * c, y.data(), 1);
+            for (std::int64_t r = 0; r < rows; ++r) {
+                const float got = alone[std::size_t(i * rows + r)];
+                if (quant::quantizes_x(type)) {
+                    ASSERT_EQ(got, y[std::size_t(r)]) << tname(type) << " " << simd_level_name(level);
+                    continue;
+                }
+                double exact = 0, mag = 0;
+                for (std::int64_t k = 0; k < c; ++k) {
+                    const double p = double(w[std::size_t(r * c + k)]) * X[std::size_t(i * c + k)];
+                    exact += p;
+                    mag += std::fabs(p);
+                }
+                ASSERT_NEAR(got, exact, 1e-5 * mag) << tname(type) << " c=" << c << " " << simd_level_name(level);
+            }
+        }
+        for (std::int64_t n : batches)
+            for (int threads : {1, 2}) {
+                // the batch begins anywhere in X: a row's place in the batch must not matter either
+                const std::int64_t first = (max_n - n) / 2;
+                std::vector<float> Y(std::size_t(n * rows), -1.0f);
+                quant::matmul_with(W, X.data() + first * c, n, Y.data(), threads, quant::MatmulPath::invariant);
+                ASSERT_EQ(std::memcmp(Y.data(), alone.data() + first * rows, Y.size() * 4), 0)
+                    << tname(type) << " c=" << c << " " << simd_level_name(level) << " n=" << n << " threads=" << threads;
+            }
+    }
+}
+
+TEST(Matmul, TheInvariantPathGivesARowTheSameBitsInAnyBatch) {
+    // 131 rows: blocks of 4 rows and tiles of 64 leave partial ones; batches that leave 1-5 of a
+    // block of 6 activations; rows shorter than a 64-value step, with a masked tail, longer than a
+    // 1024-value chunk, a chunk holding only the tail (1025), a tail after whole chunks (2100).
+    for (GgmlType type : {GgmlType::F16, GgmlType::F32, GgmlType::BF16})
+        for (std::int64_t c : {40, 160, 1025, 2100}) expect_invariant_rows(type, 131, c, 75, {2, 3, 5, 7, 12, 13, 33});
+    for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_K})
+        expect_invariant_rows(type, 131, block_of(type) == 256 ? 512 : 160, 77, {2, 5, 13});
+}
+
 TEST(Matmul, ForcedPathsAgreeAndThreadsDoNotMatter) {
     const std::int64_t rows = 300, n = 17;  // 300 = 9 panels of 32 + 12 rows
     for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F32, GgmlType::BF16, GgmlType::F16}) {
@@ -590,7 +646,8 @@ TEST(Matmul, WorkspacesGiveTheSameBitsAndStopGrowing) {
             const auto data = make_weights(type, rows, c, 63);
             const WeightMatrix W{type, rows, c, data.data()};
             const auto X = test::gaussian(std::size_t(n * c), 64);
-            for (auto path : {quant::MatmulPath::rows, quant::MatmulPath::sgemm, quant::MatmulPath::own}) {
+            for (auto path :
+                 {quant::MatmulPath::rows, quant::MatmulPath::sgemm, quant::MatmulPath::own, quant::MatmulPath::invariant}) {
                 std::vector<float> own(std::size_t(n * rows)), given(own.size());
                 quant::matmul_with(W, X.data(), n, own.data(), 2, path);
                 ThreadWorkspaces threads;
@@ -603,9 +660,15 @@ TEST(Matmul, WorkspacesGiveTheSameBitsAndStopGrowing) {
                 EXPECT_EQ(own, given) << tname(type);
                 const std::size_t warm = ws.bytes();
                 EXPECT_GT(warm, 0u) << tname(type);
-                if (path == quant::MatmulPath::rows && c > quant::kBatchChunk &&
-                    quant::quant_kernels(active_simd_level()).dot_rows_batch && type == GgmlType::F16)
-                    EXPECT_GE(warm, quant::dot_rows_batch_saved_floats(64) * sizeof(float)) << "the saved accumulators are counted";
+                const quant::QuantKernels& k = quant::quant_kernels(active_simd_level());
+                if (c > quant::kBatchChunk && type == GgmlType::F16) {  // the saved accumulators are counted
+                    if (path == quant::MatmulPath::rows && k.dot_rows_batch) {
+                        EXPECT_GE(warm, quant::batch_saved_floats<quant::BatchBlocks>(64) * sizeof(float));
+                    }
+                    if (path == quant::MatmulPath::invariant && k.dot_rows_invariant) {
+                        EXPECT_GE(warm, quant::batch_saved_floats<quant::InvariantBlocks>(64) * sizeof(float));
+                    }
+                }
                 quant::matmul_with(W, X.data(), n, given.data(), 1, path, &ws);
                 EXPECT_EQ(own, given) << tname(type);
                 EXPECT_EQ(ws.bytes(), warm) << tname(type);
