@@ -475,7 +475,8 @@ void dot_float_rows_batch(const std::uint8_t* w, std::size_t row_bytes, std::int
     constexpr std::int64_t kBlockFloats = kR * kC * S * 16;  // saved: [row block][kR][kC][S][16]
     static_assert(kKc % 64 == 0, "chunks of whole 64-value steps");
     // The first block of activations reads the rows from memory: it requests the rows whole blocks
-    // ahead, at least kWeightPrefetchBytes (matvec's distance) further on.
+    // ahead, at least kWeightPrefetchBytes (matvec's distance) further on (4 KB ahead inside the
+    // row measured 0.6x on 8 rows of 8 KB, one thread, a lone activation).
     const std::size_t block_bytes = std::size_t(kR) * row_bytes;
     const std::size_t ahead = (kWeightPrefetchBytes + block_bytes - 1) / block_bytes * block_bytes;
     for (std::int64_t c0 = 0; c0 < n_x; c0 += kC) {
@@ -795,7 +796,7 @@ void dot_rows_invariant_avx512(GgmlType type, const std::uint8_t* w, std::size_t
                                std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy,
                                float* saved) {
     using B = InvariantBlocks;
-    if (n_x <= B::few_activations)
+    if (n_x <= B::few_activations && row_bytes * B::few_rows <= B::kFewRowsBlockBytes)
         return dot_float_rows_batch_of<B::sums, B::few_rows, B::few_activations>(type, w, row_bytes, n_rows, cols, X, n_x,
                                                                                   Y, ldy, saved);
     dot_float_rows_batch_of<B::sums, B::rows, B::activations>(type, w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved);

@@ -144,10 +144,12 @@ struct BatchBlocks {  ///< dot_rows_batch: dot_float's four accumulators (matvec
 };
 struct InvariantBlocks {  ///< dot_rows_invariant: one accumulator per output
     static constexpr int rows = 4, activations = 6, sums = 1;
-    /// Up to few_activations activations go few_rows rows at a time (more weight streams and FMA
-    /// chains for a lone decode row, half the blocks to set up); the saved floats of the larger
-    /// blocks cover them (rows x activations per row: 8 x 2 / 8 <= 4 x 6 / 4).
+    /// Up to few_activations activations go few_rows rows at a time where those rows hold at most
+    /// kFewRowsBlockBytes (more weight streams and FMA chains for a lone decode row, half the blocks
+    /// to set up: austen-13m's rows of 1-2.8 KB; on rows of 8 KB a lone row ran at 0.7x of 4-row
+    /// blocks); the saved floats of the larger blocks cover them (8 x 2 / 8 <= 4 x 6 / 4 a row).
     static constexpr int few_rows = 8, few_activations = 2;
+    static constexpr std::size_t kFewRowsBlockBytes = std::size_t(32) << 10;
     static_assert(few_activations <= activations, "the saved accumulators are sized by the larger blocks");
 };
 constexpr std::int64_t kBatchChunk = 1024;
