@@ -465,6 +465,22 @@ TEST(Matvec, DequantizeRowMatchesDequantize) {
 
 // ---- matmul -------------------------------------------------------------------------------------
 
+/// Row r of dequantized W [rows][cols] times row i of X, in double, and the sum of the products'
+/// magnitudes (the scale a float product's rounding error is judged against).
+struct ExactDot {
+    double value = 0, magnitude = 0;
+};
+ExactDot exact_dot(const std::vector<float>& w, const std::vector<float>& X, std::int64_t cols, std::int64_t r,
+                   std::int64_t i) {
+    ExactDot d;
+    for (std::int64_t c = 0; c < cols; ++c) {
+        const double p = double(w[std::size_t(r * cols + c)]) * X[std::size_t(i * cols + c)];
+        d.value += p;
+        d.magnitude += std::fabs(p);
+    }
+    return d;
+}
+
 TEST(Matmul, MatchesMatvecForSeveralBatchSizes) {
     const std::int64_t rows = 75, cols = 512;
     for (GgmlType type : kAllTypes) {
@@ -485,12 +501,7 @@ TEST(Matmul, MatchesMatvecForSeveralBatchSizes) {
                         continue;
                     }
                     // gemm path: f32 dequantized W times f32 X (no activation quantization)
-                    double exact = 0, mag = 0;
-                    for (std::int64_t c = 0; c < cols; ++c) {
-                        const double p = double(w[std::size_t(r * cols + c)]) * X[std::size_t(i * cols + c)];
-                        exact += p;
-                        mag += std::fabs(p);
-                    }
+                    const auto [exact, mag] = exact_dot(w, X, cols, r, i);
                     ASSERT_NEAR(got, exact, 1e-5 * mag) << tname(type) << " n=" << n << " i=" << i << " r=" << r;
                     if (!quant::quantizes_x(type)) {
                         ASSERT_NEAR(got, y[std::size_t(r)], 2e-5 * mag);
@@ -566,12 +577,7 @@ void expect_invariant_rows(GgmlType type, std::int64_t rows, std::int64_t c, std
                     ASSERT_EQ(got, y[std::size_t(r)]) << tname(type) << " " << simd_level_name(level);
                     continue;
                 }
-                double exact = 0, mag = 0;
-                for (std::int64_t k = 0; k < c; ++k) {
-                    const double p = double(w[std::size_t(r * c + k)]) * X[std::size_t(i * c + k)];
-                    exact += p;
-                    mag += std::fabs(p);
-                }
+                const auto [exact, mag] = exact_dot(w, X, c, r, i);
                 ASSERT_NEAR(got, exact, 1e-5 * mag) << tname(type) << " c=" << c << " " << simd_level_name(level);
             }
         }
@@ -619,12 +625,7 @@ TEST(Matmul, ForcedPathsAgreeAndThreadsDoNotMatter) {
                 double num = 0, den = 0;
                 for (std::int64_t i = 0; i < n; ++i)
                     for (std::int64_t r = 0; r < rows; ++r) {
-                        double exact = 0, mag = 0;
-                        for (std::int64_t k = 0; k < c; ++k) {
-                            const double p = double(w[std::size_t(r * c + k)]) * X[std::size_t(i * c + k)];
-                            exact += p;
-                            mag += std::fabs(p);
-                        }
+                        const auto [exact, mag] = exact_dot(w, X, c, r, i);
                         const std::size_t at = std::size_t(i * rows + r);
                         ASSERT_NEAR(a[at], exact, 1e-5 * mag) << tname(type) << " " << simd_level_name(level) << " i=" << i << " r=" << r;
                         num += double(a[at] - rows1[at]) * (a[at] - rows1[at]);
