@@ -24,6 +24,7 @@ TEST(StoreCli, BenchServeMeasuresEveryTierAndSection) {
                            " --json 2>/dev/null");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    SCOPED_TRACE(j.dump());  // every figure, should an assertion below fail (it did once in a full ctest -j2, unreproduced)
     ASSERT_EQ(j["rows"].size(), 6u);  // 2 schemes x (store bytes, ttft, workload)
     const auto& f16 = j["rows"][0];
     const auto& int8 = j["rows"][3];
