@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+#include <iterator>
+#include <string>
+
 #include "support/cli.h"
 #include "support/temp_dir.h"
 
@@ -17,14 +21,19 @@ const std::string kStoriesGguf = shared_dir() + "/models/stories260K/stories260K
 
 TEST(StoreCli, BenchServeMeasuresEveryTierAndSection) {
     AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
-    const std::string dir = aqpim::test::temp_path("store-cli-disk");
+    const std::string dir = aqpim::test::temp_path("store-cli-disk"), err = aqpim::test::temp_path("store-cli.err");
     const auto r = run_cli("-t 1 bench serve -m " + kStoriesGguf + " --kv 'f16;int8:g=8' --kv-store memory --kv-store disk:" + dir +
                            " --prompt-tokens 128 --suffix-tokens 8 --kv-store-block 32 --prefill-chunk 32 --repeats 1"
                            " --workload-prefix-tokens 64 --workload-suffix-tokens 96 --shared-prefixes 1 --requests 6 --clients 1 -n 2"
-                           " --json 2>/dev/null");
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+                           " --json 2>" + err);
+    const auto stderr_text = [&] {
+        std::ifstream f(err);
+        return std::string(std::istreambuf_iterator<char>(f), {});
+    };
+    ASSERT_EQ(r.exit_code, 0) << r.output << stderr_text();
     const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
-    SCOPED_TRACE(j.dump());  // every figure, should an assertion below fail (it did once in a full ctest -j2, unreproduced)
+    // every figure and warning, should an assertion below fail (one did once in a full ctest -j2, unreproduced)
+    SCOPED_TRACE(j.dump() + "\n" + stderr_text());
     ASSERT_EQ(j["rows"].size(), 6u);  // 2 schemes x (store bytes, ttft, workload)
     const auto& f16 = j["rows"][0];
     const auto& int8 = j["rows"][3];
