@@ -228,7 +228,7 @@ void matmul_with(const WeightMatrix& W, const float* X, std::int64_t n, float* Y
         std::fill(Y, Y + n * W.rows, 0.0f);
         return;
     }
-    if (path == MatmulPath::automatic) path = n < gemm_min_batch(W.type) ? MatmulPath::rows : MatmulPath::own;
+    if (path == MatmulPath::automatic) path = automatic_path(W.type, n);
     if (path == MatmulPath::own && active_simd_level() != SimdLevel::avx512) path = MatmulPath::sgemm;
     ThreadWorkspaces own;
     ThreadWorkspaces& w = ws ? *ws : own;
@@ -238,6 +238,13 @@ void matmul_with(const WeightMatrix& W, const float* X, std::int64_t n, float* Y
         case MatmulPath::own: return matmul_own(W, X, n, Y, n_threads, w);
         default: return matmul_sgemm(W, X, n, Y, n_threads, w);
     }
+}
+
+MatmulPath automatic_path(GgmlType type, std::int64_t n) {
+    if (n <= 1) return MatmulPath::rows;
+    if (!quantizes_x(type) && n <= kInvariantMaxBatch && quant_kernels(active_simd_level()).dot_rows_invariant != nullptr)
+        return MatmulPath::invariant;
+    return n < gemm_min_batch(type) ? MatmulPath::rows : MatmulPath::own;
 }
 
 std::int64_t gemm_min_batch(GgmlType type) {

@@ -459,7 +459,8 @@ void dot_float_block(const std::uint8_t* const* rows, const float* const* xs, st
                 alignas(16) float out[4];
                 _mm_store_ps(out, hsum4(v[0], v[1], v[2], v[3]));
 #pragma GCC unroll 4
-                for (int j = 0; j < 4 && r0 + j < R; ++j) ys[c][r0 + j] = out[j];
+                for (int j = 0; j < 4; ++j)
+                    if (r0 + j < R) ys[c][r0 + j] = out[j];
             }
     }
 }

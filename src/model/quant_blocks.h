@@ -234,15 +234,21 @@ void gemm_panel_avx512(const float* X, std::int64_t n, std::int64_t K, const flo
 void gemm_panel_avx512(const float* X, std::int64_t n, std::int64_t K, const f16_t* panel, int n_cols, float* Y,
                        std::int64_t ldy, const void* next = nullptr, std::size_t next_bytes = 0);
 
-/// How matmul computes. automatic: per-row matvec below gemm_min_batch(type) activations, else
-/// `own` (dequantized 32-row panels through gemm_panel_avx512; `sgemm` below AVX-512). rows /
-/// sgemm / own force a path, for tests and benchmarks. invariant: a row of X gets the same bits
+/// How matmul computes. automatic: automatic_path(type, n). rows / sgemm / own / invariant force a
+/// path, for tests and benchmarks. invariant: a row of X gets the same bits
 /// whatever n (the server's decode): dot_rows_invariant where the level has it for W's type,
 /// else `rows` (matvec's arithmetic for every row, slower from a few rows up).
 enum class MatmulPath { automatic, rows, sgemm, own, invariant };
 /// Smallest batch matmul dequantizes W for (the measured crossover with per-row matvec, W
 /// [4096 x 4096] in the LLC, one thread: 4 for f32/f16/bf16, 8 for Q8_0, 12 for Q4_0/Q4_K/Q6_K).
 std::int64_t gemm_min_batch(GgmlType type);
+/// Largest batch the automatic path gives the invariant kernel (float W with it): from 2 to 16 rows
+/// it beat both the rows path and the panel GEMM; at 32 it ties the GEMM, which wins from 64 up.
+inline constexpr std::int64_t kInvariantMaxBatch = 16;
+/// The path `automatic` takes for n activations of a W of `type` at the active SIMD level: rows for
+/// one activation (matvec itself), invariant for float W up to kInvariantMaxBatch where the level
+/// has its kernel, rows below gemm_min_batch(type), else own (sgemm below AVX-512).
+MatmulPath automatic_path(GgmlType type, std::int64_t n);
 void matmul_with(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int n_threads, MatmulPath path,
                  ThreadWorkspaces* ws = nullptr);
 

@@ -487,11 +487,11 @@ TEST(Matmul, MatchesMatvecForSeveralBatchSizes) {
         const auto data = make_weights(type, rows, cols, 51);
         const WeightMatrix W{type, rows, cols, data.data()};
         const auto w = dequantized(type, data, rows * cols);
-        for (std::int64_t n : {1, 3, 17, 64}) {
+        for (std::int64_t n : {1, 3, 8, 17, 64}) {
             const auto X = test::gaussian(std::size_t(n * cols), std::uint64_t(52 + n));
             std::vector<float> Y(static_cast<std::size_t>(n * rows)), y(static_cast<std::size_t>(rows));
             matmul(W, X.data(), n, Y.data());
-            const bool rows_path = n < quant::gemm_min_batch(type);
+            const bool rows_path = quant::automatic_path(type, n) == quant::MatmulPath::rows;
             for (std::int64_t i = 0; i < n; ++i) {
                 matvec(W, X.data() + i * cols, y.data());
                 for (std::int64_t r = 0; r < rows; ++r) {
@@ -500,7 +500,7 @@ TEST(Matmul, MatchesMatvecForSeveralBatchSizes) {
                         ASSERT_EQ(got, y[std::size_t(r)]) << tname(type) << " n=" << n;
                         continue;
                     }
-                    // gemm path: f32 dequantized W times f32 X (no activation quantization)
+                    // gemm or invariant path: f32 dequantized W times f32 X (no activation quantization)
                     const auto [exact, mag] = exact_dot(w, X, cols, r, i);
                     ASSERT_NEAR(got, exact, 1e-5 * mag) << tname(type) << " n=" << n << " i=" << i << " r=" << r;
                     if (!quant::quantizes_x(type)) {
