@@ -149,12 +149,19 @@ OutputFile::OutputFile(std::string path, std::string_view what) : path_(std::mov
         target_ = resolved.string();
     }
     if (fs::exists(st)) mode_ = int(fs::status(target_, ec).permissions() & fs::perms::mask);
-    std::string name = target_ + ".XXXXXX";
-    const int fd = ::mkstemp(name.data());
-    AQPIM_CHECK(fd >= 0, "{} {}: cannot create a file beside it: {}", what_, path_, std::strerror(errno));
-    ::close(fd);
-    tmp_ = name;
+    // The name is registered before mkstemp creates the file (mkstemp fills in its X's in place), so
+    // a signal at any moment from here on removes whatever name it holds: registered after, a
+    // signal between the two left the file behind (seen once in a CI run of
+    // CliFiles.AnInterruptedWriteLeavesNothing).
+    tmp_ = target_ + ".XXXXXX";
     register_open_output(tmp_.c_str());
+    const int fd = ::mkstemp(tmp_.data());
+    if (fd < 0) {
+        const int err = errno;
+        unregister_open_output(tmp_.c_str());
+        AQPIM_FAIL("{} {}: cannot create a file beside it: {}", what_, path_, std::strerror(err));
+    }
+    ::close(fd);
     out_.open(tmp_, std::ios::binary | std::ios::trunc);
     if (!out_.is_open()) {
         unregister_open_output(tmp_.c_str());
