@@ -22,7 +22,7 @@ namespace {
 
 const QuantKernels kTables[3] = {
     {dequantize_ref, prepare_x_ref, dot_rows_ref},
-    {dequantize_avx2, prepare_x_avx2, dot_rows_avx2},
+    {dequantize_avx2, prepare_x_avx2, dot_rows_avx2, nullptr, dot_rows_invariant_avx2},
     {dequantize_avx512, prepare_x_avx512, dot_rows_avx512, dot_rows_batch_avx512, dot_rows_invariant_avx512},
 };
 

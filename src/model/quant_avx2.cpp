@@ -5,8 +5,12 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "aqpim/error.h"
 #include "model/quant_blocks.h"
+#include "model/row_batch.h"
 #include "simd/avx2_util.h"
 
 namespace aqpim::quant {
@@ -24,6 +28,9 @@ inline void prefetch_ahead(const void* p, int n_lines) {
     for (int i = 0; i < n_lines; ++i)
         _mm_prefetch(static_cast<const char*>(p) + kWeightPrefetchBytes + 64 * i, _MM_HINT_T0);
 }
+
+/// Lanes 0..n-1 set (a mask for _mm256_maskload_ps).
+inline __m256i lanes_below(int n) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); }
 
 /// 8 int32 sums of products of u8 a and s8 b (adjacent pairs never exceed the s16 range for the
 /// operands used here: |a| <= 128 against |b| <= 127, or a <= 63).
@@ -281,6 +288,103 @@ float dot_float(const std::uint8_t* row, const float* x, std::int64_t n) {
     return sum;
 }
 
+/// The first n (< 8) values of a row from value i, the other lanes 0.
+template <GgmlType T>
+inline __m256 load8_partial(const std::uint8_t* row, std::int64_t i, int n) {
+    if constexpr (T == GgmlType::F32) {
+        return _mm256_maskload_ps(reinterpret_cast<const float*>(row) + i, lanes_below(n));
+    } else {
+        alignas(16) std::uint16_t part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        std::memcpy(part, row + 2 * i, 2 * std::size_t(n));
+        return load8<T>(reinterpret_cast<const std::uint8_t*>(part), 0);
+    }
+}
+
+/// The invariant products' block at this level (dot_rows_invariant): the sums of R rows against C
+/// activations over values [k0, k1) of rows of n, each output 8 values a step into one 8-lane
+/// accumulator (the last n % 8 values in one step, the missing lanes 0), then hsum: an output's
+/// bits depend on its row and activation only, not on R, C, the chunks or the threads. A weight
+/// vector serves C activations and an x vector R rows. Between chunks the accumulators wait in
+/// `saved` ([R][C] vectors of 8 floats, aligned); `ahead` > 0: each row's weights that many bytes on
+/// are requested as the row's own are read.
+template <GgmlType T, int R, int C>
+void dot_invariant_block(const std::uint8_t* const* rows, const float* const* xs, std::int64_t k0, std::int64_t k1,
+                         std::int64_t n, float* saved, float* const* ys, std::size_t ahead) {
+    constexpr std::int64_t kValueBytes = T == GgmlType::F32 ? 4 : 2;
+    __m256 acc[R][C];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) acc[r][c] = k0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(saved + 8 * (r * C + c));
+    const auto step = [&](std::int64_t i) {
+        __m256 w[R];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) w[r] = load8<T>(rows[r], i);
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) {
+            const __m256 x = opaque(_mm256_loadu_ps(xs[c] + i));  // one load, not one per row
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(w[r], x, acc[r][c]);
+        }
+    };
+    const std::int64_t end = std::min(k1, n);
+    std::int64_t i = k0;
+    for (; i + 32 <= end; i += 32) {  // four steps per pass, each into the same accumulators
+        if (ahead > 0)
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+                for (std::int64_t line = 0; line < kValueBytes / 2; ++line)
+                    _mm_prefetch(reinterpret_cast<const char*>(rows[r] + i * kValueBytes + ahead + 64 * line), _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (int s = 0; s < 4; ++s) step(i + 8 * s);
+    }
+    for (; i + 8 <= end; i += 8) step(i);
+    if (k1 < n) {
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+            for (int c = 0; c < C; ++c) _mm256_store_ps(saved + 8 * (r * C + c), acc[r][c]);
+        return;
+    }
+    if (i < n) {
+        const int left = int(n - i);
+        __m256 w[R];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) w[r] = load8_partial<T>(rows[r], i, left);
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) {
+            const __m256 x = _mm256_maskload_ps(xs[c] + i, lanes_below(left));
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(w[r], x, acc[r][c]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c)
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) ys[c][r] = hsum(acc[r][c]);
+}
+
+template <int kR, int kC>
+void dot_invariant_rows(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
+                        std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy, float* saved) {
+    static_assert(kBatchChunk % 32 == 0, "chunks of whole 32-value passes");
+    auto run = [&](auto type_constant) {
+        constexpr GgmlType T = decltype(type_constant)::value;
+        row_batch_blocks<kR, kC, kR * kC * 8>(
+            w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved,
+            [&](auto RR, auto CC, const std::uint8_t* const* rows, const float* const* xs, std::int64_t k0,
+                std::int64_t k1, float* acc, float* const* ys,
+                std::size_t ahead) { dot_invariant_block<T, RR, CC>(rows, xs, k0, k1, cols, acc, ys, ahead); });
+    };
+    switch (type) {
+        case GgmlType::F32: return run(std::integral_constant<GgmlType, GgmlType::F32>{});
+        case GgmlType::F16: return run(std::integral_constant<GgmlType, GgmlType::F16>{});
+        case GgmlType::BF16: return run(std::integral_constant<GgmlType, GgmlType::BF16>{});
+        default: AQPIM_ASSERT(false);
+    }
+}
+
 template <class RowDot>
 void for_rows(const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows, float* y, RowDot dot) {
     for (std::int64_t r = 0; r < n_rows; ++r) y[r] = dot(w + std::size_t(r) * row_bytes);
@@ -299,6 +403,14 @@ void dequantize_avx2(GgmlType type, const void* src, float* dst, std::int64_t n)
 }
 
 void prepare_x_avx2(GgmlType, const float* x, std::int64_t n, QuantizedX& qx) { quantize_x(x, n, qx); }
+
+void dot_rows_invariant_avx2(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
+                             std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy,
+                             float* saved) {
+    using B = InvariantBlocksAvx2;
+    if (n_x <= B::few_activations && row_bytes * B::few_rows <= InvariantBlocks::kFewRowsBlockBytes) return dot_invariant_rows<B::few_rows, B::few_activations>(type, w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved);
+    dot_invariant_rows<B::rows, B::activations>(type, w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved);
+}
 
 void dot_rows_avx2(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows, std::int64_t cols,
                    const float* x, const QuantizedX& qx, float* y) {

@@ -31,6 +31,7 @@
 #include "aqpim/aligned.h"
 #include "aqpim/error.h"
 #include "model/quant_blocks.h"
+#include "model/row_batch.h"
 #include "simd/avx2_util.h"
 #include "simd/static_dispatch.h"
 #include "core/int_math.h"
@@ -466,40 +467,15 @@ void dot_float_block(const std::uint8_t* const* rows, const float* const* xs, st
 }
 
 /// Y[c][r] = row r . X[c] for n_rows rows and n_x activations, in blocks of kR rows x kC
-/// activations with S accumulators per output (dot_float_block). Per block of
-/// activations, the values go in chunks of kBatchChunk (a multiple of dot_float's 64-value step):
-/// the block's x and a chunk of every row of the tile stay in L1 while the row blocks pass.
+/// activations with S accumulators per output (dot_float_block), through row_batch_blocks.
 template <GgmlType T, int S, int kR, int kC>
 void dot_float_rows_batch(const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows, std::int64_t cols,
                           const float* X, std::int64_t n_x, float* Y, std::int64_t ldy, float* saved) {
-    constexpr std::int64_t kKc = kBatchChunk;
-    constexpr std::int64_t kBlockFloats = kR * kC * S * 16;  // saved: [row block][kR][kC][S][16]
-    static_assert(kKc % 64 == 0, "chunks of whole 64-value steps");
-    // The first block of activations reads the rows from memory: it requests the rows whole blocks
-    // ahead, at least kWeightPrefetchBytes (matvec's distance) further on (4 KB ahead inside the
-    // row measured 0.6x on 8 rows of 8 KB, one thread, a lone activation).
-    const std::size_t block_bytes = std::size_t(kR) * row_bytes;
-    const std::size_t ahead = (kWeightPrefetchBytes + block_bytes - 1) / block_bytes * block_bytes;
-    for (std::int64_t c0 = 0; c0 < n_x; c0 += kC) {
-        const int nc = int(std::min<std::int64_t>(kC, n_x - c0));
-        const float* xs[kC];
-        float* ys[kC];
-        for (std::int64_t k0 = 0; k0 < cols; k0 += kKc) {
-            const std::int64_t k1 = std::min(cols, k0 + kKc);
-            for (std::int64_t r0 = 0; r0 < n_rows; r0 += kR) {
-                const int nr = int(std::min<std::int64_t>(kR, n_rows - r0));
-                const std::uint8_t* rows[kR];
-                for (int r = 0; r < nr; ++r) rows[r] = w + std::size_t(r0 + r) * row_bytes;
-                for (int c = 0; c < nc; ++c) xs[c] = X + (c0 + c) * cols, ys[c] = Y + (c0 + c) * ldy + r0;
-                float* acc = cols > kKc ? saved + (r0 / kR) * kBlockFloats : nullptr;
-                with_count<kR>(nr, [&](auto RR) {
-                    with_count<kC>(nc, [&](auto CC) {
-                        dot_float_block<T, S, RR, CC>(rows, xs, k0, k1, cols, acc, ys, c0 == 0 ? ahead : 0);
-                    });
-                });
-            }
-        }
-    }
+    static_assert(kBatchChunk % 64 == 0, "chunks of whole 64-value steps");
+    row_batch_blocks<kR, kC, kR * kC * S * 16>(
+        w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved,
+        [&](auto RR, auto CC, const std::uint8_t* const* rows, const float* const* xs, std::int64_t k0, std::int64_t k1,
+            float* acc, float* const* ys, std::size_t ahead) { dot_float_block<T, S, RR, CC>(rows, xs, k0, k1, cols, acc, ys, ahead); });
 }
 
 template <class RowDot>

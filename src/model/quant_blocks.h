@@ -152,6 +152,17 @@ struct InvariantBlocks {  ///< dot_rows_invariant: one accumulator per output
     static constexpr std::size_t kFewRowsBlockBytes = std::size_t(32) << 10;
     static_assert(few_activations <= activations, "the saved accumulators are sized by the larger blocks");
 };
+/// dot_rows_invariant at the AVX2 level: 8-lane accumulators in 16 registers (rows x activations
+/// sums, `rows` weight vectors and one x vector live at once). matmul sizes the saved accumulators
+/// by InvariantBlocks (at least 6 x 16 floats a row): a block of these holds at most that many, so
+/// they fit for any number of rows, the last partial block included.
+struct InvariantBlocksAvx2 {
+    static constexpr int rows = 4, activations = 2;
+    static constexpr int few_rows = 8, few_activations = 1;
+    static_assert(rows * activations * 8 <= InvariantBlocks::activations * 16 &&
+                      few_rows * few_activations * 8 <= InvariantBlocks::activations * 16,
+                  "a block's saved floats fit what batch_saved_floats<InvariantBlocks> gives one row");
+};
 constexpr std::int64_t kBatchChunk = 1024;
 /// Floats of the saved accumulators for n_rows rows (48 KiB at 64 rows for BatchBlocks, 24 KiB
 /// for InvariantBlocks).
@@ -197,6 +208,9 @@ AQPIM_DECLARE_QUANT_KERNELS(avx2)
 AQPIM_DECLARE_QUANT_KERNELS(avx512)
 void dot_rows_batch_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
                            std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy, float* saved);
+void dot_rows_invariant_avx2(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
+                             std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy,
+                             float* saved);
 void dot_rows_invariant_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
                                std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy,
                                float* saved);
