@@ -61,14 +61,18 @@ constexpr std::size_t kRowTileBytes = std::size_t(32) << 10;
 /// (128 KB of f16 at 64 rows, from L2) per block of 3 activations (12 KB of x, from L1).
 constexpr std::int64_t kBatchTileRows = 64;
 
-using RowBatchKernel = void (*)(GgmlType, const std::uint8_t*, std::size_t, std::int64_t, std::int64_t, const float*,
+/// A row-batch kernel over activations of type Act (f32 rows, or QuantizedX prepared by prepare_x).
+template <class Act>
+using RowBatchKernel = void (*)(GgmlType, const std::uint8_t*, std::size_t, std::int64_t, std::int64_t, const Act*,
                                 std::int64_t, float*, std::int64_t, float*);
 
 /// Every activation against tiles of `tile_rows` rows of W through a row-batch kernel
-/// (dot_rows_batch or dot_rows_invariant), the tiles split across `threads`: a split that changes
-/// no output's arithmetic. `saved_floats`: the kernel's accumulators between chunks for one tile.
-void matmul_row_tiles(const WeightMatrix& W, const float* X, std::int64_t n, float* Y, int threads,
-                      ThreadWorkspaces& ws, RowBatchKernel kernel, std::int64_t tile_rows, std::size_t saved_floats) {
+/// (dot_rows_batch, dot_rows_invariant or dot_rows_batch_quantized), the tiles split across
+/// `threads`: a split that changes no output's arithmetic. `saved_floats`: the kernel's
+/// accumulators between chunks for one tile.
+template <class Act>
+void matmul_row_tiles(const WeightMatrix& W, const Act* X, std::int64_t n, float* Y, int threads,
+                      ThreadWorkspaces& ws, RowBatchKernel<Act> kernel, std::int64_t tile_rows, std::size_t saved_floats) {
     const std::int64_t n_tiles = ceil_div(W.rows, tile_rows);
     ws.prepare(threads);
     parallel_for(
@@ -112,6 +116,10 @@ void matmul_rows(const WeightMatrix& W, const float* X, std::int64_t n, float* Y
     if (prepared) {
         if (qxs.size() < std::size_t(n)) qxs.resize(std::size_t(n));
         for (std::int64_t i = 0; i < n; ++i) k.prepare_x(W.type, X + i * W.cols, W.cols, qxs[std::size_t(i)]);
+        if (k.dot_rows_batch_quantized != nullptr && batches_quantized(W.type))
+            return matmul_row_tiles(W, qxs.data(), n, Y, gemm_threads(W, n, ceil_div(W.rows, kBatchTileRows), n_threads),
+                                    ws, k.dot_rows_batch_quantized, kBatchTileRows,
+                                    batch_saved_floats<QuantBatchBlocks>(kBatchTileRows));
     }
     static const QuantizedX unused;
     parallel_for(

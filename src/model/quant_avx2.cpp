@@ -372,7 +372,7 @@ void dot_invariant_rows(GgmlType type, const std::uint8_t* w, std::size_t row_by
     auto run = [&](auto type_constant) {
         constexpr GgmlType T = decltype(type_constant)::value;
         row_batch_blocks<kR, kC, kR * kC * 8>(
-            w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved,
+            w, row_bytes, n_rows, cols, X, cols, n_x, Y, ldy, saved,
             [&](auto RR, auto CC, const std::uint8_t* const* rows, const float* const* xs, std::int64_t k0,
                 std::int64_t k1, float* acc, float* const* ys,
                 std::size_t ahead) { dot_invariant_block<T, RR, CC>(rows, xs, k0, k1, cols, acc, ys, ahead); });

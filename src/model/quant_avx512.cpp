@@ -230,6 +230,76 @@ float dot_q8_0(const std::uint8_t* row, const QuantizedX& qx, std::int64_t nb) {
     return sum;
 }
 
+/// dot_q8_0 for R rows against C activations at once, over blocks [k0, k1) / 32 of rows of n values,
+/// every output with dot_q8_0's arithmetic to the bit: pair p of blocks into accumulator p % 2 (the
+/// same alternation as its unrolled loop; chunks start at even pairs), hsum of the two, the odd last
+/// block added after. A decoded weight pair serves C activations, an activation's loads R rows.
+/// Between chunks the accumulators wait in `saved` ([R][C][2] vectors of 16 floats).
+template <int R, int C>
+void dot_q8_0_block(const std::uint8_t* const* rows, const QuantizedX* const* xs, std::int64_t k0, std::int64_t k1,
+                    std::int64_t n, float* saved, float* const* ys, std::size_t ahead) {
+    static const __m512i idx_w = bytes_index([](int i) { return i < 32 ? 2 + i : 4 + i; });
+    static const __m512i idx_d = bytes_index([](int i) { return (i < 16 ? 0 : 34) + (i & 1); });
+    const __m512i bias = _mm512_set1_epi8(char(0x80));
+    __m512 acc[R][C][2];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c)
+#pragma GCC unroll 2
+            for (int a = 0; a < 2; ++a) acc[r][c][a] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(saved + 16 * ((r * C + c) * 2 + a));
+    const std::int64_t nb = n / QK, b1 = std::min(k1, n) / QK;
+    std::int64_t b = k0 / QK;
+    for (; b + 2 <= b1; b += 2) {
+        const int a = int((b / 2) % 2);
+        __m512i w[R];
+        __m512 dw[R];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+            const std::uint8_t* p = rows[r] + 34 * b;
+            if (ahead > 0)
+                for (int line = 0; line < 2; ++line) _mm_prefetch(reinterpret_cast<const char*>(p + ahead + 64 * line), _MM_HINT_T0);
+            const __m512i A = _mm512_loadu_si512(p), B = _mm512_maskz_loadu_epi8(0xF, p + 64);
+            w[r] = _mm512_xor_si512(_mm512_permutex2var_epi8(A, idx_w, B), bias);
+            dw[r] = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi8(idx_d, A)));
+        }
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) {
+            const __m512i start = _mm512_load_si512(xs[c]->lane_i.data() + 8 * b);
+            const __m512i q = _mm512_load_si512(xs[c]->q.data() + 32 * b);
+            const __m512 lane = _mm512_load_ps(xs[c]->lane.data() + 8 * b);
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) {
+                const __m512i dot = _mm512_dpbusd_epi32(start, w[r], q);
+                acc[r][c][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw[r], lane), acc[r][c][a]);
+            }
+        }
+    }
+    if (k1 < n) {
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+            for (int c = 0; c < C; ++c)
+#pragma GCC unroll 2
+                for (int a = 0; a < 2; ++a) _mm512_store_ps(saved + 16 * ((r * C + c) * 2 + a), acc[r][c][a]);
+        return;
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) {
+            float sum = hsum(_mm512_add_ps(acc[r][c][0], acc[r][c][1]));
+            if (b < nb) {
+                const auto* blk = reinterpret_cast<const BlockQ8_0*>(rows[r]) + b;
+                const __m256i wb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+                const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[c]->q.data() + 32 * b));
+                const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wb), _mm256_sign_epi8(x, wb));
+                sum += h2f(blk->d) * xs[c]->d[std::size_t(b)] * hsum256_epi32(dot);
+            }
+            ys[c][r] = sum;
+        }
+}
+
 /// Q4_0 row: four blocks (72 bytes) per step; nibbles as u8 against the group-ordered x, the
 /// -8 offset pre-subtracted through lane_i.
 float dot_q4_0(const std::uint8_t* row, const QuantizedX& qx, std::int64_t nb) {
@@ -473,7 +543,7 @@ void dot_float_rows_batch(const std::uint8_t* w, std::size_t row_bytes, std::int
                           const float* X, std::int64_t n_x, float* Y, std::int64_t ldy, float* saved) {
     static_assert(kBatchChunk % 64 == 0, "chunks of whole 64-value steps");
     row_batch_blocks<kR, kC, kR * kC * S * 16>(
-        w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved,
+        w, row_bytes, n_rows, cols, X, cols, n_x, Y, ldy, saved,
         [&](auto RR, auto CC, const std::uint8_t* const* rows, const float* const* xs, std::int64_t k0, std::int64_t k1,
             float* acc, float* const* ys, std::size_t ahead) { dot_float_block<T, S, RR, CC>(rows, xs, k0, k1, cols, acc, ys, ahead); });
 }
@@ -767,6 +837,19 @@ void dot_rows_batch_avx512(GgmlType type, const std::uint8_t* w, std::size_t row
                            std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy, float* saved) {
     using B = BatchBlocks;
     dot_float_rows_batch_of<B::sums, B::rows, B::activations>(type, w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved);
+}
+
+void dot_rows_batch_quantized_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
+                                     std::int64_t cols, const QuantizedX* X, std::int64_t n_x, float* Y, std::int64_t ldy,
+                                     float* saved) {
+    AQPIM_ASSERT(type == GgmlType::Q8_0);
+    using B = QuantBatchBlocks;
+    static_assert(kBatchChunk % (2 * QK) == 0, "chunks of whole block pairs (each starts at an even pair)");
+    row_batch_blocks<B::rows, B::activations, B::rows * B::activations * B::sums * 16>(
+        w, row_bytes, n_rows, cols, X, 1, n_x, Y, ldy, saved,
+        [&](auto RR, auto CC, const std::uint8_t* const* rows, const QuantizedX* const* xs, std::int64_t k0,
+            std::int64_t k1, float* acc, float* const* ys,
+            std::size_t ahead) { dot_q8_0_block<RR, CC>(rows, xs, k0, k1, cols, acc, ys, ahead); });
 }
 
 void dot_rows_invariant_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,

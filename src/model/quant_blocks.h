@@ -163,6 +163,10 @@ struct InvariantBlocksAvx2 {
                       few_rows * few_activations * 8 <= InvariantBlocks::activations * 16,
                   "a block's saved floats fit what batch_saved_floats<InvariantBlocks> gives one row");
 };
+/// dot_rows_batch_quantized: Q8_0's two accumulators per output (matvec's arithmetic).
+struct QuantBatchBlocks {
+    static constexpr int rows = 2, activations = 4, sums = 2;
+};
 constexpr std::int64_t kBatchChunk = 1024;
 /// Floats of the saved accumulators for n_rows rows (48 KiB at 64 rows for BatchBlocks, 24 KiB
 /// for InvariantBlocks).
@@ -195,7 +199,16 @@ struct QuantKernels {
     void (*dot_rows_invariant)(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
                                std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy,
                                float* saved) = nullptr;
+    /// Null where the level has none; for the types batches_quantized(type) names: as dot_rows_batch
+    /// for activations prepared by prepare_x (X[0..n_x)), every output bit-identical to dot_rows'.
+    /// saved: batch_saved_floats<QuantBatchBlocks>(n_rows) floats, 64-byte aligned.
+    void (*dot_rows_batch_quantized)(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
+                                     std::int64_t cols, const QuantizedX* X, std::int64_t n_x, float* Y,
+                                     std::int64_t ldy, float* saved) = nullptr;
 };
+
+/// The quantized types dot_rows_batch_quantized takes (where a level has it).
+inline bool batches_quantized(GgmlType t) { return t == GgmlType::Q8_0; }
 
 #define AQPIM_DECLARE_QUANT_KERNELS(isa)                                                                  \
     void dequantize_##isa(GgmlType type, const void* src, float* dst, std::int64_t n);                    \
@@ -208,6 +221,9 @@ AQPIM_DECLARE_QUANT_KERNELS(avx2)
 AQPIM_DECLARE_QUANT_KERNELS(avx512)
 void dot_rows_batch_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
                            std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy, float* saved);
+void dot_rows_batch_quantized_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
+                                     std::int64_t cols, const QuantizedX* X, std::int64_t n_x, float* Y, std::int64_t ldy,
+                                     float* saved);
 void dot_rows_invariant_avx2(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
                              std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy,
                              float* saved);

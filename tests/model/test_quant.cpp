@@ -544,12 +544,16 @@ TEST(Matmul, TheRowsPathIsMatvecBitForBitAtEveryBatchSizeAndThreadCount) {
 }
 
 TEST(Matmul, TheRowsPathIsMatvecBitForBitOnLongRowsAndOddShapes) {
-    // Float rows go through a blocked kernel (2 rows x 3 activations, 1024-value chunks whose
+    // Float rows go through a blocked kernel with AVX-512 (2 rows x 3 activations, 1024-value chunks whose
     // accumulators wait between chunks): rows longer than a chunk, a chunk holding only the tail
     // (1025), a tail after whole chunks (2100), an odd row count (a lone last row) and activation
     // counts that leave 1 or 2 of a block of 3.
     for (GgmlType type : {GgmlType::F16, GgmlType::F32, GgmlType::BF16})
         for (std::int64_t c : {1025, 2048, 2100}) expect_rows_path_is_matvec(type, 131, c, 73, {2, 4, 7});
+    // Q8_0 (with AVX-512 a blocked kernel too: 2 rows x 4 activations, pairs of blocks into two
+    // alternating accumulators): a last chunk holding only the odd block (1056, 2080), an even
+    // block count over two chunks (2048), activation counts that leave 1-3 of a block of 4.
+    for (std::int64_t c : {1056, 2048, 2080}) expect_rows_path_is_matvec(GgmlType::Q8_0, 131, c, 74, {2, 3, 5, 7});
 }
 
 /// The invariant path (the server's decode): at every SIMD level, each row of X gets the same bits
