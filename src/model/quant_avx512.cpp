@@ -193,54 +193,124 @@ inline __m512i bytes_index(int (*f)(int)) {
     return _mm512_load_si512(idx);
 }
 
-/// Q8_0 row: two blocks (68 bytes) per step; weights offset to u8 (w + 128, one xor) against x,
-/// the dot started at -128 x (sum of the lane's x) from lane_i.
-float dot_q8_0(const std::uint8_t* row, const QuantizedX& qx, std::int64_t nb) {
-    static const __m512i idx_w = bytes_index([](int i) { return i < 32 ? 2 + i : 4 + i; });
-    static const __m512i idx_d = bytes_index([](int i) { return (i < 16 ? 0 : 34) + (i & 1); });
-    const __m512i bias = _mm512_set1_epi8(char(0x80));
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    auto pair = [&](std::int64_t b, __m512& acc) {
-        const std::uint8_t* p = row + 34 * b;
-        prefetch_ahead(p, 2);
-        const __m512i A = _mm512_loadu_si512(p), B = _mm512_maskz_loadu_epi8(0xF, p + 64);
-        const __m512i w = _mm512_xor_si512(_mm512_permutex2var_epi8(A, idx_w, B), bias);
-        const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi8(idx_d, A)));
-        const __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(qx.lane_i.data() + 8 * b), w,
-                                                _mm512_load_si512(qx.q.data() + 32 * b));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_load_ps(qx.lane.data() + 8 * b)), acc);
+// Q8_0 and Q4_0 rows go in units of blocks whose dot with x starts from lane_i and whose sum is
+// scaled per 4-value lane by (weight scale x lane): a unit of 2 Q8_0 blocks (68 bytes) or 4 Q4_0
+// blocks (72 bytes), 64 or 128 values, 16 lanes. Unit u goes into accumulator u % 2, the two are
+// summed by hsum, and the blocks after the last whole unit are added one by one after it; matvec's
+// kernel (dot_units) and the row-batch kernel (dot_units_block) share these steps, so every output
+// of the batch kernel is matvec's to the bit.
+
+/// Q8_0 unit: two blocks; weights offset to u8 (w + 128, one xor) against x, the dot started at
+/// -128 x (sum of the lane's x) from lane_i.
+struct Q8Pair {
+    static constexpr int kBlocks = 2, kBytes = 68;
+    struct Weights {
+        __m512i w;
+        __m512 dw;  ///< each lane's block scale
     };
-    std::int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) {
-        pair(b, acc0);
-        pair(b + 2, acc1);
+    /// The byte indices and offset decode uses, made once per call of a kernel (loaded into
+    /// registers before its loop, not looked up per unit).
+    struct Consts {
+        __m512i idx_w, idx_d, bias;
+    };
+    static Consts consts() {
+        static const __m512i idx_w = bytes_index([](int i) { return i < 32 ? 2 + i : 4 + i; });
+        static const __m512i idx_d = bytes_index([](int i) { return (i < 16 ? 0 : 34) + (i & 1); });
+        return {idx_w, idx_d, _mm512_set1_epi8(char(0x80))};
     }
-    if (b + 2 <= nb) {
-        pair(b, acc0);
-        b += 2;
+    static Weights decode(const Consts& k, const std::uint8_t* p) {
+        const __m512i A = _mm512_loadu_si512(p), B = _mm512_maskz_loadu_epi8(0xF, p + 64);
+        return {_mm512_xor_si512(_mm512_permutex2var_epi8(A, k.idx_w, B), k.bias),
+                _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi8(k.idx_d, A)))};
     }
-    float sum = hsum(_mm512_add_ps(acc0, acc1));
-    if (b < nb) {
+    static __m512i dot(const Weights& w, const QuantizedX& qx, std::int64_t u) {
+        return _mm512_dpbusd_epi32(_mm512_load_si512(qx.lane_i.data() + 16 * u), w.w, _mm512_load_si512(qx.q.data() + 64 * u));
+    }
+    /// Block b alone (natural order), as a float to add after the units' sum.
+    static float block(const std::uint8_t* row, const QuantizedX& qx, std::int64_t b) {
         const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
         const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
         const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx.q.data() + 32 * b));
         const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
-        sum += h2f(blk->d) * qx.d[std::size_t(b)] * hsum256_epi32(dot);
+        return h2f(blk->d) * qx.d[std::size_t(b)] * hsum256_epi32(dot);
     }
+};
+
+/// Q4_0 unit: four blocks; nibbles as u8 against the group-ordered x, the -8 offset pre-subtracted
+/// through lane_i.
+struct Q4Group {
+    static constexpr int kBlocks = 4, kBytes = 72;
+    struct Weights {
+        __m512i lo, hi;
+        __m512 dw;
+    };
+    struct Consts {
+        __m512i idx_q, idx_d, low;
+    };
+    static Consts consts() {
+        static const __m512i idx_q = bytes_index([](int i) { return 18 * (i / 16) + 2 + i % 16; });
+        static const __m512i idx_d = bytes_index([](int i) { return i < 32 ? 18 * (i / 8) + (i & 1) : 0; });
+        return {idx_q, idx_d, _mm512_set1_epi8(0xF)};
+    }
+    static Weights decode(const Consts& k, const std::uint8_t* p) {
+        const __m512i A = _mm512_loadu_si512(p), B = _mm512_maskz_loadu_epi8(0xFF, p + 64);
+        const __m512i v = _mm512_permutex2var_epi8(A, k.idx_q, B);
+        return {_mm512_and_si512(v, k.low), _mm512_and_si512(_mm512_srli_epi16(v, 4), k.low),
+                _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi8(k.idx_d, A)))};
+    }
+    static __m512i dot(const Weights& w, const QuantizedX& qx, std::int64_t u) {
+        const std::int8_t* x = qx.q.data() + 128 * u;
+        const __m512i d = _mm512_dpbusd_epi32(_mm512_load_si512(qx.lane_i.data() + 16 * u), w.lo, _mm512_load_si512(x));
+        return _mm512_dpbusd_epi32(d, w.hi, _mm512_load_si512(x + 64));
+    }
+    static float block(const std::uint8_t* row, const QuantizedX& qx, std::int64_t b) {
+        const __m128i low = _mm_set1_epi8(0xF);
+        const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
+        const __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low));
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx.q.data() + 32 * b));
+        const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x);
+        return h2f(blk->d) * qx.d[std::size_t(b)] * (hsum256_epi32(dot) - 8.0f * float(qx.s[std::size_t(b)]));
+    }
+};
+
+/// acc += unit u's dot, scaled per lane.
+template <class U>
+inline __m512 add_unit(const typename U::Weights& w, const QuantizedX& qx, std::int64_t u, __m512 acc) {
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(U::dot(w, qx, u)), _mm512_mul_ps(w.dw, _mm512_load_ps(qx.lane.data() + 16 * u)), acc);
+}
+
+/// A Q8_0 / Q4_0 row of nb blocks against prepared x (matvec's arithmetic).
+template <class U>
+float dot_units(const std::uint8_t* row, const QuantizedX& qx, std::int64_t nb) {
+    const typename U::Consts k = U::consts();
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    const std::int64_t nu = nb / U::kBlocks;
+    auto unit = [&](std::int64_t u, __m512& acc) {
+        const std::uint8_t* p = row + U::kBytes * u;
+        prefetch_ahead(p, 2);
+        acc = add_unit<U>(U::decode(k, p), qx, u, acc);
+    };
+    std::int64_t u = 0;
+    for (; u + 2 <= nu; u += 2) {
+        unit(u, acc0);
+        unit(u + 1, acc1);
+    }
+    if (u < nu) unit(u, acc0);
+    float sum = hsum(_mm512_add_ps(acc0, acc1));
+    for (std::int64_t b = nu * U::kBlocks; b < nb; ++b) sum += U::block(row, qx, b);
     return sum;
 }
 
-/// dot_q8_0 for R rows against C activations at once, over blocks [k0, k1) / 32 of rows of n values,
-/// every output with dot_q8_0's arithmetic to the bit: pair p of blocks into accumulator p % 2 (the
-/// same alternation as its unrolled loop; chunks start at even pairs), hsum of the two, the odd last
-/// block added after. A decoded weight pair serves C activations, an activation's loads R rows.
-/// Between chunks the accumulators wait in `saved` ([R][C][2] vectors of 16 floats).
-template <int R, int C>
-void dot_q8_0_block(const std::uint8_t* const* rows, const QuantizedX* const* xs, std::int64_t k0, std::int64_t k1,
-                    std::int64_t n, float* saved, float* const* ys, std::size_t ahead) {
-    static const __m512i idx_w = bytes_index([](int i) { return i < 32 ? 2 + i : 4 + i; });
-    static const __m512i idx_d = bytes_index([](int i) { return (i < 16 ? 0 : 34) + (i & 1); });
-    const __m512i bias = _mm512_set1_epi8(char(0x80));
+/// dot_units for R rows against C activations at once, over values [k0, k1) of rows of n (chunks
+/// of whole units, each starting at an even unit), every output dot_units' to the bit. A decoded
+/// unit serves C activations, an activation's loads R rows. Between chunks the accumulators wait in
+/// `saved` ([R][C][2] vectors of 16 floats).
+template <class U, int R, int C>
+void dot_units_block(const std::uint8_t* const* rows, const QuantizedX* const* xs, std::int64_t k0, std::int64_t k1,
+                     std::int64_t n, float* saved, float* const* ys, std::size_t ahead) {
+    constexpr std::int64_t kUnitValues = std::int64_t(QK) * U::kBlocks;
+    const typename U::Consts k = U::consts();
     __m512 acc[R][C][2];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
@@ -248,32 +318,21 @@ void dot_q8_0_block(const std::uint8_t* const* rows, const QuantizedX* const* xs
         for (int c = 0; c < C; ++c)
 #pragma GCC unroll 2
             for (int a = 0; a < 2; ++a) acc[r][c][a] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(saved + 16 * ((r * C + c) * 2 + a));
-    const std::int64_t nb = n / QK, b1 = std::min(k1, n) / QK;
-    std::int64_t b = k0 / QK;
-    for (; b + 2 <= b1; b += 2) {
-        const int a = int((b / 2) % 2);
-        __m512i w[R];
-        __m512 dw[R];
+    const std::int64_t nu = n / kUnitValues, u1 = std::min(k1, n) / kUnitValues;
+    for (std::int64_t u = k0 / kUnitValues; u < u1; ++u) {
+        const int a = int(u % 2);
+        typename U::Weights w[R];
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
-            const std::uint8_t* p = rows[r] + 34 * b;
+            const std::uint8_t* p = rows[r] + U::kBytes * u;
             if (ahead > 0)
                 for (int line = 0; line < 2; ++line) _mm_prefetch(reinterpret_cast<const char*>(p + ahead + 64 * line), _MM_HINT_T0);
-            const __m512i A = _mm512_loadu_si512(p), B = _mm512_maskz_loadu_epi8(0xF, p + 64);
-            w[r] = _mm512_xor_si512(_mm512_permutex2var_epi8(A, idx_w, B), bias);
-            dw[r] = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi8(idx_d, A)));
+            w[r] = U::decode(k, p);
         }
 #pragma GCC unroll 16
-        for (int c = 0; c < C; ++c) {
-            const __m512i start = _mm512_load_si512(xs[c]->lane_i.data() + 8 * b);
-            const __m512i q = _mm512_load_si512(xs[c]->q.data() + 32 * b);
-            const __m512 lane = _mm512_load_ps(xs[c]->lane.data() + 8 * b);
+        for (int c = 0; c < C; ++c)
 #pragma GCC unroll 16
-            for (int r = 0; r < R; ++r) {
-                const __m512i dot = _mm512_dpbusd_epi32(start, w[r], q);
-                acc[r][c][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw[r], lane), acc[r][c][a]);
-            }
-        }
+            for (int r = 0; r < R; ++r) acc[r][c][a] = add_unit<U>(w[r], *xs[c], u, acc[r][c][a]);
     }
     if (k1 < n) {
 #pragma GCC unroll 16
@@ -284,60 +343,15 @@ void dot_q8_0_block(const std::uint8_t* const* rows, const QuantizedX* const* xs
                 for (int a = 0; a < 2; ++a) _mm512_store_ps(saved + 16 * ((r * C + c) * 2 + a), acc[r][c][a]);
         return;
     }
+    const std::int64_t nb = n / QK;
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
         for (int c = 0; c < C; ++c) {
             float sum = hsum(_mm512_add_ps(acc[r][c][0], acc[r][c][1]));
-            if (b < nb) {
-                const auto* blk = reinterpret_cast<const BlockQ8_0*>(rows[r]) + b;
-                const __m256i wb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
-                const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[c]->q.data() + 32 * b));
-                const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wb), _mm256_sign_epi8(x, wb));
-                sum += h2f(blk->d) * xs[c]->d[std::size_t(b)] * hsum256_epi32(dot);
-            }
+            for (std::int64_t b = nu * U::kBlocks; b < nb; ++b) sum += U::block(rows[r], *xs[c], b);
             ys[c][r] = sum;
         }
-}
-
-/// Q4_0 row: four blocks (72 bytes) per step; nibbles as u8 against the group-ordered x, the
-/// -8 offset pre-subtracted through lane_i.
-float dot_q4_0(const std::uint8_t* row, const QuantizedX& qx, std::int64_t nb) {
-    static const __m512i idx_q = bytes_index([](int i) { return 18 * (i / 16) + 2 + i % 16; });
-    static const __m512i idx_d = bytes_index([](int i) { return i < 32 ? 18 * (i / 8) + (i & 1) : 0; });
-    const __m512i low = _mm512_set1_epi8(0xF);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    const std::int64_t ng = nb / 4;
-    auto group = [&](std::int64_t g, __m512& acc) {
-        const std::uint8_t* p = row + 72 * g;
-        prefetch_ahead(p, 2);
-        const __m512i A = _mm512_loadu_si512(p), B = _mm512_maskz_loadu_epi8(0xFF, p + 64);
-        const __m512i v = _mm512_permutex2var_epi8(A, idx_q, B);
-        const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-        const std::int8_t* x = qx.q.data() + 128 * g;
-        __m512i dot = _mm512_load_si512(qx.lane_i.data() + 16 * g);
-        dot = _mm512_dpbusd_epi32(dot, lo, _mm512_load_si512(x));
-        dot = _mm512_dpbusd_epi32(dot, hi, _mm512_load_si512(x + 64));
-        const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi8(idx_d, A)));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_load_ps(qx.lane.data() + 16 * g)), acc);
-    };
-    std::int64_t g = 0;
-    for (; g + 2 <= ng; g += 2) {
-        group(g, acc0);
-        group(g + 1, acc1);
-    }
-    if (g < ng) group(g, acc0);
-    float sum = hsum(_mm512_add_ps(acc0, acc1));
-    const __m128i low128 = _mm_set1_epi8(0xF);
-    for (std::int64_t b = 4 * ng; b < nb; ++b) {  // trailing blocks, natural order
-        const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
-        const __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low128), _mm_and_si128(q, low128));
-        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx.q.data() + 32 * b));
-        const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x);
-        sum += h2f(blk->d) * qx.d[std::size_t(b)] * (hsum256_epi32(dot) - 8.0f * float(qx.s[std::size_t(b)]));
-    }
-    return sum;
 }
 
 /// Lane -> f32 index for vpermps: lanes 0-7 take a, lanes 8-15 take b.
@@ -807,9 +821,9 @@ void dot_rows_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes
         case GgmlType::BF16:
             return for_rows(w, row_bytes, n_rows, y, [&](const std::uint8_t* r) { return dot_float<GgmlType::BF16>(r, x, cols); });
         case GgmlType::Q8_0:
-            return for_rows(w, row_bytes, n_rows, y, [&](const std::uint8_t* r) { return dot_q8_0(r, qx, cols / QK); });
+            return for_rows(w, row_bytes, n_rows, y, [&](const std::uint8_t* r) { return dot_units<Q8Pair>(r, qx, cols / QK); });
         case GgmlType::Q4_0:
-            return for_rows(w, row_bytes, n_rows, y, [&](const std::uint8_t* r) { return dot_q4_0(r, qx, cols / QK); });
+            return for_rows(w, row_bytes, n_rows, y, [&](const std::uint8_t* r) { return dot_units<Q4Group>(r, qx, cols / QK); });
         case GgmlType::Q4_K:
             return for_rows(w, row_bytes, n_rows, y, [&](const std::uint8_t* r) { return dot_q4_k(r, qx, cols / QK_K); });
         case GgmlType::Q6_K:
@@ -842,14 +856,22 @@ void dot_rows_batch_avx512(GgmlType type, const std::uint8_t* w, std::size_t row
 void dot_rows_batch_quantized_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
                                      std::int64_t cols, const QuantizedX* X, std::int64_t n_x, float* Y, std::int64_t ldy,
                                      float* saved) {
-    AQPIM_ASSERT(type == GgmlType::Q8_0);
     using B = QuantBatchBlocks;
-    static_assert(kBatchChunk % (2 * QK) == 0, "chunks of whole block pairs (each starts at an even pair)");
-    row_batch_blocks<B::rows, B::activations, B::rows * B::activations * B::sums * 16>(
-        w, row_bytes, n_rows, cols, X, 1, n_x, Y, ldy, saved,
-        [&](auto RR, auto CC, const std::uint8_t* const* rows, const QuantizedX* const* xs, std::int64_t k0,
-            std::int64_t k1, float* acc, float* const* ys,
-            std::size_t ahead) { dot_q8_0_block<RR, CC>(rows, xs, k0, k1, cols, acc, ys, ahead); });
+    static_assert(kBatchChunk % (QK * Q8Pair::kBlocks * 2) == 0 && kBatchChunk % (QK * Q4Group::kBlocks * 2) == 0,
+                  "chunks of whole units, each starting at an even unit");
+    const auto run = [&](auto unit) {
+        using U = decltype(unit);
+        row_batch_blocks<B::rows, B::activations, B::rows * B::activations * B::sums * 16>(
+            w, row_bytes, n_rows, cols, X, 1, n_x, Y, ldy, saved,
+            [&](auto RR, auto CC, const std::uint8_t* const* rows, const QuantizedX* const* xs, std::int64_t k0,
+                std::int64_t k1, float* acc, float* const* ys,
+                std::size_t ahead) { dot_units_block<U, RR, CC>(rows, xs, k0, k1, cols, acc, ys, ahead); });
+    };
+    switch (type) {
+        case GgmlType::Q8_0: return run(Q8Pair{});
+        case GgmlType::Q4_0: return run(Q4Group{});
+        default: AQPIM_ASSERT(false);
+    }
 }
 
 void dot_rows_invariant_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,

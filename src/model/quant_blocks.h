@@ -163,13 +163,13 @@ struct InvariantBlocksAvx2 {
                       few_rows * few_activations * 8 <= InvariantBlocks::activations * 16,
                   "a block's saved floats fit what batch_saved_floats<InvariantBlocks> gives one row");
 };
-/// dot_rows_batch_quantized: Q8_0's two accumulators per output (matvec's arithmetic).
+/// dot_rows_batch_quantized: Q8_0's and Q4_0's two accumulators per output (matvec's arithmetic).
 struct QuantBatchBlocks {
     static constexpr int rows = 2, activations = 4, sums = 2;
 };
 constexpr std::int64_t kBatchChunk = 1024;
 /// Floats of the saved accumulators for n_rows rows (48 KiB at 64 rows for BatchBlocks, 24 KiB
-/// for InvariantBlocks).
+/// for InvariantBlocks, 32 KiB for QuantBatchBlocks).
 template <class B>
 inline std::size_t batch_saved_floats(std::int64_t n_rows) {
     return std::size_t((n_rows + B::rows - 1) / B::rows) * B::rows * B::activations * B::sums * 16;
@@ -208,7 +208,7 @@ struct QuantKernels {
 };
 
 /// The quantized types dot_rows_batch_quantized takes (where a level has it).
-inline bool batches_quantized(GgmlType t) { return t == GgmlType::Q8_0; }
+inline bool batches_quantized(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0; }
 
 #define AQPIM_DECLARE_QUANT_KERNELS(isa)                                                                  \
     void dequantize_##isa(GgmlType type, const void* src, float* dst, std::int64_t n);                    \

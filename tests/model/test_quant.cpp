@@ -554,6 +554,8 @@ TEST(Matmul, TheRowsPathIsMatvecBitForBitOnLongRowsAndOddShapes) {
     // alternating accumulators): a last chunk holding only the odd block (1056, 2080), an even
     // block count over two chunks (2048), activation counts that leave 1-3 of a block of 4.
     for (std::int64_t c : {1056, 2048, 2080}) expect_rows_path_is_matvec(GgmlType::Q8_0, 131, c, 74, {2, 3, 5, 7});
+    // Q4_0 (units of 4 blocks): the odd-block chunk, whole chunks, three blocks after the last unit (1120)
+    for (std::int64_t c : {1056, 1120, 2048}) expect_rows_path_is_matvec(GgmlType::Q4_0, 131, c, 75, {2, 3, 5, 7});
 }
 
 /// The invariant path (the server's decode): at every SIMD level, each row of X gets the same bits
