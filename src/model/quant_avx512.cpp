@@ -361,75 +361,186 @@ inline __m512i four_index(int base) {
     return _mm512_add_epi32(_mm512_set1_epi32(base), _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 2));
 }
 
-/// Q4_K row: per super-block the sub-block scales d*sc in f32, nibbles against block-reordered
-/// x, and the min term dmin*m . (d_x*s) as one 8-wide FMA.
-float dot_q4_k(const std::uint8_t* row, const QuantizedX& qx, std::int64_t nb) {
-    const __m512i low = _mm512_set1_epi8(0xF);
-    const __m512i idx[4] = {two_index(0, 2), two_index(1, 3), two_index(4, 6), two_index(5, 7)};
-    const __m512i dd_index = two_index(0, 1);  // [d x 8, dmin x 8]
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    __m512 pacc = _mm512_setzero_ps();
-    for (std::int64_t i = 0; i < nb; ++i) {
-        const auto* blk = reinterpret_cast<const BlockQ4_K*>(row) + i;
-        prefetch_ahead(reinterpret_cast<const std::uint8_t*>(blk), 3);
+// Q4_K and Q6_K rows go a super-block (256 values) at a time into four accumulators (one per FMA
+// of the super-block: the chain latency, not the ports, bound a single one) and a per-type fifth
+// vector; matvec's kernel (dot_super) and the row-batch kernel (dot_super_block) share the steps, so
+// every output of the batch kernel is matvec's to the bit.
+
+/// What one output accumulates over its super-blocks.
+struct SuperSums {
+    __m512 acc[4];
+    __m512 extra;  ///< Q4_K: the min terms (lanes 8-15); Q6_K: the +32 offset's correction
+};
+
+/// Q4_K: per super-block the sub-block scales d*sc in f32, nibbles against block-reordered x, and the
+/// min term dmin*m . (d_x*s) as one 8-wide FMA.
+struct Q4KSuper {
+    static constexpr int kBytes = sizeof(BlockQ4_K), kPrefetchLines = 3;
+    struct Consts {
+        __m512i low, idx[4], dd_index;
+    };
+    static Consts consts() {
+        return {_mm512_set1_epi8(0xF), {two_index(0, 2), two_index(1, 3), two_index(4, 6), two_index(5, 7)},
+                two_index(0, 1) /* [d x 8, dmin x 8] */};
+    }
+    struct Weights {
+        __m512 scales;  ///< [d sc_j (j < 8) | dmin m_j]
+        __m512i lo[2], hi[2];
+    };
+    static Weights decode(const Consts& k, const std::uint8_t* p) {
+        const auto* blk = reinterpret_cast<const BlockQ4_K*>(p);
         std::uint64_t sc_lo, m_hi;
         unpack_q4k_scales_words(blk->scales, sc_lo, m_hi);
         const __m128i smv = _mm_set_epi64x(std::int64_t(m_hi), std::int64_t(sc_lo));
         std::uint32_t dm;
         std::memcpy(&dm, blk, 4);
-        const __m512 DD = _mm512_permutexvar_ps(dd_index, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(int(dm)))));
-        // P = [d sc_j d_x[j] (j < 8) | dmin m_j d_x[j] s[j]]: lanes 0-7 scale sub-block j's integer
-        // dot, lanes 8-15 are its min term (summed over the row in pacc)
-        const __m512 P = _mm512_mul_ps(_mm512_mul_ps(DD, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(smv))),
-                                       _mm512_load_ps(qx.aux.data() + 16 * i));
-        pacc = _mm512_add_ps(pacc, P);
-        const std::int8_t* x = qx.q.data() + 256 * i;
+        const __m512 DD = _mm512_permutexvar_ps(k.dd_index, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(int(dm)))));
+        Weights w;
+        w.scales = _mm512_mul_ps(DD, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(smv)));
         for (int c2 = 0; c2 < 2; ++c2) {
             const __m512i q = _mm512_loadu_si512(blk->qs + 64 * c2);
-            const __m512i lo = _mm512_and_si512(q, low), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low);
-            const __m512i dlo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_load_si512(x + 128 * c2));
-            const __m512i dhi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, _mm512_load_si512(x + 128 * c2 + 64));
-            // one accumulator per FMA of the super-block: the chain latency, not the ports, bound a single one
-            acc[2 * c2] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dlo), _mm512_permutexvar_ps(idx[2 * c2], P), acc[2 * c2]);
-            acc[2 * c2 + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dhi), _mm512_permutexvar_ps(idx[2 * c2 + 1], P), acc[2 * c2 + 1]);
+            w.lo[c2] = _mm512_and_si512(q, k.low);
+            w.hi[c2] = _mm512_and_si512(_mm512_srli_epi16(q, 4), k.low);
+        }
+        return w;
+    }
+    static void step(const Consts& k, const Weights& w, const QuantizedX& qx, std::int64_t i, SuperSums& s) {
+        // P = [d sc_j d_x[j] (j < 8) | dmin m_j d_x[j] s[j]]: lanes 0-7 scale sub-block j's integer
+        // dot, lanes 8-15 are its min term (summed over the row in extra)
+        const __m512 P = _mm512_mul_ps(w.scales, _mm512_load_ps(qx.aux.data() + 16 * i));
+        s.extra = _mm512_add_ps(s.extra, P);
+        const std::int8_t* x = qx.q.data() + 256 * i;
+        for (int c2 = 0; c2 < 2; ++c2) {
+            const __m512i dlo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.lo[c2], _mm512_load_si512(x + 128 * c2));
+            const __m512i dhi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.hi[c2], _mm512_load_si512(x + 128 * c2 + 64));
+            s.acc[2 * c2] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dlo), _mm512_permutexvar_ps(k.idx[2 * c2], P), s.acc[2 * c2]);
+            s.acc[2 * c2 + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dhi), _mm512_permutexvar_ps(k.idx[2 * c2 + 1], P), s.acc[2 * c2 + 1]);
         }
     }
-    const __m512 a = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
-    return hsum(a) - hsum(_mm512_castps512_ps256(_mm512_shuffle_f32x4(pacc, pacc, 0xee)));
-}
+    static float finish(const SuperSums& s) {
+        const __m512 a = _mm512_add_ps(_mm512_add_ps(s.acc[0], s.acc[1]), _mm512_add_ps(s.acc[2], s.acc[3]));
+        return hsum(a) - hsum(_mm512_castps512_ps256(_mm512_shuffle_f32x4(s.extra, s.extra, 0xee)));
+    }
+};
 
-/// Q6_K row: 6-bit codes (q + 32, u8) rebuilt from ql/qh per 64 values, dotted with natural x;
-/// group scales d*sc in f32; the +32 offset removed per super-block through aux (one FMA).
-float dot_q6_k(const std::uint8_t* row, const QuantizedX& qx, std::int64_t nb) {
-    const __m512i low = _mm512_set1_epi8(0xF), top = _mm512_set1_epi8(0x30);
-    const __m512i shl = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4), shr = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
-    const __m512i idx[4] = {four_index(0), four_index(4), four_index(8), four_index(12)};
-    const __m512i half_index = _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 1);
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    __m512 cacc = _mm512_setzero_ps();
-    for (std::int64_t i = 0; i < nb; ++i) {
-        const auto* blk = reinterpret_cast<const BlockQ6_K*>(row) + i;
-        prefetch_ahead(reinterpret_cast<const std::uint8_t*>(blk), 4);
+/// Q6_K: 6-bit codes (q + 32, u8) rebuilt from ql/qh per 64 values, dotted with natural x; group
+/// scales d*sc in f32; the +32 offset removed per super-block through aux (one FMA).
+struct Q6KSuper {
+    static constexpr int kBytes = sizeof(BlockQ6_K), kPrefetchLines = 4;
+    struct Consts {
+        __m512i low, top, shl, shr, idx[4], half_index;
+    };
+    static Consts consts() {
+        return {_mm512_set1_epi8(0xF),
+                _mm512_set1_epi8(0x30),
+                _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4),
+                _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0),
+                {four_index(0), four_index(4), four_index(8), four_index(12)},
+                _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 1)};
+    }
+    struct Weights {
+        __m512 F;  ///< d sc_g, group g of 16 values
+        __m512i ua[2], ub[2];
+    };
+    static Weights decode(const Consts& k, const std::uint8_t* p) {
+        const auto* blk = reinterpret_cast<const BlockQ6_K*>(p);
         const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales));
-        const __m512 F = _mm512_mul_ps(_mm512_set1_ps(h2f(blk->d)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(s8)));
-        cacc = _mm512_fmadd_ps(F, _mm512_load_ps(qx.aux.data() + 16 * i), cacc);
-        // d sc_g d_x[g / 2]: the whole scale of group g's integer dot
-        const __m512 Fx = _mm512_mul_ps(F, _mm512_permutexvar_ps(half_index, _mm512_castps256_ps512(_mm256_loadu_ps(qx.d.data() + 8 * i))));
-        const std::int8_t* x = qx.q.data() + 256 * i;
+        Weights w;
+        w.F = _mm512_mul_ps(_mm512_set1_ps(h2f(blk->d)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(s8)));
         for (int h = 0; h < 2; ++h) {
             const __m512i ql = _mm512_loadu_si512(blk->ql + 64 * h);
             const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qh + 32 * h)));
             // (A & C) | B with C = 0x0F: imm 0xEC
-            const __m512i ua = _mm512_ternarylogic_epi32(ql, _mm512_and_si512(_mm512_sllv_epi64(qh, shl), top), low, 0xEC);
-            const __m512i ub = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4),
-                                                         _mm512_and_si512(_mm512_srlv_epi64(qh, shr), top), low, 0xEC);
-            const __m512i da = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ua, _mm512_load_si512(x + 128 * h));
-            const __m512i db = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ub, _mm512_load_si512(x + 128 * h + 64));
-            acc[2 * h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(da), _mm512_permutexvar_ps(idx[2 * h], Fx), acc[2 * h]);
-            acc[2 * h + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(db), _mm512_permutexvar_ps(idx[2 * h + 1], Fx), acc[2 * h + 1]);
+            w.ua[h] = _mm512_ternarylogic_epi32(ql, _mm512_and_si512(_mm512_sllv_epi64(qh, k.shl), k.top), k.low, 0xEC);
+            w.ub[h] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), _mm512_and_si512(_mm512_srlv_epi64(qh, k.shr), k.top),
+                                                k.low, 0xEC);
+        }
+        return w;
+    }
+    static void step(const Consts& k, const Weights& w, const QuantizedX& qx, std::int64_t i, SuperSums& s) {
+        s.extra = _mm512_fmadd_ps(w.F, _mm512_load_ps(qx.aux.data() + 16 * i), s.extra);
+        // d sc_g d_x[g / 2]: the whole scale of group g's integer dot
+        const __m512 Fx = _mm512_mul_ps(w.F, _mm512_permutexvar_ps(k.half_index, _mm512_castps256_ps512(_mm256_loadu_ps(qx.d.data() + 8 * i))));
+        const std::int8_t* x = qx.q.data() + 256 * i;
+        for (int h = 0; h < 2; ++h) {
+            const __m512i da = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.ua[h], _mm512_load_si512(x + 128 * h));
+            const __m512i db = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.ub[h], _mm512_load_si512(x + 128 * h + 64));
+            s.acc[2 * h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(da), _mm512_permutexvar_ps(k.idx[2 * h], Fx), s.acc[2 * h]);
+            s.acc[2 * h + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(db), _mm512_permutexvar_ps(k.idx[2 * h + 1], Fx), s.acc[2 * h + 1]);
         }
     }
-    return hsum(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])), cacc));
+    static float finish(const SuperSums& s) {
+        return hsum(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s.acc[0], s.acc[1]), _mm512_add_ps(s.acc[2], s.acc[3])), s.extra));
+    }
+};
+
+inline SuperSums zero_sums() {
+    const __m512 z = _mm512_setzero_ps();
+    return {{z, z, z, z}, z};
+}
+
+/// A Q4_K / Q6_K row of nb super-blocks against prepared x (matvec's arithmetic).
+template <class U>
+float dot_super(const std::uint8_t* row, const QuantizedX& qx, std::int64_t nb) {
+    const typename U::Consts k = U::consts();
+    SuperSums s = zero_sums();
+    for (std::int64_t i = 0; i < nb; ++i) {
+        const std::uint8_t* p = row + std::int64_t(U::kBytes) * i;
+        prefetch_ahead(p, U::kPrefetchLines);
+        U::step(k, U::decode(k, p), qx, i, s);
+    }
+    return U::finish(s);
+}
+
+/// dot_super for R rows against C activations at once, over values [k0, k1) of rows of n (chunks of
+/// whole super-blocks), every output dot_super's to the bit. A decoded super-block serves C
+/// activations. Between chunks the sums wait in `saved` ([R][C] x 5 vectors of 16 floats).
+template <class U, int R, int C>
+void dot_super_block(const std::uint8_t* const* rows, const QuantizedX* const* xs, std::int64_t k0, std::int64_t k1,
+                     std::int64_t n, float* saved, float* const* ys, std::size_t ahead) {
+    constexpr int kVectors = sizeof(SuperSums) / sizeof(__m512);
+    const typename U::Consts k = U::consts();
+    SuperSums s[R][C];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) {
+            if (k0 == 0) {
+                s[r][c] = zero_sums();
+                continue;
+            }
+            const float* from = saved + 16 * kVectors * (r * C + c);
+            for (int v = 0; v < 4; ++v) s[r][c].acc[v] = _mm512_load_ps(from + 16 * v);
+            s[r][c].extra = _mm512_load_ps(from + 64);
+        }
+    const std::int64_t i1 = std::min(k1, n) / QK_K;
+    for (std::int64_t i = k0 / QK_K; i < i1; ++i) {
+        typename U::Weights w[R];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+            const std::uint8_t* p = rows[r] + std::int64_t(U::kBytes) * i;
+            if (ahead > 0)
+                for (int line = 0; line < U::kPrefetchLines; ++line)
+                    _mm_prefetch(reinterpret_cast<const char*>(p + ahead + 64 * line), _MM_HINT_T0);
+            w[r] = U::decode(k, p);
+        }
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c)
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) U::step(k, w[r], *xs[c], i, s[r][c]);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) {
+            if (k1 < n) {
+                float* to = saved + 16 * kVectors * (r * C + c);
+                for (int v = 0; v < 4; ++v) _mm512_store_ps(to + 16 * v, s[r][c].acc[v]);
+                _mm512_store_ps(to + 64, s[r][c].extra);
+            } else {
+                ys[c][r] = U::finish(s[r][c]);
+            }
+        }
 }
 
 /// F32 / F16 / BF16 row against f32 x: 64 values per step in four accumulators.
@@ -825,9 +936,9 @@ void dot_rows_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes
         case GgmlType::Q4_0:
             return for_rows(w, row_bytes, n_rows, y, [&](const std::uint8_t* r) { return dot_units<Q4Group>(r, qx, cols / QK); });
         case GgmlType::Q4_K:
-            return for_rows(w, row_bytes, n_rows, y, [&](const std::uint8_t* r) { return dot_q4_k(r, qx, cols / QK_K); });
+            return for_rows(w, row_bytes, n_rows, y, [&](const std::uint8_t* r) { return dot_super<Q4KSuper>(r, qx, cols / QK_K); });
         case GgmlType::Q6_K:
-            return for_rows(w, row_bytes, n_rows, y, [&](const std::uint8_t* r) { return dot_q6_k(r, qx, cols / QK_K); });
+            return for_rows(w, row_bytes, n_rows, y, [&](const std::uint8_t* r) { return dot_super<Q6KSuper>(r, qx, cols / QK_K); });
         default: AQPIM_ASSERT(false);
     }
 }
@@ -857,8 +968,9 @@ void dot_rows_batch_quantized_avx512(GgmlType type, const std::uint8_t* w, std::
                                      std::int64_t cols, const QuantizedX* X, std::int64_t n_x, float* Y, std::int64_t ldy,
                                      float* saved) {
     using B = QuantBatchBlocks;
-    static_assert(kBatchChunk % (QK * Q8Pair::kBlocks * 2) == 0 && kBatchChunk % (QK * Q4Group::kBlocks * 2) == 0,
-                  "chunks of whole units, each starting at an even unit");
+    static_assert(kBatchChunk % (QK * Q8Pair::kBlocks * 2) == 0 && kBatchChunk % (QK * Q4Group::kBlocks * 2) == 0 &&
+                      kBatchChunk % QK_K == 0,
+                  "chunks of whole units, each starting at an even unit, and of whole super-blocks");
     const auto run = [&](auto unit) {
         using U = decltype(unit);
         row_batch_blocks<B::rows, B::activations, B::rows * B::activations * B::sums * 16>(
@@ -867,9 +979,19 @@ void dot_rows_batch_quantized_avx512(GgmlType type, const std::uint8_t* w, std::
                 std::int64_t k1, float* acc, float* const* ys,
                 std::size_t ahead) { dot_units_block<U, RR, CC>(rows, xs, k0, k1, cols, acc, ys, ahead); });
     };
+    const auto run_super = [&](auto unit) {
+        using U = decltype(unit);
+        row_batch_blocks<B::super_rows, B::activations, B::super_rows * B::activations * B::sums * 16>(
+            w, row_bytes, n_rows, cols, X, 1, n_x, Y, ldy, saved,
+            [&](auto RR, auto CC, const std::uint8_t* const* rows, const QuantizedX* const* xs, std::int64_t k0,
+                std::int64_t k1, float* acc, float* const* ys,
+                std::size_t ahead) { dot_super_block<U, RR, CC>(rows, xs, k0, k1, cols, acc, ys, ahead); });
+    };
     switch (type) {
         case GgmlType::Q8_0: return run(Q8Pair{});
         case GgmlType::Q4_0: return run(Q4Group{});
+        case GgmlType::Q4_K: return run_super(Q4KSuper{});
+        case GgmlType::Q6_K: return run_super(Q6KSuper{});
         default: AQPIM_ASSERT(false);
     }
 }

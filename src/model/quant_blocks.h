@@ -163,13 +163,16 @@ struct InvariantBlocksAvx2 {
                       few_rows * few_activations * 8 <= InvariantBlocks::activations * 16,
                   "a block's saved floats fit what batch_saved_floats<InvariantBlocks> gives one row");
 };
-/// dot_rows_batch_quantized: Q8_0's and Q4_0's two accumulators per output (matvec's arithmetic).
+/// dot_rows_batch_quantized (matvec's arithmetic): Q8_0 and Q4_0 in blocks of `rows` rows with two
+/// accumulators per output, Q4_K and Q6_K of `super_rows` rows with five; the saved floats are sized
+/// for the larger (`sums` = 5 vectors per output of a `rows`-row block).
 struct QuantBatchBlocks {
-    static constexpr int rows = 2, activations = 4, sums = 2;
+    static constexpr int rows = 2, super_rows = 1, activations = 4, sums = 5;
+    static_assert(super_rows <= rows, "the saved accumulators are sized by the larger blocks");
 };
 constexpr std::int64_t kBatchChunk = 1024;
 /// Floats of the saved accumulators for n_rows rows (48 KiB at 64 rows for BatchBlocks, 24 KiB
-/// for InvariantBlocks, 32 KiB for QuantBatchBlocks).
+/// for InvariantBlocks, 80 KiB for QuantBatchBlocks).
 template <class B>
 inline std::size_t batch_saved_floats(std::int64_t n_rows) {
     return std::size_t((n_rows + B::rows - 1) / B::rows) * B::rows * B::activations * B::sums * 16;
@@ -207,8 +210,6 @@ struct QuantKernels {
                                      std::int64_t ldy, float* saved) = nullptr;
 };
 
-/// The quantized types dot_rows_batch_quantized takes (where a level has it).
-inline bool batches_quantized(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0; }
 
 #define AQPIM_DECLARE_QUANT_KERNELS(isa)                                                                  \
     void dequantize_##isa(GgmlType type, const void* src, float* dst, std::int64_t n);                    \
@@ -239,6 +240,8 @@ const QuantKernels& quant_kernels(SimdLevel level);
 inline bool quantizes_x(GgmlType t) {
     return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K;
 }
+/// The quantized types dot_rows_batch_quantized takes (where a level has it): every one.
+inline bool batches_quantized(GgmlType t) { return quantizes_x(t); }
 
 // ---- shared by matvec and matmul (quant.cpp) --------------------------------------------------
 

@@ -556,6 +556,10 @@ TEST(Matmul, TheRowsPathIsMatvecBitForBitOnLongRowsAndOddShapes) {
     for (std::int64_t c : {1056, 2048, 2080}) expect_rows_path_is_matvec(GgmlType::Q8_0, 131, c, 74, {2, 3, 5, 7});
     // Q4_0 (units of 4 blocks): the odd-block chunk, whole chunks, three blocks after the last unit (1120)
     for (std::int64_t c : {1056, 1120, 2048}) expect_rows_path_is_matvec(GgmlType::Q4_0, 131, c, 75, {2, 3, 5, 7});
+    // Q4_K / Q6_K (1 row x 4 activations, super-blocks of 256 values): a last chunk of one
+    // super-block (1280), two whole chunks (2048)
+    for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K})
+        for (std::int64_t c : {1280, 2048}) expect_rows_path_is_matvec(type, 131, c, 76, {2, 3, 5, 7});
 }
 
 /// The invariant path (the server's decode): at every SIMD level, each row of X gets the same bits
