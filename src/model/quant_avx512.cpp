@@ -193,6 +193,27 @@ inline __m512i bytes_index(int (*f)(int)) {
     return _mm512_load_si512(idx);
 }
 
+/// A row-batch block's accumulators [R][C][S]: zero at its first chunk, else as the previous chunk
+/// left them in `saved` ([R][C][S] vectors of 16 floats, aligned).
+template <int R, int C, int S>
+inline void load_sums(__m512 (&acc)[R][C][S], const float* saved, bool first) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c)
+#pragma GCC unroll 16
+            for (int v = 0; v < S; ++v) acc[r][c][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(saved + 16 * ((r * C + c) * S + v));
+}
+template <int R, int C, int S>
+inline void store_sums(const __m512 (&acc)[R][C][S], float* saved) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c)
+#pragma GCC unroll 16
+            for (int v = 0; v < S; ++v) _mm512_store_ps(saved + 16 * ((r * C + c) * S + v), acc[r][c][v]);
+}
+
 // Q8_0 and Q4_0 rows go in units of blocks whose dot with x starts from lane_i and whose sum is
 // scaled per 4-value lane by (weight scale x lane): a unit of 2 Q8_0 blocks (68 bytes) or 4 Q4_0
 // blocks (72 bytes), 64 or 128 values, 16 lanes. Unit u goes into accumulator u % 2, the two are
@@ -203,6 +224,7 @@ inline __m512i bytes_index(int (*f)(int)) {
 /// Q8_0 unit: two blocks; weights offset to u8 (w + 128, one xor) against x, the dot started at
 /// -128 x (sum of the lane's x) from lane_i.
 struct Q8Pair {
+    static constexpr bool kSuperBlocks = false;  ///< dot_units' steps, not dot_super's
     static constexpr int kBlocks = 2, kBytes = 68;
     struct Weights {
         __m512i w;
@@ -239,6 +261,7 @@ struct Q8Pair {
 /// Q4_0 unit: four blocks; nibbles as u8 against the group-ordered x, the -8 offset pre-subtracted
 /// through lane_i.
 struct Q4Group {
+    static constexpr bool kSuperBlocks = false;
     static constexpr int kBlocks = 4, kBytes = 72;
     struct Weights {
         __m512i lo, hi;
@@ -312,12 +335,7 @@ void dot_units_block(const std::uint8_t* const* rows, const QuantizedX* const* x
     constexpr std::int64_t kUnitValues = std::int64_t(QK) * U::kBlocks;
     const typename U::Consts k = U::consts();
     __m512 acc[R][C][2];
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-        for (int c = 0; c < C; ++c)
-#pragma GCC unroll 2
-            for (int a = 0; a < 2; ++a) acc[r][c][a] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(saved + 16 * ((r * C + c) * 2 + a));
+    load_sums(acc, saved, k0 == 0);
     const std::int64_t nu = n / kUnitValues, u1 = std::min(k1, n) / kUnitValues;
     for (std::int64_t u = k0 / kUnitValues; u < u1; ++u) {
         const int a = int(u % 2);
@@ -334,15 +352,7 @@ void dot_units_block(const std::uint8_t* const* rows, const QuantizedX* const* x
 #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) acc[r][c][a] = add_unit<U>(w[r], *xs[c], u, acc[r][c][a]);
     }
-    if (k1 < n) {
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-            for (int c = 0; c < C; ++c)
-#pragma GCC unroll 2
-                for (int a = 0; a < 2; ++a) _mm512_store_ps(saved + 16 * ((r * C + c) * 2 + a), acc[r][c][a]);
-        return;
-    }
+    if (k1 < n) return store_sums(acc, saved);
     const std::int64_t nb = n / QK;
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
@@ -372,9 +382,23 @@ struct SuperSums {
     __m512 extra;  ///< Q4_K: the min terms (lanes 8-15); Q6_K: the +32 offset's correction
 };
 
+/// A super-block's integer dots into s.acc: per half h, codes a[h] against x[128 h, +64) and b[h]
+/// against x[128 h + 64, +64), each scaled per lane by the lanes of `scale` that idx[2 h], idx[2 h + 1]
+/// pick, into acc[2 h] and acc[2 h + 1].
+inline void add_super_dots(const __m512i (&a)[2], const __m512i (&b)[2], const std::int8_t* x, const __m512i (&idx)[4],
+                           __m512 scale, SuperSums& s) {
+    for (int h = 0; h < 2; ++h) {
+        const __m512i da = _mm512_dpbusd_epi32(_mm512_setzero_si512(), a[h], _mm512_load_si512(x + 128 * h));
+        const __m512i db = _mm512_dpbusd_epi32(_mm512_setzero_si512(), b[h], _mm512_load_si512(x + 128 * h + 64));
+        s.acc[2 * h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(da), _mm512_permutexvar_ps(idx[2 * h], scale), s.acc[2 * h]);
+        s.acc[2 * h + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(db), _mm512_permutexvar_ps(idx[2 * h + 1], scale), s.acc[2 * h + 1]);
+    }
+}
+
 /// Q4_K: per super-block the sub-block scales d*sc in f32, nibbles against block-reordered x, and the
 /// min term dmin*m . (d_x*s) as one 8-wide FMA.
 struct Q4KSuper {
+    static constexpr bool kSuperBlocks = true;  ///< dot_super's steps
     static constexpr int kBytes = sizeof(BlockQ4_K), kPrefetchLines = 3;
     struct Consts {
         __m512i low, idx[4], dd_index;
@@ -409,13 +433,7 @@ struct Q4KSuper {
         // dot, lanes 8-15 are its min term (summed over the row in extra)
         const __m512 P = _mm512_mul_ps(w.scales, _mm512_load_ps(qx.aux.data() + 16 * i));
         s.extra = _mm512_add_ps(s.extra, P);
-        const std::int8_t* x = qx.q.data() + 256 * i;
-        for (int c2 = 0; c2 < 2; ++c2) {
-            const __m512i dlo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.lo[c2], _mm512_load_si512(x + 128 * c2));
-            const __m512i dhi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.hi[c2], _mm512_load_si512(x + 128 * c2 + 64));
-            s.acc[2 * c2] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dlo), _mm512_permutexvar_ps(k.idx[2 * c2], P), s.acc[2 * c2]);
-            s.acc[2 * c2 + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dhi), _mm512_permutexvar_ps(k.idx[2 * c2 + 1], P), s.acc[2 * c2 + 1]);
-        }
+        add_super_dots(w.lo, w.hi, qx.q.data() + 256 * i, k.idx, P, s);
     }
     static float finish(const SuperSums& s) {
         const __m512 a = _mm512_add_ps(_mm512_add_ps(s.acc[0], s.acc[1]), _mm512_add_ps(s.acc[2], s.acc[3]));
@@ -426,6 +444,7 @@ struct Q4KSuper {
 /// Q6_K: 6-bit codes (q + 32, u8) rebuilt from ql/qh per 64 values, dotted with natural x; group
 /// scales d*sc in f32; the +32 offset removed per super-block through aux (one FMA).
 struct Q6KSuper {
+    static constexpr bool kSuperBlocks = true;
     static constexpr int kBytes = sizeof(BlockQ6_K), kPrefetchLines = 4;
     struct Consts {
         __m512i low, top, shl, shr, idx[4], half_index;
@@ -461,13 +480,7 @@ struct Q6KSuper {
         s.extra = _mm512_fmadd_ps(w.F, _mm512_load_ps(qx.aux.data() + 16 * i), s.extra);
         // d sc_g d_x[g / 2]: the whole scale of group g's integer dot
         const __m512 Fx = _mm512_mul_ps(w.F, _mm512_permutexvar_ps(k.half_index, _mm512_castps256_ps512(_mm256_loadu_ps(qx.d.data() + 8 * i))));
-        const std::int8_t* x = qx.q.data() + 256 * i;
-        for (int h = 0; h < 2; ++h) {
-            const __m512i da = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.ua[h], _mm512_load_si512(x + 128 * h));
-            const __m512i db = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.ub[h], _mm512_load_si512(x + 128 * h + 64));
-            s.acc[2 * h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(da), _mm512_permutexvar_ps(k.idx[2 * h], Fx), s.acc[2 * h]);
-            s.acc[2 * h + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(db), _mm512_permutexvar_ps(k.idx[2 * h + 1], Fx), s.acc[2 * h + 1]);
-        }
+        add_super_dots(w.ua, w.ub, qx.q.data() + 256 * i, k.idx, Fx, s);
     }
     static float finish(const SuperSums& s) {
         return hsum(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s.acc[0], s.acc[1]), _mm512_add_ps(s.acc[2], s.acc[3])), s.extra));
@@ -590,12 +603,7 @@ void dot_float_block(const std::uint8_t* const* rows, const float* const* xs, st
     static_assert(S == 1 || S == 4, "dot_float's four accumulators or the invariant products' one");
     constexpr std::int64_t kValueBytes = T == GgmlType::F32 ? 4 : 2;
     __m512 acc[R][C][S];
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-        for (int c = 0; c < C; ++c)
-#pragma GCC unroll 16
-            for (int s = 0; s < S; ++s) acc[r][c][s] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(saved + 16 * ((r * C + c) * S + s));
+    load_sums(acc, saved, k0 == 0);
     std::int64_t i = k0;
     for (; i + 64 <= std::min(k1, n); i += 64) {  // 64 values a step: 16 into each of 4 sums, or all 64 into one
         if (ahead > 0)
@@ -617,15 +625,7 @@ void dot_float_block(const std::uint8_t* const* rows, const float* const* xs, st
             }
         }
     }
-    if (k1 < n) {
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-            for (int c = 0; c < C; ++c)
-#pragma GCC unroll 16
-                for (int s = 0; s < S; ++s) _mm512_store_ps(saved + 16 * ((r * C + c) * S + s), acc[r][c][s]);
-        return;
-    }
+    if (k1 < n) return store_sums(acc, saved);
     for (; i < n; i += 16) {
         const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
         __m512 w[R];
@@ -973,25 +973,22 @@ void dot_rows_batch_quantized_avx512(GgmlType type, const std::uint8_t* w, std::
                   "chunks of whole units, each starting at an even unit, and of whole super-blocks");
     const auto run = [&](auto unit) {
         using U = decltype(unit);
-        row_batch_blocks<B::rows, B::activations, B::rows * B::activations * B::sums * 16>(
+        constexpr int kRows = U::kSuperBlocks ? B::super_rows : B::rows;
+        row_batch_blocks<kRows, B::activations, kRows * B::activations * B::sums * 16>(
             w, row_bytes, n_rows, cols, X, 1, n_x, Y, ldy, saved,
             [&](auto RR, auto CC, const std::uint8_t* const* rows, const QuantizedX* const* xs, std::int64_t k0,
-                std::int64_t k1, float* acc, float* const* ys,
-                std::size_t ahead) { dot_units_block<U, RR, CC>(rows, xs, k0, k1, cols, acc, ys, ahead); });
-    };
-    const auto run_super = [&](auto unit) {
-        using U = decltype(unit);
-        row_batch_blocks<B::super_rows, B::activations, B::super_rows * B::activations * B::sums * 16>(
-            w, row_bytes, n_rows, cols, X, 1, n_x, Y, ldy, saved,
-            [&](auto RR, auto CC, const std::uint8_t* const* rows, const QuantizedX* const* xs, std::int64_t k0,
-                std::int64_t k1, float* acc, float* const* ys,
-                std::size_t ahead) { dot_super_block<U, RR, CC>(rows, xs, k0, k1, cols, acc, ys, ahead); });
+                std::int64_t k1, float* acc, float* const* ys, std::size_t ahead) {
+                if constexpr (U::kSuperBlocks)
+                    dot_super_block<U, RR, CC>(rows, xs, k0, k1, cols, acc, ys, ahead);
+                else
+                    dot_units_block<U, RR, CC>(rows, xs, k0, k1, cols, acc, ys, ahead);
+            });
     };
     switch (type) {
         case GgmlType::Q8_0: return run(Q8Pair{});
         case GgmlType::Q4_0: return run(Q4Group{});
-        case GgmlType::Q4_K: return run_super(Q4KSuper{});
-        case GgmlType::Q6_K: return run_super(Q6KSuper{});
+        case GgmlType::Q4_K: return run(Q4KSuper{});
+        case GgmlType::Q6_K: return run(Q6KSuper{});
         default: AQPIM_ASSERT(false);
     }
 }
