@@ -140,12 +140,16 @@ void matmul_invariant(const WeightMatrix& W, const float* X, std::int64_t n, flo
                       ThreadWorkspaces& ws) {
     const QuantKernels& k = quant_kernels(active_simd_level());
     if (quantizes_x(W.type) || k.dot_rows_invariant == nullptr) return matmul_rows(W, X, n, Y, n_threads, ws);
-    const int threads = std::max(gemm_threads(W, n, ceil_div(W.rows, kBatchTileRows), n_threads),
-                                 int(std::min<std::int64_t>(ceil_div(W.rows, kBatchTileRows), matvec_threads(W, n_threads))));
-    // Up to one block of activations reads each row once, so tiles need not fit a cache: four a
-    // thread, as matvec splits its rows (64-row tasks of a lone row cost more to hand out than to do).
+    const std::int64_t n_tiles = ceil_div(W.rows, kBatchTileRows);
+    const int threads = std::max(gemm_threads(W, n, n_tiles, n_threads),
+                                 int(std::min<std::int64_t>(n_tiles, matvec_threads(W, n_threads))));
+    // Up to one block of activations (the level's) reads each row once, so tiles need not fit a
+    // cache: four a thread, as matvec splits its rows (64-row tasks of a lone row cost more to hand
+    // out than to do). More activations pass over a tile again: it must stay in cache (AVX2's blocks
+    // of 2 took the large tiles at 4 activations and ran 4096 x 4096 f16 at 50-56 GFLOP/s against
+    // 83-87 at 8).
     const std::int64_t tile_rows =
-        n <= InvariantBlocks::activations
+        n <= k.invariant_block_activations
             ? std::max(kBatchTileRows, ceil_div(ceil_div(W.rows, 4 * std::int64_t(threads)), InvariantBlocks::rows) * InvariantBlocks::rows)
             : kBatchTileRows;
     matmul_row_tiles(W, X, n, Y, threads, ws, k.dot_rows_invariant, tile_rows, batch_saved_floats<InvariantBlocks>(tile_rows));

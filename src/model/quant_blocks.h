@@ -208,6 +208,9 @@ struct QuantKernels {
     void (*dot_rows_batch_quantized)(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
                                      std::int64_t cols, const QuantizedX* X, std::int64_t n_x, float* Y,
                                      std::int64_t ldy, float* saved) = nullptr;
+    /// Activations one block of dot_rows_invariant takes at this level (InvariantBlocks or
+    /// InvariantBlocksAvx2): up to this many read each weight row once, more pass over it again.
+    int invariant_block_activations = 0;
 };
 
 
