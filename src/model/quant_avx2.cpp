@@ -408,7 +408,8 @@ void dot_rows_invariant_avx2(GgmlType type, const std::uint8_t* w, std::size_t r
                              std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy,
                              float* saved) {
     using B = InvariantBlocksAvx2;
-    if (n_x <= B::few_activations && row_bytes * B::few_rows <= InvariantBlocks::kFewRowsBlockBytes) return dot_invariant_rows<B::few_rows, B::few_activations>(type, w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved);
+    if (n_x <= B::few_activations && row_bytes * B::few_rows <= InvariantBlocks::kFewRowsBlockBytes)
+        return dot_invariant_rows<B::few_rows, B::few_activations>(type, w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved);
     dot_invariant_rows<B::rows, B::activations>(type, w, row_bytes, n_rows, cols, X, n_x, Y, ldy, saved);
 }
 

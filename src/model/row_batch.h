@@ -1,7 +1,7 @@
 #pragma once
-// The loop every row-batch product shares (dot_rows_batch, dot_rows_invariant, at every level that
-// has them): Y[c][r] = row r . X[c] for n_rows rows and n_x activations (f32 rows of X, x_stride
-// floats apart, or prepared QuantizedX, x_stride 1), in
+// The loop every row-batch product shares (dot_rows_batch, dot_rows_invariant and
+// dot_rows_batch_quantized, at every level that has them): Y[c][r] = row r . X[c] for n_rows rows
+// and n_x activations (f32 rows of X, x_stride floats apart, or prepared QuantizedX, x_stride 1), in
 // blocks of kR rows x kC activations. Per block of activations the values go in chunks of
 // kBatchChunk: the block's x and a chunk of every row of the tile stay in L1 while the row blocks
 // pass. Between chunks a block's accumulators wait in `saved` (kBlockFloats floats per row block).
