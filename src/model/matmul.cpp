@@ -116,7 +116,7 @@ void matmul_rows(const WeightMatrix& W, const float* X, std::int64_t n, float* Y
     if (prepared) {
         if (qxs.size() < std::size_t(n)) qxs.resize(std::size_t(n));
         for (std::int64_t i = 0; i < n; ++i) k.prepare_x(W.type, X + i * W.cols, W.cols, qxs[std::size_t(i)]);
-        if (k.dot_rows_batch_quantized != nullptr && batches_quantized(W.type))
+        if (k.batches_quantized(W.type))
             return matmul_row_tiles(W, qxs.data(), n, Y, gemm_threads(W, n, ceil_div(W.rows, kBatchTileRows), n_threads),
                                     ws, k.dot_rows_batch_quantized, kBatchTileRows,
                                     batch_saved_floats<QuantBatchBlocks>(kBatchTileRows));
@@ -260,6 +260,8 @@ MatmulPath automatic_path(GgmlType type, std::int64_t n) {
 }
 
 std::int64_t gemm_min_batch(GgmlType type) {
+    const SimdLevel level = active_simd_level();
+    if (level == SimdLevel::avx2 && quant_kernels(level).batches_quantized(type)) return kAvx2QuantRowsBatch;
     switch (type) {
         case GgmlType::F32:
         case GgmlType::F16:

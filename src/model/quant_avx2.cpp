@@ -1,7 +1,10 @@
 // AVX2 weight kernels: dequantization (bit-identical to quant_ref.cpp) and row dots. Quantized
 // rows are multiplied against x quantized to int8 per block of 32 (natural order, the same
 // values as quantize_x_ref) with vpmaddubsw (u8 x s8 pairs into s16) and vpmaddwd; signed
-// weights use the sign trick (|w| against x carrying w's sign) so no pair sum saturates.
+// weights use the sign trick (|w| against x carrying w's sign) so no pair sum saturates. The
+// row-batch kernels: the server's batch-invariant product of float rows (dot_rows_invariant, its
+// own arithmetic) and Q8_0 / Q4_0 rows against several activations at once (dot_rows_batch_quantized,
+// matvec's arithmetic to the bit: a decoded block serves every activation of a block).
 
 #include <immintrin.h>
 
@@ -150,42 +153,109 @@ inline __m256i load_x(const QuantizedX& qx, std::int64_t b) {
     return _mm256_load_si256(reinterpret_cast<const __m256i*>(qx.q.data() + 32 * b));
 }
 
-float dot_q8_0(const BlockQ8_0* w, const QuantizedX& qx, std::int64_t nb) {
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-    auto block = [&](std::int64_t b, __m256& acc) {
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
-        const __m256i p = dot_u8s8(_mm256_abs_epi8(q), _mm256_sign_epi8(load_x(qx, b), q));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(w[b].d) * qx.d[std::size_t(b)]), acc);
+// Q8_0 and Q4_0 rows go a block (32 values) at a time, block b into accumulator b % 2, the two
+// summed by hsum; matvec's kernel (dot_blocks) and the row-batch kernel (dot_blocks_block) share
+// these steps, so every output of the batch kernel is matvec's to the bit.
+
+/// Q8_0 block: its signed weights and their magnitudes (the sign trick), its scale.
+struct Q8Block {
+    using Block = BlockQ8_0;
+    static constexpr int kPrefetchLines = 2;  ///< cache lines requested ahead per pair of blocks
+    struct Weights {
+        __m256i q, abs_q;
+        float d;
     };
+    static Weights decode(const BlockQ8_0& b) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+        return {q, _mm256_abs_epi8(q), h2f(b.d)};
+    }
+};
+
+/// Q4_0 block: nibbles - 8 in natural order, their magnitudes, its scale.
+struct Q4Block {
+    using Block = BlockQ4_0;
+    static constexpr int kPrefetchLines = 1;
+    using Weights = Q8Block::Weights;
+    static Weights decode(const BlockQ4_0& b) {
+        const __m128i low = _mm_set1_epi8(0xF);
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+        const __m256i v = _mm256_sub_epi8(
+            _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low)), _mm256_set1_epi8(8));
+        return {v, _mm256_abs_epi8(v), h2f(b.d)};
+    }
+};
+
+/// acc += block b's dot with x, scaled by the weight and activation scales.
+inline __m256 add_block(const Q8Block::Weights& w, const QuantizedX& qx, std::int64_t b, __m256 acc) {
+    const __m256i p = dot_u8s8(w.abs_q, _mm256_sign_epi8(load_x(qx, b), w.q));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(w.d * qx.d[std::size_t(b)]), acc);
+}
+
+/// A Q8_0 / Q4_0 row of nb blocks against prepared x (matvec's arithmetic).
+template <class U>
+float dot_blocks(const std::uint8_t* row, const QuantizedX& qx, std::int64_t nb) {
+    const auto* w = reinterpret_cast<const typename U::Block*>(row);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
     std::int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-        prefetch_ahead(w + b, 2);
-        block(b, acc0);
-        block(b + 1, acc1);
+        prefetch_ahead(w + b, U::kPrefetchLines);
+        acc0 = add_block(U::decode(w[b]), qx, b, acc0);
+        acc1 = add_block(U::decode(w[b + 1]), qx, b + 1, acc1);
     }
-    if (b < nb) block(b, acc0);
+    if (b < nb) acc0 = add_block(U::decode(w[b]), qx, b, acc0);
     return hsum(_mm256_add_ps(acc0, acc1));
 }
 
-float dot_q4_0(const BlockQ4_0* w, const QuantizedX& qx, std::int64_t nb) {
-    const __m128i low = _mm_set1_epi8(0xF);
-    const __m256i eight = _mm256_set1_epi8(8);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-    auto block = [&](std::int64_t b, __m256& acc) {
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
-        const __m256i v = _mm256_sub_epi8(
-            _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low)), eight);
-        const __m256i p = dot_u8s8(_mm256_abs_epi8(v), _mm256_sign_epi8(load_x(qx, b), v));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(w[b].d) * qx.d[std::size_t(b)]), acc);
+/// dot_blocks for R rows against C activations at once, over values [k0, k1) of rows of n (chunks
+/// of whole blocks, each starting at an even block), every output dot_blocks' to the bit: a decoded
+/// block serves C activations, an activation's x block R rows. Between chunks the accumulators wait
+/// in `saved` ([R][C][2] vectors of 8 floats, aligned).
+template <class U, int R, int C>
+void dot_blocks_block(const std::uint8_t* const* rows, const QuantizedX* const* xs, std::int64_t k0, std::int64_t k1,
+                      std::int64_t n, float* saved, float* const* ys, std::size_t ahead) {
+    __m256 acc[R][C][2];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c)
+#pragma GCC unroll 2
+            for (int a = 0; a < 2; ++a)
+                acc[r][c][a] = k0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(saved + 8 * ((r * C + c) * 2 + a));
+    const auto step = [&](std::int64_t b, auto A) {
+        typename U::Weights w[R];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) w[r] = U::decode(reinterpret_cast<const typename U::Block*>(rows[r])[b]);
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c)
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) acc[r][c][A()] = add_block(w[r], *xs[c], b, acc[r][c][A()]);
     };
-    std::int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        prefetch_ahead(w + b, 1);
-        block(b, acc0);
-        block(b + 1, acc1);
+    const std::int64_t b1 = std::min(k1, n) / QK;
+    std::int64_t b = k0 / QK;
+    for (; b + 2 <= b1; b += 2) {
+        if (ahead > 0)
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r)
+                for (int line = 0; line < U::kPrefetchLines; ++line)
+                    _mm_prefetch(reinterpret_cast<const char*>(rows[r] + sizeof(typename U::Block) * b + ahead + 64 * line),
+                                 _MM_HINT_T0);
+        step(b, std::integral_constant<int, 0>{});
+        step(b + 1, std::integral_constant<int, 1>{});
     }
-    if (b < nb) block(b, acc0);
-    return hsum(_mm256_add_ps(acc0, acc1));
+    if (b < b1) step(b, std::integral_constant<int, 0>{});
+    if (k1 < n) {
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+            for (int c = 0; c < C; ++c)
+#pragma GCC unroll 2
+                for (int a = 0; a < 2; ++a) _mm256_store_ps(saved + 8 * ((r * C + c) * 2 + a), acc[r][c][a]);
+        return;
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c)
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) ys[c][r] = hsum(_mm256_add_ps(acc[r][c][0], acc[r][c][1]));
 }
 
 float dot_q4_k(const BlockQ4_K* w, const QuantizedX& qx, std::int64_t nb) {
@@ -420,14 +490,32 @@ void dot_rows_avx2(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, 
         case GgmlType::F32: return rows([&](const std::uint8_t* r) { return dot_float<GgmlType::F32>(r, x, cols); });
         case GgmlType::F16: return rows([&](const std::uint8_t* r) { return dot_float<GgmlType::F16>(r, x, cols); });
         case GgmlType::BF16: return rows([&](const std::uint8_t* r) { return dot_float<GgmlType::BF16>(r, x, cols); });
-        case GgmlType::Q8_0:
-            return rows([&](const std::uint8_t* r) { return dot_q8_0(reinterpret_cast<const BlockQ8_0*>(r), qx, cols / QK); });
-        case GgmlType::Q4_0:
-            return rows([&](const std::uint8_t* r) { return dot_q4_0(reinterpret_cast<const BlockQ4_0*>(r), qx, cols / QK); });
+        case GgmlType::Q8_0: return rows([&](const std::uint8_t* r) { return dot_blocks<Q8Block>(r, qx, cols / QK); });
+        case GgmlType::Q4_0: return rows([&](const std::uint8_t* r) { return dot_blocks<Q4Block>(r, qx, cols / QK); });
         case GgmlType::Q4_K:
             return rows([&](const std::uint8_t* r) { return dot_q4_k(reinterpret_cast<const BlockQ4_K*>(r), qx, cols / QK_K); });
         case GgmlType::Q6_K:
             return rows([&](const std::uint8_t* r) { return dot_q6_k(reinterpret_cast<const BlockQ6_K*>(r), qx, cols / QK_K); });
+        default: AQPIM_ASSERT(false);
+    }
+}
+
+void dot_rows_batch_quantized_avx2(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
+                                   std::int64_t cols, const QuantizedX* X, std::int64_t n_x, float* Y, std::int64_t ldy,
+                                   float* saved) {
+    using B = QuantBatchBlocksAvx2;
+    static_assert(kBatchChunk % (2 * QK) == 0, "chunks of whole blocks, each starting at an even block");
+    const auto run = [&](auto unit) {
+        using U = decltype(unit);
+        row_batch_blocks<B::rows, B::activations, B::rows * B::activations * 2 * 8>(
+            w, row_bytes, n_rows, cols, X, 1, n_x, Y, ldy, saved,
+            [&](auto RR, auto CC, const std::uint8_t* const* rows, const QuantizedX* const* xs, std::int64_t k0,
+                std::int64_t k1, float* acc, float* const* ys,
+                std::size_t ahead) { dot_blocks_block<U, RR, CC>(rows, xs, k0, k1, cols, acc, ys, ahead); });
+    };
+    switch (type) {
+        case GgmlType::Q8_0: return run(Q8Block{});
+        case GgmlType::Q4_0: return run(Q4Block{});
         default: AQPIM_ASSERT(false);
     }
 }

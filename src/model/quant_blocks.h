@@ -170,6 +170,16 @@ struct QuantBatchBlocks {
     static constexpr int rows = 2, super_rows = 1, activations = 4, sums = 5;
     static_assert(super_rows <= rows, "the saved accumulators are sized by the larger blocks");
 };
+/// dot_rows_batch_quantized at the AVX2 level (Q8_0 and Q4_0: blocks of 32 values, two 8-lane
+/// accumulators per output, 16 for a block of 2 rows x 4 activations: measured on 4096 x 4096, one
+/// thread, Q8_0 / Q4_0 batch 8, 87-93 / 77-80 GFLOP/s, against 66-91 / 57-71 at 1 x 4, 85 / 72 at
+/// 2 x 3, 78 / 63 at 3 x 2, 69 / 52 at 4 x 1); its saved floats fit what QuantBatchBlocks sizes.
+struct QuantBatchBlocksAvx2 {
+    static constexpr int rows = 2, activations = 4;
+    static_assert(rows * activations * 2 * 8 <= QuantBatchBlocks::rows * QuantBatchBlocks::activations *
+                                                     QuantBatchBlocks::sums * 16,
+                  "a block's saved floats fit what batch_saved_floats<QuantBatchBlocks> gives its rows");
+};
 constexpr std::int64_t kBatchChunk = 1024;
 /// Floats of the saved accumulators for n_rows rows (48 KiB at 64 rows for BatchBlocks, 24 KiB
 /// for InvariantBlocks, 80 KiB for QuantBatchBlocks).
@@ -202,7 +212,7 @@ struct QuantKernels {
     void (*dot_rows_invariant)(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
                                std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy,
                                float* saved) = nullptr;
-    /// Null where the level has none; for the types batches_quantized(type) names: as dot_rows_batch
+    /// Null where the level has none; for the types batches_quantized(type) takes: as dot_rows_batch
     /// for activations prepared by prepare_x (X[0..n_x)), every output bit-identical to dot_rows'.
     /// saved: batch_saved_floats<QuantBatchBlocks>(n_rows) floats, 64-byte aligned.
     void (*dot_rows_batch_quantized)(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
@@ -211,6 +221,15 @@ struct QuantKernels {
     /// Activations one block of dot_rows_invariant takes at this level (InvariantBlocks or
     /// InvariantBlocksAvx2): up to this many read each weight row once, more pass over it again.
     int invariant_block_activations = 0;
+    /// dot_rows_batch_quantized takes Q4_K and Q6_K too (AVX-512), not Q8_0 and Q4_0 only (AVX2).
+    bool batches_super_blocks = false;
+
+    /// Whether dot_rows_batch_quantized takes rows of `type`.
+    bool batches_quantized(GgmlType type) const {
+        if (dot_rows_batch_quantized == nullptr) return false;
+        return type == GgmlType::Q8_0 || type == GgmlType::Q4_0 ||
+               (batches_super_blocks && (type == GgmlType::Q4_K || type == GgmlType::Q6_K));
+    }
 };
 
 
@@ -228,6 +247,9 @@ void dot_rows_batch_avx512(GgmlType type, const std::uint8_t* w, std::size_t row
 void dot_rows_batch_quantized_avx512(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
                                      std::int64_t cols, const QuantizedX* X, std::int64_t n_x, float* Y, std::int64_t ldy,
                                      float* saved);
+void dot_rows_batch_quantized_avx2(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
+                                   std::int64_t cols, const QuantizedX* X, std::int64_t n_x, float* Y, std::int64_t ldy,
+                                   float* saved);
 void dot_rows_invariant_avx2(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, std::int64_t n_rows,
                              std::int64_t cols, const float* X, std::int64_t n_x, float* Y, std::int64_t ldy,
                              float* saved);
@@ -243,8 +265,6 @@ const QuantKernels& quant_kernels(SimdLevel level);
 inline bool quantizes_x(GgmlType t) {
     return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K;
 }
-/// The quantized types dot_rows_batch_quantized takes (where a level has it): every one.
-inline bool batches_quantized(GgmlType t) { return quantizes_x(t); }
 
 // ---- shared by matvec and matmul (quant.cpp) --------------------------------------------------
 
@@ -275,9 +295,15 @@ void gemm_panel_avx512(const float* X, std::int64_t n, std::int64_t K, const f16
 /// whatever n (the server's decode): dot_rows_invariant where the level has it for W's type,
 /// else `rows` (matvec's arithmetic for every row, slower from a few rows up).
 enum class MatmulPath { automatic, rows, sgemm, own, invariant };
-/// Smallest batch matmul dequantizes W for (the measured crossover with per-row matvec, W
-/// [4096 x 4096] in the LLC, one thread: 4 for f32/f16/bf16, 8 for Q8_0, 12 for Q4_0/Q4_K/Q6_K).
+/// Smallest batch matmul dequantizes W for at the active SIMD level (the measured crossover with
+/// the rows path, W [4096 x 4096] in the LLC, one thread: 4 for f32/f16/bf16, 8 for Q8_0, 12 for
+/// Q4_0/Q4_K/Q6_K; at AVX2, whose GEMM is OpenBLAS's sgemm on dequantized tiles, kAvx2QuantRowsBatch
+/// for the types its row-batch kernel takes).
 std::int64_t gemm_min_batch(GgmlType type);
+/// At AVX2, Q8_0 and Q4_0 stay on the rows path (dot_rows_batch_quantized_avx2) below this batch:
+/// 4096 x 4096, one / two threads, it measured 65-79 / 131-148 GFLOP/s at 8 against sgemm's 35-36 /
+/// 66-68, 59-67 / 145-169 at 32 against 69 / 137, 66-67 / 155-172 at 64 against 82-84 / 162-164.
+inline constexpr std::int64_t kAvx2QuantRowsBatch = 64;
 /// Largest batch the automatic path gives the invariant kernel (float W with it): from 2 to 16 rows
 /// it beat both the rows path and the panel GEMM; at 32 it ties the GEMM, which wins from 64 up.
 inline constexpr std::int64_t kInvariantMaxBatch = 16;

@@ -550,9 +550,10 @@ TEST(Matmul, TheRowsPathIsMatvecBitForBitOnLongRowsAndOddShapes) {
     // counts that leave 1 or 2 of a block of 3.
     for (GgmlType type : {GgmlType::F16, GgmlType::F32, GgmlType::BF16})
         for (std::int64_t c : {1025, 2048, 2100}) expect_rows_path_is_matvec(type, 131, c, 73, {2, 4, 7});
-    // Q8_0 (with AVX-512 a blocked kernel too: 2 rows x 4 activations, pairs of blocks into two
-    // alternating accumulators): a last chunk holding only the odd block (1056, 2080), an even
-    // block count over two chunks (2048), activation counts that leave 1-3 of a block of 4.
+    // Q8_0 (blocked kernels too, 2 rows x 4 activations: with AVX-512 pairs of blocks into two
+    // alternating accumulators, with AVX2 single blocks into two): a last chunk holding only the odd
+    // block (1056, 2080), an even block count over two chunks (2048), activation counts that leave
+    // 1-3 of a block of 4.
     for (std::int64_t c : {1056, 2048, 2080}) expect_rows_path_is_matvec(GgmlType::Q8_0, 131, c, 74, {2, 3, 5, 7});
     // Q4_0 (units of 4 blocks): the odd-block chunk, whole chunks, three blocks after the last unit (1120)
     for (std::int64_t c : {1056, 1120, 2048}) expect_rows_path_is_matvec(GgmlType::Q4_0, 131, c, 75, {2, 3, 5, 7});
