@@ -70,7 +70,9 @@ TypeChoice parse_type(const std::string& t) {
     if (t == "f16") return {GgmlType::F16, 1};
     if (t == "q4_0") return {GgmlType::Q4_0, 2};
     if (t == "q8_0") return {GgmlType::Q8_0, 7};
-    AQPIM_FAIL("--type '{}' is not one of f32, f16, q8_0, q4_0", t);
+    if (t == "q4_k") return {GgmlType::Q4_K, 14};  // LLAMA_FTYPE_MOSTLY_Q4_K_S: every matrix Q4_K
+    if (t == "q6_k") return {GgmlType::Q6_K, 18};
+    AQPIM_FAIL("--type '{}' is not one of f32, f16, q8_0, q4_0, q4_k, q6_k", t);
 }
 
 std::uint64_t splitmix64(std::uint64_t& state) {
@@ -276,7 +278,7 @@ void add_synth_command(CLI::App& app) {
     cmd->add_option("--layers", args->layers, "layers");
     cmd->add_option("--vocab", args->vocab, "vocabulary size (at least 260)");
     cmd->add_option("--ctx", args->ctx, "training context length written to the file");
-    cmd->add_option("--type", args->type, "weight matrix type: f32, f16, q8_0 or q4_0")->capture_default_str();
+    cmd->add_option("--type", args->type, "weight matrix type: f32, f16, q8_0, q4_0, q4_k or q6_k (q4_k / q6_k: rows of a multiple of 256 values)")->capture_default_str();
     cmd->add_option("--seed", args->seed, "random seed")->capture_default_str();
     cmd->add_option("-o,--output", args->output, "output .gguf file")->required();
     cmd->callback([args] { run_synth(*args); });

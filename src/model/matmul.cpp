@@ -261,7 +261,8 @@ MatmulPath automatic_path(GgmlType type, std::int64_t n) {
 
 std::int64_t gemm_min_batch(GgmlType type) {
     const SimdLevel level = active_simd_level();
-    if (level == SimdLevel::avx2 && quant_kernels(level).batches_quantized(type)) return kAvx2QuantRowsBatch;
+    if (level == SimdLevel::avx2 && quant_kernels(level).batches_quantized(type))
+        return type == GgmlType::Q6_K ? kAvx2Q6KRowsBatch : kAvx2QuantRowsBatch;
     switch (type) {
         case GgmlType::F32:
         case GgmlType::F16:

@@ -23,9 +23,9 @@ namespace {
 const QuantKernels kTables[3] = {
     {dequantize_ref, prepare_x_ref, dot_rows_ref},
     {dequantize_avx2, prepare_x_avx2, dot_rows_avx2, nullptr, dot_rows_invariant_avx2, dot_rows_batch_quantized_avx2,
-     InvariantBlocksAvx2::activations, false},
+     InvariantBlocksAvx2::activations},
     {dequantize_avx512, prepare_x_avx512, dot_rows_avx512, dot_rows_batch_avx512, dot_rows_invariant_avx512,
-     dot_rows_batch_quantized_avx512, InvariantBlocks::activations, true},
+     dot_rows_batch_quantized_avx512, InvariantBlocks::activations},
 };
 
 /// llama.cpp's nearest_int: round half to even (the magic-number trick), for |v| < 2^22.

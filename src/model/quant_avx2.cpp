@@ -3,8 +3,8 @@
 // values as quantize_x_ref) with vpmaddubsw (u8 x s8 pairs into s16) and vpmaddwd; signed
 // weights use the sign trick (|w| against x carrying w's sign) so no pair sum saturates. The
 // row-batch kernels: the server's batch-invariant product of float rows (dot_rows_invariant, its
-// own arithmetic) and Q8_0 / Q4_0 rows against several activations at once (dot_rows_batch_quantized,
-// matvec's arithmetic to the bit: a decoded block serves every activation of a block).
+// own arithmetic) and quantized rows against several activations at once (dot_rows_batch_quantized,
+// matvec's arithmetic to the bit: a decoded block or super-block serves every activation of a block).
 
 #include <immintrin.h>
 
@@ -258,68 +258,149 @@ void dot_blocks_block(const std::uint8_t* const* rows, const QuantizedX* const* 
         for (int r = 0; r < R; ++r) ys[c][r] = hsum(_mm256_add_ps(acc[r][c][0], acc[r][c][1]));
 }
 
-float dot_q4_k(const BlockQ4_K* w, const QuantizedX& qx, std::int64_t nb) {
-    const __m256i low = _mm256_set1_epi8(0xF);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, macc = acc0;
-    for (std::int64_t i = 0; i < nb; ++i) {
-        prefetch_ahead(w + i, 3);
+// Q4_K and Q6_K rows go a super-block (256 values) at a time into two accumulators and a per-type
+// third term (Q4_K: the mins' vector, Q6_K: the -32 offset's scalar); matvec's kernel (dot_super)
+// and the row-batch kernel (dot_super_block) share the steps, so every output of the batch kernel is
+// matvec's to the bit.
+
+/// What one Q4_K / Q6_K output accumulates over its super-blocks.
+struct SuperSums {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
+    float corr = 0;
+    static constexpr int kFloats = 32;  ///< saved between chunks: the three vectors, then corr
+    void load(const float* p) {
+        acc0 = _mm256_load_ps(p), acc1 = _mm256_load_ps(p + 8), mins = _mm256_load_ps(p + 16), corr = p[24];
+    }
+    void store(float* p) const {
+        _mm256_store_ps(p, acc0), _mm256_store_ps(p + 8, acc1), _mm256_store_ps(p + 16, mins), p[24] = corr;
+    }
+};
+
+/// Q4_K super-block: its sub-block scales and mins as floats (d and dmin applied), its nibbles read
+/// in place; one activation's part: the mins term, then each 32-byte chunk's low and high nibbles
+/// against two x blocks.
+struct Q4KSuper {
+    using Block = BlockQ4_K;
+    static constexpr int kPrefetchLines = 3;
+    struct Weights {
+        __m256 sc, mn;
+        const std::uint8_t* qs;
+    };
+    static Weights decode(const BlockQ4_K& b) {
         std::uint64_t sc_lo, m_hi;
-        unpack_q4k_scales_words(w[i].scales, sc_lo, m_hi);
-        const __m256 sc = _mm256_mul_ps(_mm256_set1_ps(h2f(w[i].d)),
-                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(std::int64_t(sc_lo)))));
-        const __m256 mn = _mm256_mul_ps(_mm256_set1_ps(h2f(w[i].dmin)),
-                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(std::int64_t(m_hi)))));
+        unpack_q4k_scales_words(b.scales, sc_lo, m_hi);
+        return {_mm256_mul_ps(_mm256_set1_ps(h2f(b.d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(std::int64_t(sc_lo))))),
+                _mm256_mul_ps(_mm256_set1_ps(h2f(b.dmin)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(std::int64_t(m_hi))))),
+                b.qs};
+    }
+    static void add(const Weights& w, const QuantizedX& qx, std::int64_t i, SuperSums& s) {
+        const __m256i low = _mm256_set1_epi8(0xF);
         // min term: sum_j dmin m_j * d_x[j] s[j]
         const __m256 dx = _mm256_loadu_ps(qx.d.data() + 8 * i);
         const __m256 xs = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx.s.data() + 8 * i)));
-        macc = _mm256_fmadd_ps(mn, _mm256_mul_ps(dx, xs), macc);
-        const __m256 w_sc = _mm256_mul_ps(sc, dx);  // d sc_j d_x[j]
+        s.mins = _mm256_fmadd_ps(w.mn, _mm256_mul_ps(dx, xs), s.mins);
+        const __m256 w_sc = _mm256_mul_ps(w.sc, dx);  // d sc_j d_x[j]
         for (int c = 0; c < 4; ++c) {
-            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qs + 32 * c));
+            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs + 32 * c));
             const std::int64_t b = 8 * i + 2 * c;
             const __m256i plo = dot_u8s8(_mm256_and_si256(q, low), load_x(qx, b));
             const __m256i phi = dot_u8s8(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), load_x(qx, b + 1));
-            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(plo), _mm256_permutevar8x32_ps(w_sc, _mm256_set1_epi32(2 * c)), acc0);
-            acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(phi), _mm256_permutevar8x32_ps(w_sc, _mm256_set1_epi32(2 * c + 1)), acc1);
+            s.acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(plo), _mm256_permutevar8x32_ps(w_sc, _mm256_set1_epi32(2 * c)), s.acc0);
+            s.acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(phi), _mm256_permutevar8x32_ps(w_sc, _mm256_set1_epi32(2 * c + 1)), s.acc1);
         }
     }
-    return hsum(_mm256_add_ps(acc0, acc1)) - hsum(macc);
-}
+    static float finish(const SuperSums& s) { return hsum(_mm256_add_ps(s.acc0, s.acc1)) - hsum(s.mins); }
+};
 
-float dot_q6_k(const BlockQ6_K* w, const QuantizedX& qx, std::int64_t nb) {
-    const __m256i low = _mm256_set1_epi8(0xF), top = _mm256_set1_epi8(0x30);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-    float corr = 0;
-    for (std::int64_t i = 0; i < nb; ++i) {
-        prefetch_ahead(w + i, 4);
-        const float d = h2f(w[i].d);
-        const std::int8_t* sc = w[i].scales;
+/// Q6_K super-block: its 6-bit codes rebuilt (two halves of four 32-value quarters), its scale; one
+/// activation's part: each quarter against an x block, the -32 offset through the block sums.
+struct Q6KSuper {
+    using Block = BlockQ6_K;
+    static constexpr int kPrefetchLines = 4;
+    struct Weights {
+        __m256i u[2][4];
+        float d;
+        const std::int8_t* scales;
+    };
+    static Weights decode(const BlockQ6_K& b) {
+        const __m256i low = _mm256_set1_epi8(0xF), top = _mm256_set1_epi8(0x30);
+        Weights w;
         for (int h = 0; h < 2; ++h) {
-            const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].ql + 64 * h));
-            const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].ql + 64 * h + 32));
-            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qh + 32 * h));
-            const __m256i u[4] = {
-                _mm256_or_si256(_mm256_and_si256(ql0, low), _mm256_and_si256(_mm256_slli_epi16(qh, 4), top)),
-                _mm256_or_si256(_mm256_and_si256(ql1, low), _mm256_and_si256(_mm256_slli_epi16(qh, 2), top)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low), _mm256_and_si256(qh, top)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low), _mm256_and_si256(_mm256_srli_epi16(qh, 2), top)),
-            };
-            auto quarter = [&](int qq, __m256& acc) {
+            const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
+            const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+            w.u[h][0] = _mm256_or_si256(_mm256_and_si256(ql0, low), _mm256_and_si256(_mm256_slli_epi16(qh, 4), top));
+            w.u[h][1] = _mm256_or_si256(_mm256_and_si256(ql1, low), _mm256_and_si256(_mm256_slli_epi16(qh, 2), top));
+            w.u[h][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low), _mm256_and_si256(qh, top));
+            w.u[h][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
+                                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), top));
+        }
+        w.d = h2f(b.d);
+        w.scales = b.scales;
+        return w;
+    }
+    static void add(const Weights& w, const QuantizedX& qx, std::int64_t i, SuperSums& s) {
+        const std::int8_t* sc = w.scales;
+        for (int h = 0; h < 2; ++h)
+            for (int qq = 0; qq < 4; ++qq) {
                 const std::int64_t b = 8 * i + 4 * h + qq;  // activation block = groups g, g+1
                 const int g = 8 * h + 2 * qq;
                 const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
-                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u[qq], load_x(qx, b)), scv);
-                const float ddx = d * qx.d[std::size_t(b)];
+                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w.u[h][qq], load_x(qx, b)), scv);
+                const float ddx = w.d * qx.d[std::size_t(b)];
+                __m256& acc = qq % 2 == 0 ? s.acc0 : s.acc1;
                 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(ddx), acc);
-                corr += ddx * float(-32 * (sc[g] * qx.s16[std::size_t(2 * b)] + sc[g + 1] * qx.s16[std::size_t(2 * b + 1)]));
-            };
-            quarter(0, acc0);
-            quarter(1, acc1);
-            quarter(2, acc0);
-            quarter(3, acc1);
-        }
+                s.corr += ddx * float(-32 * (sc[g] * qx.s16[std::size_t(2 * b)] + sc[g + 1] * qx.s16[std::size_t(2 * b + 1)]));
+            }
     }
-    return hsum(_mm256_add_ps(acc0, acc1)) + corr;
+    static float finish(const SuperSums& s) { return hsum(_mm256_add_ps(s.acc0, s.acc1)) + s.corr; }
+};
+
+/// A Q4_K / Q6_K row of nb super-blocks against prepared x (matvec's arithmetic).
+template <class U>
+float dot_super(const std::uint8_t* row, const QuantizedX& qx, std::int64_t nb) {
+    const auto* w = reinterpret_cast<const typename U::Block*>(row);
+    SuperSums s;
+    for (std::int64_t i = 0; i < nb; ++i) {
+        prefetch_ahead(w + i, U::kPrefetchLines);
+        U::add(U::decode(w[i]), qx, i, s);
+    }
+    return U::finish(s);
+}
+
+/// dot_super for R rows against C activations at once, over values [k0, k1) of rows of n (chunks of
+/// whole super-blocks), every output dot_super's to the bit: a decoded super-block serves C
+/// activations. Between chunks the sums wait in `saved` ([R][C] of SuperSums::kFloats, aligned).
+template <class U, int R, int C>
+void dot_super_block(const std::uint8_t* const* rows, const QuantizedX* const* xs, std::int64_t k0, std::int64_t k1,
+                     std::int64_t n, float* saved, float* const* ys, std::size_t ahead) {
+    SuperSums s[R][C];
+    if (k0 > 0)
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) s[r][c].load(saved + SuperSums::kFloats * (r * C + c));
+    const std::int64_t i1 = std::min(k1, n) / QK_K;
+    for (std::int64_t i = k0 / QK_K; i < i1; ++i) {
+        typename U::Weights w[R];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+            const auto* blk = reinterpret_cast<const typename U::Block*>(rows[r]) + i;
+            if (ahead > 0)
+                for (int line = 0; line < U::kPrefetchLines; ++line)
+                    _mm_prefetch(reinterpret_cast<const char*>(blk) + ahead + 64 * line, _MM_HINT_T0);
+            w[r] = U::decode(*blk);
+        }
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c)
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) U::add(w[r], *xs[c], i, s[r][c]);
+    }
+    if (k1 < n) {
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) s[r][c].store(saved + SuperSums::kFloats * (r * C + c));
+        return;
+    }
+    for (int c = 0; c < C; ++c)
+        for (int r = 0; r < R; ++r) ys[c][r] = U::finish(s[r][c]);
 }
 
 template <GgmlType T>
@@ -492,10 +573,8 @@ void dot_rows_avx2(GgmlType type, const std::uint8_t* w, std::size_t row_bytes, 
         case GgmlType::BF16: return rows([&](const std::uint8_t* r) { return dot_float<GgmlType::BF16>(r, x, cols); });
         case GgmlType::Q8_0: return rows([&](const std::uint8_t* r) { return dot_blocks<Q8Block>(r, qx, cols / QK); });
         case GgmlType::Q4_0: return rows([&](const std::uint8_t* r) { return dot_blocks<Q4Block>(r, qx, cols / QK); });
-        case GgmlType::Q4_K:
-            return rows([&](const std::uint8_t* r) { return dot_q4_k(reinterpret_cast<const BlockQ4_K*>(r), qx, cols / QK_K); });
-        case GgmlType::Q6_K:
-            return rows([&](const std::uint8_t* r) { return dot_q6_k(reinterpret_cast<const BlockQ6_K*>(r), qx, cols / QK_K); });
+        case GgmlType::Q4_K: return rows([&](const std::uint8_t* r) { return dot_super<Q4KSuper>(r, qx, cols / QK_K); });
+        case GgmlType::Q6_K: return rows([&](const std::uint8_t* r) { return dot_super<Q6KSuper>(r, qx, cols / QK_K); });
         default: AQPIM_ASSERT(false);
     }
 }
@@ -504,8 +583,9 @@ void dot_rows_batch_quantized_avx2(GgmlType type, const std::uint8_t* w, std::si
                                    std::int64_t cols, const QuantizedX* X, std::int64_t n_x, float* Y, std::int64_t ldy,
                                    float* saved) {
     using B = QuantBatchBlocksAvx2;
-    static_assert(kBatchChunk % (2 * QK) == 0, "chunks of whole blocks, each starting at an even block");
-    const auto run = [&](auto unit) {
+    static_assert(kBatchChunk % (2 * QK) == 0 && kBatchChunk % QK_K == 0,
+                  "chunks of whole blocks, each starting at an even block, and of whole super-blocks");
+    const auto blocks = [&](auto unit) {
         using U = decltype(unit);
         row_batch_blocks<B::rows, B::activations, B::rows * B::activations * 2 * 8>(
             w, row_bytes, n_rows, cols, X, 1, n_x, Y, ldy, saved,
@@ -513,9 +593,19 @@ void dot_rows_batch_quantized_avx2(GgmlType type, const std::uint8_t* w, std::si
                 std::int64_t k1, float* acc, float* const* ys,
                 std::size_t ahead) { dot_blocks_block<U, RR, CC>(rows, xs, k0, k1, cols, acc, ys, ahead); });
     };
+    const auto supers = [&](auto unit) {
+        using U = decltype(unit);
+        row_batch_blocks<B::super_rows, B::super_activations, B::super_rows * B::super_activations * SuperSums::kFloats>(
+            w, row_bytes, n_rows, cols, X, 1, n_x, Y, ldy, saved,
+            [&](auto RR, auto CC, const std::uint8_t* const* rows, const QuantizedX* const* xs, std::int64_t k0,
+                std::int64_t k1, float* acc, float* const* ys,
+                std::size_t ahead) { dot_super_block<U, RR, CC>(rows, xs, k0, k1, cols, acc, ys, ahead); });
+    };
     switch (type) {
-        case GgmlType::Q8_0: return run(Q8Block{});
-        case GgmlType::Q4_0: return run(Q4Block{});
+        case GgmlType::Q8_0: return blocks(Q8Block{});
+        case GgmlType::Q4_0: return blocks(Q4Block{});
+        case GgmlType::Q4_K: return supers(Q4KSuper{});
+        case GgmlType::Q6_K: return supers(Q6KSuper{});
         default: AQPIM_ASSERT(false);
     }
 }

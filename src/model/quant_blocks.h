@@ -176,8 +176,12 @@ struct QuantBatchBlocks {
 /// 2 x 3, 78 / 63 at 3 x 2, 69 / 52 at 4 x 1); its saved floats fit what QuantBatchBlocks sizes.
 struct QuantBatchBlocksAvx2 {
     static constexpr int rows = 2, activations = 4;
+    /// Q4_K / Q6_K: super-blocks, 32 saved floats an output (three vectors and a scalar).
+    static constexpr int super_rows = 1, super_activations = 4;
     static_assert(rows * activations * 2 * 8 <= QuantBatchBlocks::rows * QuantBatchBlocks::activations *
-                                                     QuantBatchBlocks::sums * 16,
+                                                     QuantBatchBlocks::sums * 16 &&
+                      super_rows * super_activations * 32 * QuantBatchBlocks::rows <=
+                          QuantBatchBlocks::rows * QuantBatchBlocks::activations * QuantBatchBlocks::sums * 16,
                   "a block's saved floats fit what batch_saved_floats<QuantBatchBlocks> gives its rows");
 };
 constexpr std::int64_t kBatchChunk = 1024;
@@ -221,15 +225,10 @@ struct QuantKernels {
     /// Activations one block of dot_rows_invariant takes at this level (InvariantBlocks or
     /// InvariantBlocksAvx2): up to this many read each weight row once, more pass over it again.
     int invariant_block_activations = 0;
-    /// dot_rows_batch_quantized takes Q4_K and Q6_K too (AVX-512), not Q8_0 and Q4_0 only (AVX2).
-    bool batches_super_blocks = false;
 
-    /// Whether dot_rows_batch_quantized takes rows of `type`.
-    bool batches_quantized(GgmlType type) const {
-        if (dot_rows_batch_quantized == nullptr) return false;
-        return type == GgmlType::Q8_0 || type == GgmlType::Q4_0 ||
-               (batches_super_blocks && (type == GgmlType::Q4_K || type == GgmlType::Q6_K));
-    }
+    /// Whether this level's dot_rows_batch_quantized takes rows of `type` (every quantized type
+    /// where the level has the kernel).
+    bool batches_quantized(GgmlType type) const;
 };
 
 
@@ -265,6 +264,9 @@ const QuantKernels& quant_kernels(SimdLevel level);
 inline bool quantizes_x(GgmlType t) {
     return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K;
 }
+inline bool QuantKernels::batches_quantized(GgmlType type) const {
+    return dot_rows_batch_quantized != nullptr && quantizes_x(type);
+}
 
 // ---- shared by matvec and matmul (quant.cpp) --------------------------------------------------
 
@@ -298,12 +300,16 @@ enum class MatmulPath { automatic, rows, sgemm, own, invariant };
 /// Smallest batch matmul dequantizes W for at the active SIMD level (the measured crossover with
 /// the rows path, W [4096 x 4096] in the LLC, one thread: 4 for f32/f16/bf16, 8 for Q8_0, 12 for
 /// Q4_0/Q4_K/Q6_K; at AVX2, whose GEMM is OpenBLAS's sgemm on dequantized tiles, kAvx2QuantRowsBatch
-/// for the types its row-batch kernel takes).
+/// and kAvx2Q6KRowsBatch for the types its row-batch kernel takes).
 std::int64_t gemm_min_batch(GgmlType type);
-/// At AVX2, Q8_0 and Q4_0 stay on the rows path (dot_rows_batch_quantized_avx2) below this batch:
-/// 4096 x 4096, one / two threads, it measured 65-79 / 131-148 GFLOP/s at 8 against sgemm's 35-36 /
-/// 66-68, 59-67 / 145-169 at 32 against 69 / 137, 66-67 / 155-172 at 64 against 82-84 / 162-164.
+/// At AVX2, Q8_0, Q4_0 and Q4_K stay on the rows path (dot_rows_batch_quantized_avx2) below this
+/// batch: 4096 x 4096, one / two threads, Q8_0 measured 65-79 / 131-148 GFLOP/s at 8 against sgemm's
+/// 35-36 / 66-68, 59-67 / 145-169 at 32 against 69 / 137, 66-67 / 155-172 at 64 against 82-84 /
+/// 162-164; Q4_K 92-94 / 157-178 at 8-64 against 30-78 / 61-147.
 inline constexpr std::int64_t kAvx2QuantRowsBatch = 64;
+/// Q6_K's crossover at AVX2: rows 50-53 / 77-99 GFLOP/s at 8-64 against sgemm's 31 / 57 at 8, 49 /
+/// 82 at 16, 63 / 118 at 32.
+inline constexpr std::int64_t kAvx2Q6KRowsBatch = 24;
 /// Largest batch the automatic path gives the invariant kernel (float W with it): from 2 to 16 rows
 /// it beat both the rows path and the panel GEMM; at 32 it ties the GEMM, which wins from 64 up.
 inline constexpr std::int64_t kInvariantMaxBatch = 16;

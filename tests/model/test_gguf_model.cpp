@@ -518,6 +518,16 @@ TEST(GgufSynth, EveryTypeAndQwen2) {
                                                              : GgmlType::Q4_0;
         EXPECT_EQ(m.weights.layers[0].wq.type, expect) << type;
     }
+    // K-quants: every row a multiple of the 256-value super-block; llama.cpp's file types
+    for (const auto& [type, expect, file_type] : {std::tuple{"q4_k", GgmlType::Q4_K, 14}, std::tuple{"q6_k", GgmlType::Q6_K, 18}}) {
+        const std::string path = temp_path(std::string("synth_") + type + ".gguf");
+        auto r = test::run_cli(std::string("synth --hidden 256 --ffn 512 --heads 2 --kv-heads 1 --layers 1 --vocab 260 --type ") +
+                               type + " -o " + path);
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        const LoadedModel m = load_gguf_model(path);
+        EXPECT_EQ(m.weights.layers[0].w_down.type, expect) << type;
+        EXPECT_EQ(GgufFile(path).get_int("general.file_type"), file_type) << type;
+    }
     const std::string path = temp_path("synth_qwen2.gguf");
     auto r = test::run_cli("synth --arch qwen2 --hidden 64 --ffn 96 --heads 4 --kv-heads 2 --layers 2 --vocab 400 --type f16 -o " + path);
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -556,6 +566,7 @@ TEST(GgufSynth, BadOptionsFailClearly) {
         {"synth --layers 0" + out, "--layers 0"},
         {"synth --hidden 100 --heads 3 --kv-heads 1" + out, "--hidden 100 is not divisible by --heads 3"},
         {"synth --hidden 48 --heads 2 --type q4_0" + out, "multiple of 32"},
+        {"synth --hidden 256 --ffn 1408 --heads 2 --type q4_k" + out, "--ffn = 1408 is not"},
         {"synth --vocab 100" + out, "--vocab 100"},
         {"synth --arch gpt2" + out, "--arch 'gpt2'"},
         {"synth --hidden 1000000000" + out, "n_embd"},
