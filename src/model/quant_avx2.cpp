@@ -269,10 +269,16 @@ struct SuperSums {
     float corr = 0;
     static constexpr int kFloats = 32;  ///< saved between chunks: the three vectors, then corr
     void load(const float* p) {
-        acc0 = _mm256_load_ps(p), acc1 = _mm256_load_ps(p + 8), mins = _mm256_load_ps(p + 16), corr = p[24];
+        acc0 = _mm256_load_ps(p);
+        acc1 = _mm256_load_ps(p + 8);
+        mins = _mm256_load_ps(p + 16);
+        corr = p[24];
     }
     void store(float* p) const {
-        _mm256_store_ps(p, acc0), _mm256_store_ps(p + 8, acc1), _mm256_store_ps(p + 16, mins), p[24] = corr;
+        _mm256_store_ps(p, acc0);
+        _mm256_store_ps(p + 8, acc1);
+        _mm256_store_ps(p + 16, mins);
+        p[24] = corr;
     }
 };
 
