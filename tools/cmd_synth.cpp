@@ -60,18 +60,13 @@ struct SynthArgs {
     std::string output;
 };
 
-struct TypeChoice {
-    GgmlType type;
-    int file_type;  ///< llama.cpp's general.file_type (LLAMA_FTYPE_*)
-};
-
-TypeChoice parse_type(const std::string& t) {
-    if (t == "f32") return {GgmlType::F32, 0};
-    if (t == "f16") return {GgmlType::F16, 1};
-    if (t == "q4_0") return {GgmlType::Q4_0, 2};
-    if (t == "q8_0") return {GgmlType::Q8_0, 7};
-    if (t == "q4_k") return {GgmlType::Q4_K, 14};  // LLAMA_FTYPE_MOSTLY_Q4_K_S: every matrix Q4_K
-    if (t == "q6_k") return {GgmlType::Q6_K, 18};
+GgmlType parse_type(const std::string& t) {
+    if (t == "f32") return GgmlType::F32;
+    if (t == "f16") return GgmlType::F16;
+    if (t == "q4_0") return GgmlType::Q4_0;
+    if (t == "q8_0") return GgmlType::Q8_0;
+    if (t == "q4_k") return GgmlType::Q4_K;
+    if (t == "q6_k") return GgmlType::Q6_K;
     AQPIM_FAIL("--type '{}' is not one of f32, f16, q8_0, q4_0, q4_k, q6_k", t);
 }
 
@@ -140,7 +135,7 @@ void run_synth(const SynthArgs& a) {
         AQPIM_CHECK(a.arch == "llama" || a.arch == "qwen2", "--arch '{}' is not one of llama, qwen2", a.arch);
         s.arch = a.arch;
     }
-    const TypeChoice type = parse_type(a.type);
+    const GgmlType type = parse_type(a.type);
     const auto apply = [](int& field, const std::optional<int>& v, const char* opt) {
         if (!v) return;
         AQPIM_CHECK(*v >= 1, "{} {} must be at least 1", opt, *v);
@@ -170,7 +165,7 @@ void run_synth(const SynthArgs& a) {
     c.validate();
     const std::int64_t E = c.n_embd, F = c.n_ff, Q = std::int64_t(c.n_head) * c.head_dim,
                        KV = std::int64_t(c.n_kv_head) * c.head_dim;
-    const int block = ggml_type_traits(type.type).block_size;
+    const int block = ggml_type_traits(type).block_size;
     const auto check_cols = [&](std::int64_t cols, const char* what) {
         AQPIM_CHECK(cols % block == 0, "--type {} needs rows of a multiple of {} values, but {} = {} is not", a.type,
                     block, what, cols);
@@ -184,8 +179,8 @@ void run_synth(const SynthArgs& a) {
     const std::string name = fmt::format("synth-{}", a.shape);
     w.set_string("general.architecture", arch);
     w.set_string("general.name", name);
-    w.set_u32("general.file_type", std::uint32_t(type.file_type));
-    if (type.type != GgmlType::F32 && type.type != GgmlType::F16) w.set_u32("general.quantization_version", 2);
+    w.set_u32("general.file_type", llama_file_type(type));
+    if (type != GgmlType::F32 && type != GgmlType::F16) w.set_u32("general.quantization_version", 2);
     w.set_u32(arch + ".context_length", std::uint32_t(c.n_ctx_train));
     w.set_u32(arch + ".embedding_length", std::uint32_t(c.n_embd));
     w.set_u32(arch + ".feed_forward_length", std::uint32_t(c.n_ff));
@@ -207,7 +202,7 @@ void run_synth(const SynthArgs& a) {
     std::uint64_t tensor_id = 0;
     const auto add_matrix = [&](const std::string& tname, std::int64_t rows, std::int64_t cols) {
         const std::uint64_t tseed = a.seed * 0x9e3779b97f4a7c15ull + (++tensor_id) * 0xbf58476d1ce4e5b9ull;
-        const GgmlType t = type.type;
+        const GgmlType t = type;
         const std::size_t row_bytes = ggml_row_bytes(t, cols);
         w.add_tensor(tname, {cols, rows}, t, [=](std::int64_t row0, std::int64_t n_rows, std::uint8_t* dst) {
             parallel_for(n_rows, [&](std::int64_t i) {

@@ -32,6 +32,9 @@ std::string ggml_type_name(GgmlType type);
 /// Bytes of a row of n values; throws aqpim::Error if the type is unknown or n is not a multiple
 /// of its block size.
 std::size_t ggml_row_bytes(GgmlType type, std::int64_t n);
+/// llama.cpp's `general.file_type` (enum llama_ftype) for a file whose matrices are mostly of type
+/// t (Q4_K: MOSTLY_Q4_K_M, Q3_K / Q5_K likewise _M; 0 for a type with no file type of its own).
+std::uint32_t llama_file_type(GgmlType t);
 /// Throws aqpim::Error("<what>: tensor type X is not supported (supported: F32, F16, ...)") unless
 /// the type is one aqpim computes with.
 void require_supported_type(GgmlType type, const std::string& what);

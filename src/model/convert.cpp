@@ -15,26 +15,6 @@ namespace aqpim {
 
 namespace {
 
-/// llama.cpp's general.file_type (enum llama_ftype) for files whose matrices are mostly `t`.
-std::uint32_t llama_file_type(GgmlType t) {
-    switch (t) {
-        case GgmlType::F32: return 0;    // ALL_F32
-        case GgmlType::F16: return 1;    // MOSTLY_F16
-        case GgmlType::Q4_0: return 2;
-        case GgmlType::Q4_1: return 3;
-        case GgmlType::Q8_0: return 7;
-        case GgmlType::Q5_0: return 8;
-        case GgmlType::Q5_1: return 9;
-        case GgmlType::Q2_K: return 10;
-        case GgmlType::Q3_K: return 12;  // Q3_K_M
-        case GgmlType::Q4_K: return 15;  // Q4_K_M
-        case GgmlType::Q5_K: return 17;  // Q5_K_M
-        case GgmlType::Q6_K: return 18;
-        case GgmlType::BF16: return 32;  // MOSTLY_BF16
-        default: return 0;
-    }
-}
-
 const char* pairs_name(RopePairs p) {
     return p == RopePairs::neox ? "NeoX" : p == RopePairs::interleaved ? "interleaved" : "unspecified";
 }

@@ -83,4 +83,23 @@ void require_supported_type(GgmlType type, const std::string& what) {
     AQPIM_FAIL("{}: tensor type {} is not supported (supported: {})", what, ggml_type_name(type), list);
 }
 
+std::uint32_t llama_file_type(GgmlType t) {
+    switch (t) {
+        case GgmlType::F32: return 0;    // ALL_F32
+        case GgmlType::F16: return 1;    // MOSTLY_F16
+        case GgmlType::Q4_0: return 2;
+        case GgmlType::Q4_1: return 3;
+        case GgmlType::Q8_0: return 7;
+        case GgmlType::Q5_0: return 8;
+        case GgmlType::Q5_1: return 9;
+        case GgmlType::Q2_K: return 10;
+        case GgmlType::Q3_K: return 12;  // Q3_K_M
+        case GgmlType::Q4_K: return 15;  // Q4_K_M
+        case GgmlType::Q5_K: return 17;  // Q5_K_M
+        case GgmlType::Q6_K: return 18;
+        case GgmlType::BF16: return 32;  // MOSTLY_BF16
+        default: return 0;
+    }
+}
+
 }  // namespace aqpim

@@ -518,8 +518,8 @@ TEST(GgufSynth, EveryTypeAndQwen2) {
                                                              : GgmlType::Q4_0;
         EXPECT_EQ(m.weights.layers[0].wq.type, expect) << type;
     }
-    // K-quants: every row a multiple of the 256-value super-block; llama.cpp's file types
-    for (const auto& [type, expect, file_type] : {std::tuple{"q4_k", GgmlType::Q4_K, 14}, std::tuple{"q6_k", GgmlType::Q6_K, 18}}) {
+    // K-quants: every row a multiple of the 256-value super-block; llama.cpp's file types (llama_file_type)
+    for (const auto& [type, expect, file_type] : {std::tuple{"q4_k", GgmlType::Q4_K, 15}, std::tuple{"q6_k", GgmlType::Q6_K, 18}}) {
         const std::string path = temp_path(std::string("synth_") + type + ".gguf");
         auto r = test::run_cli(std::string("synth --hidden 256 --ffn 512 --heads 2 --kv-heads 1 --layers 1 --vocab 260 --type ") +
                                type + " -o " + path);
