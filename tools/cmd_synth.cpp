@@ -61,13 +61,8 @@ struct SynthArgs {
 };
 
 GgmlType parse_type(const std::string& t) {
-    if (t == "f32") return GgmlType::F32;
-    if (t == "f16") return GgmlType::F16;
-    if (t == "q4_0") return GgmlType::Q4_0;
-    if (t == "q8_0") return GgmlType::Q8_0;
-    if (t == "q4_k") return GgmlType::Q4_K;
-    if (t == "q6_k") return GgmlType::Q6_K;
-    AQPIM_FAIL("--type '{}' is not one of f32, f16, q8_0, q4_0, q4_k, q6_k", t);
+    return ggml_type_named(t, {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K},
+                           "--type");
 }
 
 std::uint64_t splitmix64(std::uint64_t& state) {

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 namespace aqpim {
@@ -32,6 +33,9 @@ std::string ggml_type_name(GgmlType type);
 /// Bytes of a row of n values; throws aqpim::Error if the type is unknown or n is not a multiple
 /// of its block size.
 std::size_t ggml_row_bytes(GgmlType type, std::int64_t n);
+/// The type among `choices` whose name in lower case (ggml_type_name: "q4_k") is `name`; else an
+/// aqpim::Error "<what> '<name>' is not one of f32, ..." (the choices, in order).
+GgmlType ggml_type_named(const std::string& name, std::initializer_list<GgmlType> choices, const std::string& what);
 /// llama.cpp's `general.file_type` (enum llama_ftype) for a file whose matrices are mostly of type
 /// t (Q4_K: MOSTLY_Q4_K_M, Q3_K / Q5_K likewise _M; 0 for a type with no file type of its own).
 std::uint32_t llama_file_type(GgmlType t);

@@ -158,11 +158,8 @@ bool convert_permutes_qk(const ModelConfig& c) {
 
 std::optional<GgmlType> parse_convert_type(const std::string& name) {
     if (name == "source") return std::nullopt;
-    if (name == "f32") return GgmlType::F32;
-    if (name == "f16") return GgmlType::F16;
-    if (name == "bf16") return GgmlType::BF16;
-    if (name == "q8_0") return GgmlType::Q8_0;
-    AQPIM_FAIL("convert: unknown type '{}' (expected f32, f16, bf16, q8_0 or source)", name);
+    return ggml_type_named(name, {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0},
+                           "convert: type (or source, as stored)");
 }
 
 ConvertSummary convert_to_gguf(const LoadedModel& model, const std::string& out_path, const ConvertOptions& options) {

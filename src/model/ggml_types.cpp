@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <limits>
 
 #include "aqpim/error.h"
@@ -81,6 +82,17 @@ void require_supported_type(GgmlType type, const std::string& what) {
         list += t.name;
     }
     AQPIM_FAIL("{}: tensor type {} is not supported (supported: {})", what, ggml_type_name(type), list);
+}
+
+GgmlType ggml_type_named(const std::string& name, std::initializer_list<GgmlType> choices, const std::string& what) {
+    std::string list;
+    for (GgmlType t : choices) {
+        std::string lower = ggml_type_name(t);
+        for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+        if (lower == name) return t;
+        list += (list.empty() ? "" : ", ") + lower;
+    }
+    AQPIM_FAIL("{} '{}' is not one of {}", what, name, list);
 }
 
 std::uint32_t llama_file_type(GgmlType t) {
