@@ -1,8 +1,9 @@
 // The server's request parsing (`aqpim serve`, docs/serve.md): a POST body of /v1/completions or
 // /v1/chat/completions through parse_request_json + parse_completion_request, then, for chat, the
 // messages rendered by render_chat as the server renders them, and a refusal serialized as the
-// server sends it (dump_json of ApiError::to_json). Input: ENDPOINT SEP body, ENDPOINT one of
-// `completions`, `chat` or `chat:FORMAT` (FORMAT a --chat-template name; unknown names: plain).
+// server sends it (dump_json of ApiError::to_json); the bodies of /tokenize and /detokenize through
+// their parsers. Input: ENDPOINT SEP body, ENDPOINT one of `completions`, `chat`, `chat:FORMAT`
+// (FORMAT a --chat-template name; unknown names: plain), `tokenize` or `detokenize`.
 // An ApiError with a 4xx status is the expected refusal of a bad body (the server's answer); any
 // other status, exception or crash is a finding. Seeds: scripts/fuzz.sh.
 #include <cstdlib>
@@ -37,6 +38,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     limits.n_vocab = 512;  // stories260K's
     const ChatTokens tokens{"<s>", "</s>"};
     try {
+        if (endpoint == "tokenize" || endpoint == "detokenize") {
+            const nlohmann::json body = parse_request_json(std::string(aqpim::fuzz::part(parts, 1)));
+            if (endpoint == "tokenize") (void)parse_tokenize_request(body);
+            else (void)parse_detokenize_request(body, limits);
+            return 0;
+        }
         const CompletionParams p = parse_completion_request(parse_request_json(std::string(aqpim::fuzz::part(parts, 1))),
                                                             chat, limits);
         if (chat) {

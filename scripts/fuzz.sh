@@ -127,7 +127,12 @@ seed() {
 {"prompt":["Once"],"stop":["\n","."],"stream":true,"stream_options":{"include_usage":true},"logprobs":2}
 {"prompt":[1,2,3,511],"n":1,"best_of":1,"echo":false,"suffix":"","logit_bias":{},"frequency_penalty":0,"presence_penalty":0.0}
 {"prompt":"x","id_slot":0,"keep_slot":true,"user":"u","stop":null}
+{"prompt":[[1,2,3],[4,5]],"echo":true,"logprobs":1,"max_tokens":0,"seed":1234}
+{"prompt":["a","b"],"echo":true,"max_tokens":1,"temperature":0}
 BODIES
+        printf 'tokenize%s%s' "$sep" '{"prompt":"Once upon","add_special_tokens":false}' > "$dir/tokenize0"
+        printf 'tokenize%s%s' "$sep" '{"content":"Once upon","add_special":true,"model":"m"}' > "$dir/tokenize1"
+        printf 'detokenize%s%s' "$sep" '{"tokens":[1,2,3,511]}' > "$dir/detokenize0"
         for f in plain llama2 llama3 chatml mistral; do
             printf 'chat:%s%s%s' "$f" "$sep" '{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello"},{"role":"user","content":[{"type":"text","text":"Tell "},{"type":"text","text":"a story"}]}],"max_completion_tokens":8,"logprobs":true,"top_logprobs":3,"response_format":{"type":"text"}}' > "$dir/chat-$f"
         done

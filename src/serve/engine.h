@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -63,13 +64,23 @@ struct TokenLogprob {
     float logprob = 0.0f;  ///< natural log of the probability under the unscaled softmax of the logits
 };
 
-/// One event of a request: a generated token (finish == none), or its final event (token == -1,
-/// finish set, exactly once per accepted request, after its KV pages are released).
+/// A prompt token with its log probability given the tokens before it (prompt_logprobs).
+struct ScoredToken {
+    std::int32_t token = -1;
+    std::optional<float> logprob;     ///< absent: no row of this request predicted it (a sequence's first token)
+    std::vector<TokenLogprob> top;    ///< the request's top_logprobs most likely tokens at its place, best first
+};
+
+/// One event of a request: a generated token (finish == none); with prompt_logprobs, first, the
+/// prompt's scores (token == -1, finish == none, `prompt` holding every prompt token); and its
+/// final event (token == -1, finish set, exactly once per accepted request, after its KV pages
+/// are released).
 struct TokenEvent {
     std::uint64_t request_id = 0;
     std::int32_t token = -1;
     float logprob = 0.0f;
     std::vector<TokenLogprob> top_logprobs;  ///< the request's top_logprobs most likely tokens, best first
+    std::vector<ScoredToken> prompt;         ///< the prompt-scores event only
     FinishReason finish = FinishReason::none;
     int n_prompt = 0;                        ///< prompt tokens fed (usage)
     int n_generated = 0;                     ///< tokens generated so far (this one included)
@@ -80,12 +91,16 @@ using EventCallback = std::function<bool(const TokenEvent&)>;
 
 struct GenerationRequest {
     std::vector<std::int32_t> prompt;  ///< BOS included if wanted; may be empty only with resume_slot
-    int max_tokens = 16;               ///< tokens to generate at most (finish `length`)
+    int max_tokens = 16;               ///< tokens to generate at most (finish `length`); 0 only with prompt_logprobs
     SamplerParams sampler;             ///< temperature, top_p, seed (ignored with resume_slot: the saved sampler)
     /// Token sequences that end the request with `stop` when the output ends with one (the
     /// sequence's tokens are emitted).
     std::vector<std::vector<std::int32_t>> stop_sequences;
     int top_logprobs = 0;              ///< alternatives reported per token (0..20)
+    /// Score the prompt: before its first token, the request sends one event with each prompt
+    /// token's log probability given those before it (and top_logprobs alternatives), computed
+    /// by its own prefill (all-row logits): no stored prefix is restored for it.
+    bool prompt_logprobs = false;
     /// >= 0: continue the sequence parked in this slot (restore_slot, or an earlier request with
     /// park): prompt is appended to it and generation goes on with its saved sampler.
     int resume_slot = -1;

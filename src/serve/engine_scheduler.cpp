@@ -151,7 +151,7 @@ bool Engine::Impl::start_new(Pending& p) {
     s.sampler = std::make_unique<Sampler>(p.request.sampler);
     s.reserve = p.reserve;
     start(s, p);
-    if (store && store->worth_lookup(s.tokens)) {
+    if (store && !s.request.prompt_logprobs && store->worth_lookup(s.tokens)) {  // scores need every row
         s.phase = SlotPhase::fetch;  // fetched() adds the sequence, restored or empty
         store->start_lookup(id, s.request_id, s.tokens, s.request.cache_salt);
         return true;
@@ -288,6 +288,10 @@ void Engine::Impl::start(Slot& s, Pending& p) {
     s.request = std::move(p.request);
     s.n_generated = 0;  // a parked sequence continued counts this request's tokens only
     s.first_generated = s.tokens.size();
+    s.prompt_scores.clear();
+    if (s.request.prompt_logprobs)
+        for (std::size_t i = s.tokens.size() - std::size_t(s.n_prompt); i < s.tokens.size(); ++i)
+            s.prompt_scores.push_back({s.tokens[i], std::nullopt, {}});
     s.since_submit = p.since_submit;
     reserved += s.reserve;
 }
@@ -305,19 +309,44 @@ void Engine::Impl::prefill_one() {
         if (s.phase != SlotPhase::prefill) continue;
         prefill_cursor = id;  // keep feeding the same prompt until it is done: the oldest start first
         const std::int64_t n = std::min<std::int64_t>(opt.prefill_chunk, std::int64_t(s.tokens.size()) - s.n_cached);
-        const BatchSequence seq{int(id), std::span<const std::int32_t>(s.tokens).subspan(std::size_t(s.n_cached), std::size_t(n)), false};
+        const bool all_rows = s.request.prompt_logprobs;
+        const BatchSequence seq{int(id), std::span<const std::int32_t>(s.tokens).subspan(std::size_t(s.n_cached), std::size_t(n)), all_rows};
         Timer t;
         if (!forward({&seq, 1}, false)) return;
+        if (all_rows) score_prompt(s, s.n_cached, n);
         s.n_cached += n;
         record_phase(true, t.seconds(), std::uint64_t(n));
         if (s.recorder) record_block(s);
         if (s.n_cached == std::int64_t(s.tokens.size())) {
             s.recorder.reset();  // writes its last block
             s.phase = SlotPhase::decode;
-            accept(s, logits.data());
+            if (all_rows && s.on_event) {
+                TokenEvent scores;
+                scores.request_id = s.request_id;
+                scores.n_prompt = s.n_prompt;
+                scores.prompt = std::move(s.prompt_scores);
+                s.on_event(scores);
+            }
+            if (s.request.max_tokens == 0) return finish(s, FinishReason::length);  // the prompt's scores only
+            accept(s, logits.data() + (all_rows ? std::size_t(n - 1) * std::size_t(weights.config.n_vocab) : 0));
         }
         return;
     }
+}
+
+void Engine::Impl::score_prompt(Slot& s, std::int64_t first_pos, std::int64_t n) const {
+    const int n_vocab = weights.config.n_vocab;
+    const std::int64_t first_prompt = std::int64_t(s.tokens.size()) - s.n_prompt;
+    parallel_for(
+        n,
+        [&](std::int64_t r) {
+            const std::int64_t next = first_pos + r + 1;  // the token row r predicts
+            if (next < first_prompt || next >= std::int64_t(s.tokens.size())) return;
+            ScoredToken& st = s.prompt_scores[std::size_t(next - first_prompt)];
+            st.logprob = log_probabilities(logits.data() + std::size_t(r) * std::size_t(n_vocab), n_vocab, st.token,
+                                           s.request.top_logprobs, st.top);
+        },
+        opt.threads);
 }
 
 /// After a prefill chunk: the block that ends here goes to the store's recorder.

@@ -34,7 +34,8 @@ std::string Engine::Impl::invalid_reason(const GenerationRequest& r) const {
     if (r.resume_slot >= opt.parallel) return fmt::format("slot {} does not exist (slots 0..{})", r.resume_slot, opt.parallel - 1);
     for (std::int32_t t : r.prompt)
         if (t < 0 || t >= n_vocab) return fmt::format("prompt token id {} outside [0, {})", t, n_vocab);
-    if (r.max_tokens < 1) return fmt::format("max_tokens {} must be >= 1", r.max_tokens);
+    if (r.max_tokens < (r.prompt_logprobs ? 0 : 1))
+        return fmt::format("max_tokens {} must be >= {}", r.max_tokens, r.prompt_logprobs ? 0 : 1);
     if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs)
         return fmt::format("top_logprobs {} outside [0, {}]", r.top_logprobs, kMaxTopLogprobs);
     if (std::int64_t(r.prompt.size()) + r.max_tokens > opt.ctx)

@@ -13,6 +13,12 @@ using nlohmann::json;
 using namespace std::chrono_literals;
 
 bool Channel::on_event(const TokenEvent& e) {
+    if (e.finish == FinishReason::none && e.token < 0) {  // the prompt's scores
+        std::lock_guard<std::mutex> lk(mu_);
+        prompt_ = e.prompt;
+        cv_.notify_all();
+        return false;
+    }
     const bool last = e.finish != FinishReason::none;
     TextDelta d = last ? text_.flush() : text_.push(e);
     std::lock_guard<std::mutex> lk(mu_);
@@ -34,10 +40,37 @@ bool Channel::wait(std::chrono::milliseconds timeout, std::vector<TextDelta>& ou
     return done_;
 }
 
+std::optional<std::vector<ScoredToken>> Channel::prompt_scores() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return prompt_;
+}
+
 namespace {
 
 const char* finish_name(const Channel::Final& f) {
     return f.finish == FinishReason::length ? "length" : "stop";  // eos, a stop sequence or a stop string
+}
+
+/// One prompt of a request on its way through the engine (a choice of the response).
+struct Choice {
+    std::vector<std::int32_t> prompt;
+    std::shared_ptr<Channel> channel;
+    std::uint64_t request_id = 0;
+    std::vector<TokenText> echoed;  ///< echo: the prompt's tokens with their texts (scores added at the end)
+    std::string echo_text;          ///< their texts, concatenated
+};
+
+/// The echoed prompt's tokens with the scores the engine sent (unscored where it sent none).
+std::vector<TokenText> scored(std::vector<TokenText> echoed, const std::optional<std::vector<ScoredToken>>& scores) {
+    for (std::size_t i = 0; i < echoed.size(); ++i) {
+        const ScoredToken* s = scores && i < scores->size() ? &(*scores)[i] : nullptr;
+        echoed[i].scored = s && s->logprob;
+        if (echoed[i].scored) {
+            echoed[i].logprob = *s->logprob;
+            echoed[i].top = s->top;
+        }
+    }
+    return echoed;
 }
 
 }  // namespace
@@ -45,8 +78,8 @@ const char* finish_name(const Channel::Final& f) {
 void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
     const CompletionParams p = parse_completion_request(parse_request_json(req.body), chat, limits);
 
-    GenerationRequest g;
     std::vector<std::string> stops = p.stop;
+    std::vector<Choice> choices;
     if (chat) {
         std::string text;
         try {
@@ -55,47 +88,70 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             throw ApiError(400, e.what(), "messages");
         }
         // Continuing a parked sequence (id_slot): the text goes after it, without BOS.
-        g.prompt = tokenizer->encode(text, p.id_slot < 0);
-        g.stop_sequences = chat_turn_end_tokens;
+        choices.push_back({tokenizer->encode(text, p.id_slot < 0), nullptr, 0, {}, {}});
         stops.insert(stops.end(), chat_turn_end.begin(), chat_turn_end.end());
     } else {
-        g.prompt = p.prompt_is_tokens ? p.prompt_tokens : tokenizer->encode(p.prompt_text, p.id_slot < 0);
+        for (const PromptInput& in : p.prompts)
+            choices.push_back({in.is_tokens ? in.tokens : tokenizer->encode(in.text, p.id_slot < 0), nullptr, 0, {}, {}});
     }
-    if (g.prompt.empty() && p.id_slot < 0) throw ApiError(400, "the prompt is empty", chat ? "messages" : "prompt");
-    const std::int64_t room = n_ctx - std::int64_t(g.prompt.size());
-    g.max_tokens = p.max_tokens ? *p.max_tokens
-                 : chat         ? int(std::clamp<std::int64_t>(room, 1, options.default_max_tokens))
-                                : 16;
-    g.sampler.temperature = p.top_p == 0.0f ? 0.0f : p.temperature;
-    g.sampler.top_p = p.top_p == 0.0f ? 1.0f : p.top_p;
-    g.sampler.seed = p.seed ? *p.seed : draw_seed();
-    g.top_logprobs = p.logprobs ? p.top_logprobs : 0;
-    g.resume_slot = p.id_slot;
-    g.park = p.keep_slot;
-    g.cache_salt = p.cache_salt;
+    for (std::size_t i = 0; i < choices.size(); ++i)
+        if (choices[i].prompt.empty() && p.id_slot < 0)
+            throw ApiError(400, choices.size() > 1 ? fmt::format("prompt {} is empty", i) : "the prompt is empty",
+                           chat ? "messages" : "prompt");
 
-    std::int32_t prev_token = g.prompt.empty() ? -1 : g.prompt.back();
-    if (g.prompt.empty() && p.id_slot >= 0)
+    std::int32_t slot_token = -1;  // the parked sequence's last token (id_slot): text continues after it
+    if (p.id_slot >= 0)
         for (const SlotInfo& s : engine.slots())
-            if (s.id == p.id_slot) prev_token = s.last_token;
-    auto channel = std::make_shared<Channel>(tokenizer, stops, prev_token);
-    const SubmitResult r = engine.submit(std::move(g), [channel](const TokenEvent& e) { return channel->on_event(e); });
-    switch (r.rejection) {
-        case Rejection::none: break;
-        case Rejection::queue_full: throw ApiError(503, r.message);
-        case Rejection::never_fits: throw ApiError(400, r.message, "max_tokens");
-        case Rejection::invalid: throw ApiError(400, r.message);
+            if (s.id == p.id_slot) slot_token = s.last_token;
+    const std::uint64_t seed = p.seed ? *p.seed : draw_seed();
+    for (std::size_t i = 0; i < choices.size(); ++i) {
+        Choice& c = choices[i];
+        GenerationRequest g;
+        g.prompt = c.prompt;
+        if (chat) g.stop_sequences = chat_turn_end_tokens;
+        const std::int64_t room = n_ctx - std::int64_t(g.prompt.size());
+        g.max_tokens = p.max_tokens ? *p.max_tokens
+                     : chat         ? int(std::clamp<std::int64_t>(room, 1, options.default_max_tokens))
+                                    : 16;
+        g.sampler.temperature = p.top_p == 0.0f ? 0.0f : p.temperature;
+        g.sampler.top_p = p.top_p == 0.0f ? 1.0f : p.top_p;
+        g.sampler.seed = seed;
+        g.top_logprobs = p.logprobs ? p.top_logprobs : 0;
+        g.prompt_logprobs = p.echo && p.logprobs;
+        g.resume_slot = p.id_slot;
+        g.park = p.keep_slot;
+        g.cache_salt = p.cache_salt;
+
+        std::int32_t prev = slot_token;
+        if (p.echo)
+            for (std::int32_t t : c.prompt) {
+                c.echoed.push_back({t, tokenizer->piece(prev, t), 0.0f, {}, false, prev});
+                c.echo_text += c.echoed.back().text;
+                prev = t;
+            }
+        const std::int32_t prev_token = c.prompt.empty() ? slot_token : c.prompt.back();
+        c.channel = std::make_shared<Channel>(tokenizer, stops, prev_token);
+        const SubmitResult r = engine.submit(std::move(g), [ch = c.channel](const TokenEvent& e) { return ch->on_event(e); });
+        if (!r.ok())
+            for (std::size_t j = 0; j < i; ++j) engine.cancel(choices[j].request_id);  // all or none
+        switch (r.rejection) {
+            case Rejection::none: break;
+            case Rejection::queue_full: throw ApiError(503, r.message);
+            case Rejection::never_fits: throw ApiError(400, r.message, "max_tokens");
+            case Rejection::invalid: throw ApiError(400, r.message);
+        }
+        c.request_id = r.request_id;
     }
 
-    const ResponseHeader h{chat, fmt::format("{}-{}-{}", chat ? "chatcmpl" : "cmpl", id_prefix, r.request_id),
+    const ResponseHeader h{chat, fmt::format("{}-{}-{}", chat ? "chatcmpl" : "cmpl", id_prefix, choices[0].request_id),
                            options.model_alias, std::int64_t(std::time(nullptr))};
-    const std::uint64_t id = r.request_id;
-    auto gone = [this, id, channel] {
-        if (channel->first_to_see_gone() && engine.cancel(id)) count_disconnect();
+    auto gone = [this, choices] {
+        for (const Choice& c : choices)
+            if (c.channel->first_to_see_gone() && engine.cancel(c.request_id)) count_disconnect();
         return false;
     };
     auto logprobs = [this, chat, want = p.logprobs](const std::vector<TokenText>& tokens, std::size_t offset) {
-        return want ? logprobs_json(chat, tokens, offset, [this](std::int32_t t) { return piece_text(t); }) : json(nullptr);
+        return want ? logprobs_json(chat, tokens, offset, [this](std::int32_t prev, std::int32_t t) { return tokenizer->piece(prev, t); }) : json(nullptr);
     };
     auto release = [gone](bool success) {
         if (!success) gone();
@@ -105,24 +161,36 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         // Sent chunked: while the request waits, a space every second (JSON allows leading
         // whitespace) notices a client that went away, and its pages are freed at once.
         res.set_chunked_content_provider("application/json", [=](std::size_t, httplib::DataSink& sink) {
-            std::string text;
-            std::vector<TokenText> tokens;
-            Channel::Final fin;
-            for (auto wait = 2000ms;; wait = 1000ms) {
-                std::vector<TextDelta> got;
-                const bool done = channel->wait(wait, got, fin);
-                for (TextDelta& d : got) {
-                    text += d.text;
-                    for (TokenText& t : d.tokens) tokens.push_back(std::move(t));
+            std::vector<ChoiceText> out;
+            Usage usage;
+            const ApiError* failed = nullptr;
+            std::optional<ApiError> error;
+            for (const Choice& c : choices) {
+                std::string text;
+                std::vector<TokenText> tokens;
+                Channel::Final fin;
+                for (auto wait = 2000ms;; wait = 1000ms) {
+                    std::vector<TextDelta> got;
+                    const bool done = c.channel->wait(wait, got, fin);
+                    for (TextDelta& d : got) {
+                        text += d.text;
+                        for (TokenText& t : d.tokens) tokens.push_back(std::move(t));
+                    }
+                    if (done) break;
+                    if (got.empty() && !sink.write(" ", 1)) return gone();
                 }
-                if (done) break;
-                if (got.empty() && !sink.write(" ", 1)) return gone();
+                if (fin.finish == FinishReason::error && !failed) failed = &error.emplace(500, fin.error);
+                if (p.echo) {
+                    std::vector<TokenText> all = scored(c.echoed, c.channel->prompt_scores());
+                    all.insert(all.end(), std::make_move_iterator(tokens.begin()), std::make_move_iterator(tokens.end()));
+                    tokens = std::move(all);
+                    text = c.echo_text + text;
+                }
+                out.push_back({std::move(text), finish_name(fin), logprobs(tokens, 0)});
+                usage.prompt_tokens += fin.n_prompt;
+                usage.completion_tokens += fin.n_generated;
             }
-            const json body = fin.finish == FinishReason::error
-                                  ? ApiError(500, fin.error).to_json()
-                                  : completion_json(h, text, finish_name(fin), logprobs(tokens, 0),
-                                                    {fin.n_prompt, fin.n_generated});
-            const std::string s = dump_json(body);
+            const std::string s = dump_json(failed ? failed->to_json() : completion_json(h, out, usage));
             if (!sink.write(s.data(), s.size())) return gone();
             sink.done();
             return true;
@@ -132,13 +200,26 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
 
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider("text/event-stream", [=](std::size_t, httplib::DataSink& sink) {
+        const Choice& c = choices[0];
         auto send = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
         if (chat && !send(sse_event(stream_chunk_json(h, "", nullptr, nullptr, true)))) return gone();
         std::size_t offset = 0;
+        bool echo_due = p.echo;
+        // The echoed prompt goes first; its scores (with logprobs) come before any generated token.
+        auto echo = [&](bool done) {
+            if (!echo_due) return true;
+            std::optional<std::vector<ScoredToken>> scores = p.logprobs ? c.channel->prompt_scores() : std::nullopt;
+            if (p.logprobs && !scores && !done) return true;
+            echo_due = false;
+            offset = c.echo_text.size();
+            return send(sse_event(stream_chunk_json(h, c.echo_text, logprobs(scored(c.echoed, scores), 0), nullptr)));
+        };
         for (;;) {
+            if (!echo(false)) return gone();
             std::vector<TextDelta> got;
             Channel::Final fin;
-            const bool done = channel->wait(1000ms, got, fin);
+            const bool done = c.channel->wait(1000ms, got, fin);
+            if (!echo(done)) return gone();
             if (got.empty() && !done && !send(": keep-alive\n\n")) return gone();
             for (const TextDelta& d : got) {
                 if (d.text.empty() && !p.logprobs) continue;

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <random>
 
 #include "serve/chat_template.h"
@@ -38,6 +39,8 @@ public:
     bool wait(std::chrono::milliseconds timeout, std::vector<TextDelta>& out, Final& final);
     /// True the first time only: the connection's writer and its releaser may both see the client gone.
     bool first_to_see_gone() { return !gone_.exchange(true); }
+    /// The prompt's scores (GenerationRequest::prompt_logprobs), once their event came.
+    std::optional<std::vector<ScoredToken>> prompt_scores();
 
 private:
     TextStream text_;  // scheduler thread only
@@ -45,6 +48,7 @@ private:
     std::condition_variable cv_;
     std::deque<TextDelta> deltas_;
     bool done_ = false;
+    std::optional<std::vector<ScoredToken>> prompt_;
     Final final_;
     std::atomic<bool> gone_{false};
 };
@@ -81,11 +85,11 @@ struct HttpServer::Impl {
     std::mt19937_64 seed_rng;
 
     void routes();
+    void tokenizer_routes();  ///< http_tokenize.cpp
     void completion(const httplib::Request& req, httplib::Response& res, bool chat);
     void slot_action(const httplib::Request& req, httplib::Response& res);
     void count_disconnect();
     std::uint64_t draw_seed();
-    std::string piece_text(std::int32_t token) const;
 };
 
 /// Answer with an OpenAI-style error object.

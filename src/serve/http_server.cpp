@@ -78,7 +78,6 @@ void HttpServer::Impl::count_disconnect() {
     ++counters.disconnects;
 }
 
-std::string HttpServer::Impl::piece_text(std::int32_t token) const { return tokenizer->piece(-1, token); }
 
 namespace {
 
@@ -214,6 +213,7 @@ void HttpServer::Impl::routes() {
     http.Post(R"(/slots/([^/]+))", [this](const Request& req, Response& res) { slot_action(req, res); });
     http.Post("/v1/completions", [this](const Request& req, Response& res) { completion(req, res, false); });
     http.Post("/v1/chat/completions", [this](const Request& req, Response& res) { completion(req, res, true); });
+    tokenizer_routes();
 }
 
 HttpServer::HttpServer(Engine& engine, std::shared_ptr<const Tokenizer> tokenizer, const ModelConfig& config,

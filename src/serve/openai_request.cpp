@@ -1,5 +1,6 @@
 #include "serve/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -81,20 +82,36 @@ std::string string(const json& v, const std::string& param) {
     return v.get<std::string>();
 }
 
+std::vector<std::int32_t> token_ids(const json& v, const RequestLimits& limits, const std::string& param) {
+    std::vector<std::int32_t> ids;
+    for (std::size_t i = 0; i < v.size(); ++i)
+        ids.push_back(std::int32_t(integer(v[i], fmt::format("{}[{}]", param, i), 0, limits.n_vocab - 1)));
+    return ids;
+}
+
+/// A string, an array of token ids, or an array of either (several prompts: a choice each).
 void read_prompt(const json& v, const RequestLimits& limits, CompletionParams& p) {
     if (v.is_string()) {
-        p.prompt_text = v.get<std::string>();
+        p.prompts.push_back({v.get<std::string>(), {}, false});
         return;
     }
     if (!v.is_array()) bad("prompt", fmt::format("expected a string or an array, got {}", type_name(v)));
-    if (!v.empty() && v[0].is_string()) {
-        if (v.size() != 1) bad("prompt", "only one prompt per request is supported (n = 1)");
-        p.prompt_text = v[0].get<std::string>();
+    if (v.empty() || v[0].is_number()) {
+        p.prompts.push_back({{}, token_ids(v, limits, "prompt"), true});
         return;
     }
-    p.prompt_is_tokens = true;
-    for (std::size_t i = 0; i < v.size(); ++i)
-        p.prompt_tokens.push_back(std::int32_t(integer(v[i], fmt::format("prompt[{}]", i), 0, limits.n_vocab - 1)));
+    if (int(v.size()) > limits.max_prompts)
+        bad("prompt", fmt::format("{} prompts: at most {} per request", v.size(), limits.max_prompts));
+    const bool texts = v[0].is_string();
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::string param = fmt::format("prompt[{}]", i);
+        if (texts) {
+            p.prompts.push_back({string(v[i], param), {}, false});
+        } else {
+            if (!v[i].is_array()) bad(param, fmt::format("expected an array of token ids, got {}", type_name(v[i])));
+            p.prompts.push_back({{}, token_ids(v[i], limits, param), true});
+        }
+    }
 }
 
 std::string message_content(const json& v, const std::string& param) {
@@ -150,7 +167,6 @@ void check_neutral(const json& body) {
     if (const json* v = field(body, "n"); v && integer(*v, "n", 1, 128) != 1) bad("n", "only n = 1 is supported");
     if (const json* v = field(body, "best_of"); v && integer(*v, "best_of", 1, 128) != 1)
         bad("best_of", "only best_of = 1 is supported");
-    if (const json* v = field(body, "echo"); v && boolean(*v, "echo")) bad("echo", "is not supported");
     if (const json* v = field(body, "suffix"); v && !string(*v, "suffix").empty()) bad("suffix", "is not supported");
     if (const json* v = field(body, "logit_bias"); v && !(v->is_object() && v->empty()))
         bad("logit_bias", "is not supported");
@@ -189,7 +205,10 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
         read_prompt(*v, limits, p);
     }
     const char* max_name = chat && field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if (const json* v = field(body, max_name)) p.max_tokens = int(integer(*v, max_name, 1, std::numeric_limits<int>::max()));
+    // 0 scores the prompt only (echo with logprobs, OpenAI's legacy completions).
+    const bool scoring = !chat && field(body, "echo") && boolean(*field(body, "echo"), "echo") && field(body, "logprobs");
+    if (const json* v = field(body, max_name))
+        p.max_tokens = int(integer(*v, max_name, scoring ? 0 : 1, std::numeric_limits<int>::max()));
     if (const json* v = field(body, "temperature")) p.temperature = float(number(*v, "temperature", 0, 2));
     if (const json* v = field(body, "top_p")) p.top_p = float(number(*v, "top_p", 0, 1));
     if (const json* v = field(body, "seed"))
@@ -219,7 +238,47 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
         p.cache_salt = string(*v, "cache_salt");
         if (p.cache_salt.empty() || p.cache_salt.size() > 256) bad("cache_salt", "must be 1 to 256 bytes");
     }
+    if (const json* v = field(body, "echo")) p.echo = boolean(*v, "echo");
+    if (p.prompts.size() > 1) {
+        if (p.stream) bad("stream", "stream: true takes one prompt (this request has several)");
+        if (p.id_slot >= 0 || p.keep_slot) bad(p.id_slot >= 0 ? "id_slot" : "keep_slot", "takes one prompt (this request has several)");
+    }
     return p;
+}
+
+namespace {
+
+/// Every key of body is one of `known`, else 400 naming it.
+void only_fields(const json& body, std::initializer_list<const char*> known) {
+    if (!body.is_object()) bad("body", fmt::format("expected a JSON object, got {}", type_name(body)));
+    for (const auto& [key, value] : body.items())
+        if (std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; }))
+            throw ApiError(400, "Unrecognized request argument supplied: " + key, key);
+}
+
+}  // namespace
+
+TokenizeParams parse_tokenize_request(const json& body) {
+    only_fields(body, {"prompt", "content", "add_special_tokens", "add_special", "model"});
+    const json* prompt = field(body, "prompt");
+    const json* content = field(body, "content");
+    if (!prompt == !content) bad("prompt", "give the text as exactly one of prompt (vLLM) or content (llama-server)");
+    TokenizeParams p;
+    p.text = prompt ? string(*prompt, "prompt") : string(*content, "content");
+    p.add_special = prompt != nullptr;  // each API's default
+    if (const json* v = field(body, "add_special_tokens")) p.add_special = boolean(*v, "add_special_tokens");
+    if (const json* v = field(body, "add_special")) p.add_special = boolean(*v, "add_special");
+    if (const json* v = field(body, "model")) (void)string(*v, "model");
+    return p;
+}
+
+std::vector<std::int32_t> parse_detokenize_request(const json& body, const RequestLimits& limits) {
+    only_fields(body, {"tokens", "model"});
+    const json* v = field(body, "tokens");
+    if (!v) bad("tokens", "missing");
+    if (!v->is_array()) bad("tokens", fmt::format("expected an array of token ids, got {}", type_name(*v)));
+    if (const json* m = field(body, "model")) (void)string(*m, "model");
+    return token_ids(*v, limits, "tokens");
 }
 
 }  // namespace aqpim::serve

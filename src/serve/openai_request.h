@@ -36,14 +36,20 @@ struct RequestLimits {
     int max_stop = 4;            ///< stop strings per request (OpenAI's limit)
     std::size_t max_stop_bytes = 256;
     int max_top_logprobs = 20;
+    int max_prompts = 64;        ///< prompts in one /v1/completions request (a choice each)
+};
+
+struct PromptInput {
+    std::string text;
+    std::vector<std::int32_t> tokens;
+    bool is_tokens = false;
 };
 
 struct CompletionParams {
     bool chat = false;
-    /// /v1/completions: the prompt as text, or as token ids (prompt_is_tokens).
-    std::string prompt_text;
-    std::vector<std::int32_t> prompt_tokens;
-    bool prompt_is_tokens = false;
+    /// /v1/completions: one or more prompts (a choice each), as text or as token ids.
+    std::vector<PromptInput> prompts;
+    bool echo = false;                  ///< completions: the prompt goes before the completion (and its logprobs)
     std::vector<ChatMessage> messages;  ///< /v1/chat/completions
     std::optional<int> max_tokens;      ///< absent: the server's default
     float temperature = 1.0f;           ///< OpenAI's defaults
@@ -65,6 +71,17 @@ struct CompletionParams {
 /// argument supplied: X"); fields we accept but do not implement (penalties, logit_bias, echo,
 /// best_of, suffix, n) are accepted only at their neutral value.
 CompletionParams parse_completion_request(const nlohmann::json& body, bool chat, const RequestLimits& limits);
+
+/// POST /tokenize (vLLM's and llama-server's field names): the text and whether to add BOS.
+struct TokenizeParams {
+    std::string text;
+    bool add_special = false;
+};
+/// {"prompt": text, "add_special_tokens": b (default true)} (vLLM) or {"content": text,
+/// "add_special": b (default false)} (llama-server); "model" is ignored. Throws ApiError 400.
+TokenizeParams parse_tokenize_request(const nlohmann::json& body);
+/// POST /detokenize: {"tokens": [ids below limits.n_vocab]}; "model" is ignored. Throws ApiError 400.
+std::vector<std::int32_t> parse_detokenize_request(const nlohmann::json& body, const RequestLimits& limits);
 
 /// Parse a body's text as JSON (nesting at most 64 levels); malformed: ApiError 400.
 nlohmann::json parse_request_json(const std::string& body);

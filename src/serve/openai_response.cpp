@@ -30,13 +30,13 @@ double finite(float lp) { return std::isfinite(lp) ? double(lp) : -9999.0; }
 }  // namespace
 
 json logprobs_json(bool chat, const std::vector<TokenText>& tokens, std::size_t text_offset,
-                   const std::function<std::string(std::int32_t)>& piece) {
+                   const std::function<std::string(std::int32_t, std::int32_t)>& piece) {
     if (chat) {
         json content = json::array();
         for (const TokenText& t : tokens) {
             json top = json::array();
             for (const TokenLogprob& a : t.top) {
-                const std::string s = piece(a.token);
+                const std::string s = piece(t.prev, a.token);
                 top.push_back({{"token", s}, {"logprob", finite(a.logprob)}, {"bytes", bytes_json(s)}});
             }
             content.push_back({{"token", t.text}, {"logprob", finite(t.logprob)}, {"bytes", bytes_json(t.text)},
@@ -47,23 +47,26 @@ json logprobs_json(bool chat, const std::vector<TokenText>& tokens, std::size_t 
     json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
     for (const TokenText& t : tokens) {
         toks.push_back(t.text);
-        lps.push_back(finite(t.logprob));
         json top = json::object();
-        for (const TokenLogprob& a : t.top) top[piece(a.token)] = finite(a.logprob);
-        tops.push_back(top);
+        for (const TokenLogprob& a : t.top) top[piece(t.prev, a.token)] = finite(a.logprob);
+        lps.push_back(t.scored ? json(finite(t.logprob)) : json(nullptr));
+        tops.push_back(t.scored ? top : json(nullptr));
         offsets.push_back(text_offset);
         text_offset += t.text.size();
     }
     return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
-json completion_json(const ResponseHeader& h, const std::string& text, const char* finish_reason, const json& logprobs,
-                     const Usage& usage) {
+json completion_json(const ResponseHeader& h, const std::vector<ChoiceText>& choices, const Usage& usage) {
     json j = header_json(h, h.chat ? "chat.completion" : "text_completion");
-    json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
-    if (h.chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
-    else choice["text"] = text;
-    j["choices"] = json::array({choice});
+    j["choices"] = json::array();
+    for (std::size_t i = 0; i < choices.size(); ++i) {
+        const ChoiceText& c = choices[i];
+        json choice = {{"index", i}, {"logprobs", c.logprobs}, {"finish_reason", c.finish_reason}};
+        if (h.chat) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+        else choice["text"] = c.text;
+        j["choices"].push_back(std::move(choice));
+    }
     j["usage"] = usage_json(usage);
     return j;
 }

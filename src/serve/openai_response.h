@@ -26,14 +26,20 @@ struct Usage {
 };
 
 /// The logprobs object of a choice for `tokens` (completions: tokens / token_logprobs /
-/// top_logprobs / text_offset from `text_offset`; chat: content [{token, logprob, bytes,
-/// top_logprobs}]). `piece` gives an alternative token's text.
+/// top_logprobs / text_offset from `text_offset`, null logprob and top for an unscored token; chat: content [{token, logprob, bytes,
+/// top_logprobs}]). `piece(prev, token)` gives an alternative token's text after the token before it.
 nlohmann::json logprobs_json(bool chat, const std::vector<TokenText>& tokens, std::size_t text_offset,
-                             const std::function<std::string(std::int32_t)>& piece);
+                             const std::function<std::string(std::int32_t, std::int32_t)>& piece);
 
-/// The non-streaming response.
-nlohmann::json completion_json(const ResponseHeader& h, const std::string& text, const char* finish_reason,
-                               const nlohmann::json& logprobs, const Usage& usage);
+/// One choice of a whole response.
+struct ChoiceText {
+    std::string text;
+    const char* finish_reason = "stop";
+    nlohmann::json logprobs;  ///< null: none asked for
+};
+
+/// The non-streaming response: a choice per prompt, index in order.
+nlohmann::json completion_json(const ResponseHeader& h, const std::vector<ChoiceText>& choices, const Usage& usage);
 /// One chunk of a stream: text (chat: delta.content; `role_only`: the first chat chunk, delta
 /// {role: assistant}), finish_reason null unless given.
 nlohmann::json stream_chunk_json(const ResponseHeader& h, const std::string& text, const nlohmann::json& logprobs,

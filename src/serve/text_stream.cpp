@@ -85,7 +85,7 @@ TextDelta TextStream::release(std::size_t n) {
 
 TextDelta TextStream::push(const TokenEvent& e) {
     if (stopped_) return {};
-    TokenText t{e.token, tokenizer_->piece(prev_, e.token), e.logprob, e.top_logprobs};
+    TokenText t{e.token, tokenizer_->piece(prev_, e.token), e.logprob, e.top_logprobs, true, prev_};
     prev_ = e.token;
     pending_ += t.text;
     const std::size_t n_text = t.text.size();

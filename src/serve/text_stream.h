@@ -23,6 +23,8 @@ struct TokenText {
     std::string text;  ///< its piece (cut at a stop string)
     float logprob = 0.0f;
     std::vector<TokenLogprob> top;
+    bool scored = true;  ///< false: an echoed prompt token nothing predicted (logprob and top are null)
+    std::int32_t prev = -1;  ///< the token before it: its alternatives' text follows the same leading-space rule
 };
 
 /// Text released by one step and the tokens whose last byte it contains.

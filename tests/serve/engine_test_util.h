@@ -21,7 +21,7 @@ struct Collected {
         wait();
         std::vector<std::int32_t> t;
         for (const auto& e : events)
-            if (e.finish == serve::FinishReason::none) t.push_back(e.token);
+            if (e.finish == serve::FinishReason::none && e.token >= 0) t.push_back(e.token);  // not the prompt's scores
         return t;
     }
     serve::TokenEvent final_event() {

@@ -164,7 +164,9 @@ TEST(OpenAiRequest, ReadsEveryParameter) {
                        {"logprobs", 2}, {"n", 1}, {"presence_penalty", 0}, {"user", "u"}, {"echo", false},
                        {"cache_salt", "tenant-7"}};
     const serve::CompletionParams p = serve::parse_completion_request(body, false, limits());
-    EXPECT_EQ(p.prompt_text, "hi");
+    ASSERT_EQ(p.prompts.size(), 1u);
+    EXPECT_EQ(p.prompts[0].text, "hi");
+    EXPECT_FALSE(p.prompts[0].is_tokens || p.echo);
     EXPECT_EQ(*p.max_tokens, 7);
     EXPECT_FLOAT_EQ(p.temperature, 0.5f);
     EXPECT_FLOAT_EQ(p.top_p, 0.8f);
@@ -175,8 +177,19 @@ TEST(OpenAiRequest, ReadsEveryParameter) {
     EXPECT_EQ(p.cache_salt, "tenant-7");
 
     const serve::CompletionParams t = serve::parse_completion_request({{"prompt", {1, 2, 99}}}, false, limits());
-    EXPECT_TRUE(t.prompt_is_tokens);
-    EXPECT_EQ(t.prompt_tokens, (std::vector<std::int32_t>{1, 2, 99}));
+    ASSERT_EQ(t.prompts.size(), 1u);
+    EXPECT_TRUE(t.prompts[0].is_tokens);
+    EXPECT_EQ(t.prompts[0].tokens, (std::vector<std::int32_t>{1, 2, 99}));
+
+    // Several prompts (a choice each), as lm-evaluation-harness sends them: token lists or strings.
+    const serve::CompletionParams b = serve::parse_completion_request(
+        {{"prompt", {{1, 2}, {3}}}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 1}}, false, limits());
+    ASSERT_EQ(b.prompts.size(), 2u);
+    EXPECT_EQ(b.prompts[1].tokens, (std::vector<std::int32_t>{3}));
+    EXPECT_TRUE(b.echo && b.prompts[0].is_tokens);
+    const serve::CompletionParams st = serve::parse_completion_request({{"prompt", {"a", "b", "c"}}}, false, limits());
+    ASSERT_EQ(st.prompts.size(), 3u);
+    EXPECT_EQ(st.prompts[2].text, "c");
     EXPECT_FALSE(t.max_tokens.has_value());
     EXPECT_FLOAT_EQ(t.temperature, 1.0f);  // OpenAI's defaults
 
@@ -210,7 +223,15 @@ TEST(OpenAiRequest, NamesWhatIsWrong) {
     expect({{"prompt", "x"}, {"stop", ""}}, false, "stop", "empty");
     expect({{"prompt", "x"}, {"frequency_penalty", 0.5}}, false, "frequency_penalty", "not supported");
     expect({{"prompt", "x"}, {"stream_options", {{"include_usage", true}}}}, false, "stream_options", "stream: true");
-    expect({{"prompt", {"a", "b"}}}, false, "prompt", "one prompt");
+    expect({{"prompt", {"a", "b"}}, {"stream", true}}, false, "stream", "one prompt");
+    expect({{"prompt", {"a", "b"}}, {"id_slot", 0}}, false, "id_slot", "one prompt");
+    expect({{"prompt", {"a", 3}}}, false, "prompt[1]", "expected a string");
+    expect({{"prompt", {{1}, 3}}}, false, "prompt[1]", "array of token ids");
+    expect({{"prompt", {{1}, {100}}}}, false, "prompt[1][0]", "outside");
+    json many = json::array();
+    for (int i = 0; i < 65; ++i) many.push_back(json::array({1}));
+    expect({{"prompt", many}}, false, "prompt", "at most 64");
+    expect({{"prompt", "x"}, {"echo", 1}}, false, "echo", "boolean");
     expect({{"prompt", {1, 100}}}, false, "prompt[1]", "outside");
     expect({{"prompt", "x"}, {"messages", json::array()}}, false, "messages", "Unrecognized");
     expect({{"messages", {{{"role", "user"}}}}}, true, "messages[0].content", "missing");

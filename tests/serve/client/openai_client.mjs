@@ -27,6 +27,18 @@ for await (const chunk of await client.completions.create({ ...params, stream: t
 assert.equal(streamed, whole.choices[0].text, 'streamed completion = whole completion');
 assert.equal(finish, 'length');
 
+// Scoring as lm-evaluation-harness's local-completions sends it: token-id prompts in a batch,
+// echo with logprobs, one token generated; a choice per prompt, the prompt's first token unscored.
+const scored = await client.completions.create({ model, prompt: [[1, 40, 41, 42], [1, 43]], max_tokens: 1, temperature: 0,
+                                                 logprobs: 1, echo: true, seed: 1234 });
+assert.equal(scored.choices.length, 2, 'a choice per prompt');
+for (const [i, n] of [[0, 4], [1, 2]]) {
+  const c = scored.choices.find((x) => x.index === i);
+  assert.equal(c.logprobs.token_logprobs.length, n + 1, `choice ${i}: the prompt's tokens and the generated one`);
+  assert.equal(c.logprobs.token_logprobs[0], null, 'nothing predicts the first token');
+  assert.ok(c.logprobs.token_logprobs.slice(1).every((x) => x <= 0), 'log probabilities');
+}
+
 const chatParams = { model, messages: [{ role: 'user', content: 'hello there' }], max_tokens: 6, seed: 5 };
 const chat = await client.chat.completions.create(chatParams);
 assert.equal(chat.object, 'chat.completion');
