@@ -94,9 +94,13 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         for (const PromptInput& in : p.prompts)
             choices.push_back({in.is_tokens ? in.tokens : tokenizer->encode(in.text, p.id_slot < 0), nullptr, 0, {}, {}});
     }
+    // n choices per prompt, in OpenAI's order (prompt i's are i * n .. i * n + n - 1).
+    std::vector<Choice> each;
+    for (const Choice& c : choices) each.insert(each.end(), std::size_t(p.n), c);
+    choices = std::move(each);
     for (std::size_t i = 0; i < choices.size(); ++i)
         if (choices[i].prompt.empty() && p.id_slot < 0)
-            throw ApiError(400, choices.size() > 1 ? fmt::format("prompt {} is empty", i) : "the prompt is empty",
+            throw ApiError(400, choices.size() > 1 ? fmt::format("prompt {} is empty", i / std::size_t(p.n)) : "the prompt is empty",
                            chat ? "messages" : "prompt");
 
     std::int32_t slot_token = -1;  // the parked sequence's last token (id_slot): text continues after it
@@ -115,7 +119,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                                     : 16;
         g.sampler.temperature = p.top_p == 0.0f ? 0.0f : p.temperature;
         g.sampler.top_p = p.top_p == 0.0f ? 1.0f : p.top_p;
-        g.sampler.seed = seed;
+        g.sampler.seed = seed + std::uint64_t(i % std::size_t(p.n));  // choice j of a prompt: seed + j
         g.top_logprobs = p.logprobs ? p.top_logprobs : 0;
         g.prompt_logprobs = p.echo && p.logprobs;
         g.resume_slot = p.id_slot;

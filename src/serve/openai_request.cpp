@@ -100,8 +100,8 @@ void read_prompt(const json& v, const RequestLimits& limits, CompletionParams& p
         p.prompts.push_back({{}, token_ids(v, limits, "prompt"), true});
         return;
     }
-    if (int(v.size()) > limits.max_prompts)
-        bad("prompt", fmt::format("{} prompts: at most {} per request", v.size(), limits.max_prompts));
+    if (int(v.size()) > limits.max_choices)
+        bad("prompt", fmt::format("{} prompts: at most {} per request", v.size(), limits.max_choices));
     const bool texts = v[0].is_string();
     for (std::size_t i = 0; i < v.size(); ++i) {
         const std::string param = fmt::format("prompt[{}]", i);
@@ -164,7 +164,6 @@ void check_neutral(const json& body) {
     for (const char* name : {"frequency_penalty", "presence_penalty"})
         if (const json* v = field(body, name); v && number(*v, name, -2, 2) != 0.0)
             bad(name, "is not supported (only 0)");
-    if (const json* v = field(body, "n"); v && integer(*v, "n", 1, 128) != 1) bad("n", "only n = 1 is supported");
     if (const json* v = field(body, "best_of"); v && integer(*v, "best_of", 1, 128) != 1)
         bad("best_of", "only best_of = 1 is supported");
     if (const json* v = field(body, "suffix"); v && !string(*v, "suffix").empty()) bad("suffix", "is not supported");
@@ -239,9 +238,14 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
         if (p.cache_salt.empty() || p.cache_salt.size() > 256) bad("cache_salt", "must be 1 to 256 bytes");
     }
     if (const json* v = field(body, "echo")) p.echo = boolean(*v, "echo");
-    if (p.prompts.size() > 1) {
-        if (p.stream) bad("stream", "stream: true takes one prompt (this request has several)");
-        if (p.id_slot >= 0 || p.keep_slot) bad(p.id_slot >= 0 ? "id_slot" : "keep_slot", "takes one prompt (this request has several)");
+    if (const json* v = field(body, "n")) p.n = int(integer(*v, "n", 1, limits.max_choices));
+    const std::size_t n_choices = std::max<std::size_t>(1, p.prompts.size()) * std::size_t(p.n);
+    if (n_choices > std::size_t(limits.max_choices))
+        bad("n", fmt::format("{} prompts x n = {} is {} choices: at most {} per request", p.prompts.size(), p.n,
+                             n_choices, limits.max_choices));
+    if (n_choices > 1) {
+        if (p.stream) bad("stream", "stream: true takes one choice (one prompt, n = 1)");
+        if (p.id_slot >= 0 || p.keep_slot) bad(p.id_slot >= 0 ? "id_slot" : "keep_slot", "takes one choice (one prompt, n = 1)");
     }
     return p;
 }

@@ -36,7 +36,7 @@ struct RequestLimits {
     int max_stop = 4;            ///< stop strings per request (OpenAI's limit)
     std::size_t max_stop_bytes = 256;
     int max_top_logprobs = 20;
-    int max_prompts = 64;        ///< prompts in one /v1/completions request (a choice each)
+    int max_choices = 64;        ///< prompts x n in one request (a sequence each)
 };
 
 struct PromptInput {
@@ -60,6 +60,7 @@ struct CompletionParams {
     bool include_usage = false;         ///< stream_options.include_usage
     bool logprobs = false;              ///< completions: "logprobs": k (k >= 0); chat: "logprobs": true
     int top_logprobs = 0;               ///< alternatives per token
+    int n = 1;                          ///< choices per prompt (seeds seed, seed + 1, ...)
     int id_slot = -1;                   ///< aqpim (as llama-server): continue the sequence parked in this slot
     bool keep_slot = false;             ///< aqpim: park the finished sequence in its slot
     /// vLLM's: the KV store shares stored prefixes only between requests with the same salt (a

@@ -1,7 +1,7 @@
 // Scoring text through aqpim serve, as lm-evaluation-harness's `local-completions` does it:
-// `echo` with `logprobs` returns each prompt token's log probability, several prompts in one
-// request come back as choices in order, and the tokenizer endpoints (/tokenize, /detokenize,
-// /tokenizer_info) answer as vLLM's and llama-server's do.
+// `echo` with `logprobs` returns each prompt token's log probability, several prompts (and n
+// choices of each) in one request come back as choices in order, and the tokenizer endpoints
+// (/tokenize, /detokenize, /tokenizer_info) answer as vLLM's and llama-server's do.
 
 #include <gtest/gtest.h>
 
@@ -140,6 +140,29 @@ TEST(HttpScoring, SeveralPromptsAreChoicesInOrderEachAsItWouldBeAlone) {
     EXPECT_EQ(all["usage"]["completion_tokens"], 15);
     const json stats = json::parse(c.Get("/slots")->body);
     for (const json& slot : stats) EXPECT_EQ(slot["state"], "idle");
+}
+
+TEST(HttpScoring, NChoicesOfAPromptAreItsSeedsSeedPlusJ) {
+    const LoadedModel& m = austen();
+    test::TestServer s(m, engine_options("pq:calib=16,refresh=0,window=4,sinks=2"));
+    auto c = s.client();
+    json body = {{"messages", {{{"role", "user"}, {"content", "Who is Mr Tilney?"}}}}, {"max_tokens", 6},
+                 {"temperature", 1.0}, {"seed", 40}};
+    std::vector<json> alone;
+    for (int j = 0; j < 3; ++j) {
+        body["seed"] = 40 + j;
+        alone.push_back(post(c, "/v1/chat/completions", body)["choices"][0]["message"]["content"]);
+    }
+    EXPECT_FALSE(alone[0] == alone[1] && alone[1] == alone[2]) << "seeds draw different text";
+    body["seed"] = 40;
+    body["n"] = 3;
+    const json all = post(c, "/v1/chat/completions", body);
+    ASSERT_EQ(all["choices"].size(), 3u);
+    for (std::size_t j = 0; j < 3; ++j) {
+        EXPECT_EQ(all["choices"][j]["index"], j);
+        EXPECT_EQ(all["choices"][j]["message"]["content"], alone[j]) << j;
+    }
+    EXPECT_EQ(all["usage"]["completion_tokens"], 18);
 }
 
 TEST(HttpScoring, StreamedEchoSendsThePromptFirst) {

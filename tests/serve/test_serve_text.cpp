@@ -189,6 +189,7 @@ TEST(OpenAiRequest, ReadsEveryParameter) {
     EXPECT_TRUE(b.echo && b.prompts[0].is_tokens);
     const serve::CompletionParams st = serve::parse_completion_request({{"prompt", {"a", "b", "c"}}}, false, limits());
     ASSERT_EQ(st.prompts.size(), 3u);
+    EXPECT_EQ(serve::parse_completion_request({{"prompt", "a"}, {"n", 4}}, false, limits()).n, 4);
     EXPECT_EQ(st.prompts[2].text, "c");
     EXPECT_FALSE(t.max_tokens.has_value());
     EXPECT_FLOAT_EQ(t.temperature, 1.0f);  // OpenAI's defaults
@@ -232,6 +233,9 @@ TEST(OpenAiRequest, NamesWhatIsWrong) {
     for (int i = 0; i < 65; ++i) many.push_back(json::array({1}));
     expect({{"prompt", many}}, false, "prompt", "at most 64");
     expect({{"prompt", "x"}, {"echo", 1}}, false, "echo", "boolean");
+    expect({{"prompt", "x"}, {"n", 2}, {"stream", true}}, false, "stream", "one choice");
+    expect({{"prompt", {"a", "b"}}, {"n", 40}}, false, "n", "80 choices");
+    expect({{"prompt", "x"}, {"n", 0}}, false, "n", "outside");
     expect({{"prompt", {1, 100}}}, false, "prompt[1]", "outside");
     expect({{"prompt", "x"}, {"messages", json::array()}}, false, "messages", "Unrecognized");
     expect({{"messages", {{{"role", "user"}}}}}, true, "messages[0].content", "missing");
