@@ -30,6 +30,7 @@
 #include "aqpim/kv_store.h"
 #include "aqpim/model.h"
 #include "aqpim/sampler.h"
+#include "serve/logit_processing.h"
 #include "store/prefix_store.h"
 
 namespace aqpim::serve {
@@ -93,6 +94,9 @@ struct GenerationRequest {
     std::vector<std::int32_t> prompt;  ///< BOS included if wanted; may be empty only with resume_slot
     int max_tokens = 16;               ///< tokens to generate at most (finish `length`); 0 only with prompt_logprobs
     SamplerParams sampler;             ///< temperature, top_p, seed (ignored with resume_slot: the saved sampler)
+    /// Bias, penalties, top_k, min_p before the sampler draws (frequency and presence count the
+    /// tokens this request generates; the repetition window reaches into the prompt).
+    LogitProcessing processing;
     /// Token sequences that end the request with `stop` when the output ends with one (the
     /// sequence's tokens are emitted).
     std::vector<std::vector<std::int32_t>> stop_sequences;

@@ -416,7 +416,14 @@ void Engine::Impl::record_phase(bool prefill, double seconds, std::uint64_t n_to
 TokenEvent Engine::Impl::draw(Slot& s, const float* lg) const {
     const int n_vocab = weights.config.n_vocab;
     TokenEvent ev;
-    ev.token = s.sampler->sample(lg, n_vocab);
+    const float* drawn_from = lg;
+    if (s.request.processing.active()) {  // the logprobs stay the model's
+        s.processed.assign(lg, lg + n_vocab);
+        apply_logit_processing(s.request.processing, s.tokens, s.first_generated, s.sampler->params().temperature,
+                               s.processed.data(), n_vocab);
+        drawn_from = s.processed.data();
+    }
+    ev.token = s.sampler->sample(drawn_from, n_vocab);
     if (ev.token != opt.eos_token)
         ev.logprob = log_probabilities(lg, n_vocab, ev.token, s.request.top_logprobs, ev.top_logprobs);
     return ev;

@@ -36,6 +36,7 @@ std::string Engine::Impl::invalid_reason(const GenerationRequest& r) const {
         if (t < 0 || t >= n_vocab) return fmt::format("prompt token id {} outside [0, {})", t, n_vocab);
     if (r.max_tokens < (r.prompt_logprobs ? 0 : 1))
         return fmt::format("max_tokens {} must be >= {}", r.max_tokens, r.prompt_logprobs ? 0 : 1);
+    if (std::string why = r.processing.invalid_reason(n_vocab); !why.empty()) return why;
     if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs)
         return fmt::format("top_logprobs {} outside [0, {}]", r.top_logprobs, kMaxTopLogprobs);
     if (std::int64_t(r.prompt.size()) + r.max_tokens > opt.ctx)

@@ -121,6 +121,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         g.sampler.top_p = p.top_p == 0.0f ? 1.0f : p.top_p;
         g.sampler.seed = seed + std::uint64_t(i % std::size_t(p.n));  // choice j of a prompt: seed + j
         g.top_logprobs = p.logprobs ? p.top_logprobs : 0;
+        g.processing = p.processing;
         g.prompt_logprobs = p.echo && p.logprobs;
         g.resume_slot = p.id_slot;
         g.park = p.keep_slot;

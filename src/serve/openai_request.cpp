@@ -1,6 +1,7 @@
 #include "serve/openai_request.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -159,16 +160,43 @@ void read_stop(const json& v, const RequestLimits& limits, CompletionParams& p) 
     for (std::size_t i = 0; i < v.size(); ++i) add(v[i], fmt::format("stop[{}]", i));
 }
 
+/// logit_bias, the penalties, top_k and min_p (docs/serve.md, "Sampling parameters").
+void read_processing(const json& body, const RequestLimits& limits, LogitProcessing& lp) {
+    if (const json* v = field(body, "logit_bias")) {
+        if (!v->is_object()) bad("logit_bias", fmt::format("expected an object of token id: bias, got {}", type_name(*v)));
+        for (const auto& [key, value] : v->items()) {
+            const std::string param = "logit_bias." + key.substr(0, 32);
+            std::int32_t id = -1;
+            const char* end = key.data() + key.size();
+            const auto [ptr, ec] = std::from_chars(key.data(), end, id);
+            if (ec != std::errc() || ptr != end || id < 0 || id >= limits.n_vocab)
+                bad(param, fmt::format("a key must be a token id in [0, {})", limits.n_vocab));
+            lp.logit_bias.emplace_back(id, float(number(value, param, -100, 100)));
+        }
+    }
+    if (const json* v = field(body, "frequency_penalty")) lp.frequency_penalty = float(number(*v, "frequency_penalty", -2, 2));
+    if (const json* v = field(body, "presence_penalty")) lp.presence_penalty = float(number(*v, "presence_penalty", -2, 2));
+    const json* vllm = field(body, "repetition_penalty");
+    const json* llama = field(body, "repeat_penalty");
+    if (vllm && llama) bad("repeat_penalty", "give one of repetition_penalty (vLLM) or repeat_penalty (llama-server)");
+    if (vllm) lp.repetition_penalty = float(number(*vllm, "repetition_penalty", 0.01, 10));  // the whole sequence
+    if (llama) {
+        lp.repetition_penalty = float(number(*llama, "repeat_penalty", 0.01, 10));
+        lp.repetition_window = 64;  // llama-server's repeat_last_n default
+    }
+    if (const json* v = field(body, "repeat_last_n")) {
+        if (!llama) bad("repeat_last_n", "needs repeat_penalty");
+        lp.repetition_window = integer(*v, "repeat_last_n", -1, std::int64_t(1) << 30);
+    }
+    if (const json* v = field(body, "top_k")) lp.top_k = std::max(0, int(integer(*v, "top_k", -1, limits.n_vocab)));
+    if (const json* v = field(body, "min_p")) lp.min_p = float(number(*v, "min_p", 0, 1));
+}
+
 /// Fields accepted only at their neutral value: present with another value is an error naming it.
 void check_neutral(const json& body) {
-    for (const char* name : {"frequency_penalty", "presence_penalty"})
-        if (const json* v = field(body, name); v && number(*v, name, -2, 2) != 0.0)
-            bad(name, "is not supported (only 0)");
     if (const json* v = field(body, "best_of"); v && integer(*v, "best_of", 1, 128) != 1)
         bad("best_of", "only best_of = 1 is supported");
     if (const json* v = field(body, "suffix"); v && !string(*v, "suffix").empty()) bad("suffix", "is not supported");
-    if (const json* v = field(body, "logit_bias"); v && !(v->is_object() && v->empty()))
-        bad("logit_bias", "is not supported");
     if (const json* v = field(body, "response_format")) {
         const json* t = v->is_object() ? field(*v, "type") : nullptr;
         if (!t || !t->is_string() || t->get<std::string>() != "text")
@@ -181,7 +209,8 @@ void check_neutral(const json& body) {
 CompletionParams parse_completion_request(const json& body, bool chat, const RequestLimits& limits) {
     static const std::set<std::string> common = {
         "model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "user", "n",
-        "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "id_slot", "keep_slot", "cache_salt"};
+        "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "id_slot", "keep_slot", "cache_salt",
+        "top_k", "min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n"};
     static const std::set<std::string> completions_only = {"prompt", "echo", "best_of", "suffix"};
     static const std::set<std::string> chat_only = {"messages", "top_logprobs", "max_completion_tokens",
                                                     "response_format"};
@@ -238,6 +267,7 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
         if (p.cache_salt.empty() || p.cache_salt.size() > 256) bad("cache_salt", "must be 1 to 256 bytes");
     }
     if (const json* v = field(body, "echo")) p.echo = boolean(*v, "echo");
+    read_processing(body, limits, p.processing);
     if (const json* v = field(body, "n")) p.n = int(integer(*v, "n", 1, limits.max_choices));
     const std::size_t n_choices = std::max<std::size_t>(1, p.prompts.size()) * std::size_t(p.n);
     if (n_choices > std::size_t(limits.max_choices))
@@ -255,8 +285,9 @@ namespace {
 /// Every key of body is one of `known`, else 400 naming it.
 void only_fields(const json& body, std::initializer_list<const char*> known) {
     if (!body.is_object()) bad("body", fmt::format("expected a JSON object, got {}", type_name(body)));
-    for (const auto& [key, value] : body.items())
-        if (std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; }))
+    for (const auto& item : body.items())
+        if (const std::string& key = item.key();
+            std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; }))
             throw ApiError(400, "Unrecognized request argument supplied: " + key, key);
 }
 

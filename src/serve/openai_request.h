@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "serve/chat_template.h"
+#include "serve/logit_processing.h"
 
 namespace aqpim::serve {
 
@@ -61,6 +62,7 @@ struct CompletionParams {
     bool logprobs = false;              ///< completions: "logprobs": k (k >= 0); chat: "logprobs": true
     int top_logprobs = 0;               ///< alternatives per token
     int n = 1;                          ///< choices per prompt (seeds seed, seed + 1, ...)
+    LogitProcessing processing;         ///< logit_bias, penalties, top_k, min_p
     int id_slot = -1;                   ///< aqpim (as llama-server): continue the sequence parked in this slot
     bool keep_slot = false;             ///< aqpim: park the finished sequence in its slot
     /// vLLM's: the KV store shares stored prefixes only between requests with the same salt (a
@@ -69,8 +71,8 @@ struct CompletionParams {
 };
 
 /// Read a request body. Unknown fields are refused as OpenAI refuses them ("Unrecognized request
-/// argument supplied: X"); fields we accept but do not implement (penalties, logit_bias, echo,
-/// best_of, suffix, n) are accepted only at their neutral value.
+/// argument supplied: X"); fields we accept but do not implement (best_of, suffix,
+/// response_format) are accepted only at their neutral value.
 CompletionParams parse_completion_request(const nlohmann::json& body, bool chat, const RequestLimits& limits);
 
 /// POST /tokenize (vLLM's and llama-server's field names): the text and whether to add BOS.

@@ -161,8 +161,9 @@ serve::RequestLimits limits() {
 TEST(OpenAiRequest, ReadsEveryParameter) {
     const json body = {{"model", "m"}, {"prompt", "hi"}, {"max_tokens", 7}, {"temperature", 0.5}, {"top_p", 0.8},
                        {"seed", -3}, {"stop", {"x", "y"}}, {"stream", true}, {"stream_options", {{"include_usage", true}}},
-                       {"logprobs", 2}, {"n", 1}, {"presence_penalty", 0}, {"user", "u"}, {"echo", false},
-                       {"cache_salt", "tenant-7"}};
+                       {"logprobs", 2}, {"n", 1}, {"presence_penalty", 0.5}, {"user", "u"}, {"echo", false},
+                       {"cache_salt", "tenant-7"}, {"logit_bias", {{"17", -100}, {"3", 2.5}}}, {"frequency_penalty", -1},
+                       {"top_k", 40}, {"min_p", 0.05}, {"repeat_penalty", 1.1}, {"repeat_last_n", 32}};
     const serve::CompletionParams p = serve::parse_completion_request(body, false, limits());
     ASSERT_EQ(p.prompts.size(), 1u);
     EXPECT_EQ(p.prompts[0].text, "hi");
@@ -175,6 +176,18 @@ TEST(OpenAiRequest, ReadsEveryParameter) {
     EXPECT_TRUE(p.stream && p.include_usage && p.logprobs);
     EXPECT_EQ(p.top_logprobs, 2);
     EXPECT_EQ(p.cache_salt, "tenant-7");
+    const serve::LogitProcessing& lp = p.processing;
+    EXPECT_EQ(lp.logit_bias, (std::vector<std::pair<std::int32_t, float>>{{17, -100.0f}, {3, 2.5f}}));
+    EXPECT_FLOAT_EQ(lp.presence_penalty, 0.5f);
+    EXPECT_FLOAT_EQ(lp.frequency_penalty, -1.0f);
+    EXPECT_EQ(lp.top_k, 40);
+    EXPECT_FLOAT_EQ(lp.min_p, 0.05f);
+    EXPECT_FLOAT_EQ(lp.repetition_penalty, 1.1f);
+    EXPECT_EQ(lp.repetition_window, 32);
+    const serve::LogitProcessing vllm =
+        serve::parse_completion_request({{"prompt", "x"}, {"repetition_penalty", 1.2}, {"top_k", -1}}, false, limits()).processing;
+    EXPECT_EQ(vllm.repetition_window, -1);  // vLLM: the whole sequence
+    EXPECT_EQ(vllm.top_k, 0);               // -1: off
 
     const serve::CompletionParams t = serve::parse_completion_request({{"prompt", {1, 2, 99}}}, false, limits());
     ASSERT_EQ(t.prompts.size(), 1u);
@@ -222,7 +235,15 @@ TEST(OpenAiRequest, NamesWhatIsWrong) {
     expect({{"prompt", "x"}, {"seed", 1.5}}, false, "seed", "integer");
     expect({{"prompt", "x"}, {"stop", {"a", 3}}}, false, "stop[1]", "string");
     expect({{"prompt", "x"}, {"stop", ""}}, false, "stop", "empty");
-    expect({{"prompt", "x"}, {"frequency_penalty", 0.5}}, false, "frequency_penalty", "not supported");
+    expect({{"prompt", "x"}, {"frequency_penalty", 2.5}}, false, "frequency_penalty", "outside");
+    expect({{"prompt", "x"}, {"logit_bias", {{"abc", 1}}}}, false, "logit_bias.abc", "token id");
+    expect({{"prompt", "x"}, {"logit_bias", {{"100", 1}}}}, false, "logit_bias.100", "token id");
+    expect({{"prompt", "x"}, {"logit_bias", {{"5", 101}}}}, false, "logit_bias.5", "outside");
+    expect({{"prompt", "x"}, {"logit_bias", {1, 2}}}, false, "logit_bias", "expected an object");
+    expect({{"prompt", "x"}, {"repeat_last_n", 8}}, false, "repeat_last_n", "needs repeat_penalty");
+    expect({{"prompt", "x"}, {"repeat_penalty", 1.1}, {"repetition_penalty", 1.1}}, false, "repeat_penalty", "one of");
+    expect({{"prompt", "x"}, {"min_p", 1.5}}, false, "min_p", "outside");
+    expect({{"prompt", "x"}, {"top_k", -2}}, false, "top_k", "outside");
     expect({{"prompt", "x"}, {"stream_options", {{"include_usage", true}}}}, false, "stream_options", "stream: true");
     expect({{"prompt", {"a", "b"}}, {"stream", true}}, false, "stream", "one prompt");
     expect({{"prompt", {"a", "b"}}, {"id_slot", 0}}, false, "id_slot", "one prompt");

@@ -1,0 +1,77 @@
+#include "serve/logit_processing.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+namespace aqpim::serve {
+
+std::string LogitProcessing::invalid_reason(int n_vocab) const {
+    for (const auto& [token, bias] : logit_bias) {
+        if (token < 0 || token >= n_vocab) return fmt::format("logit_bias token {} outside [0, {})", token, n_vocab);
+        if (!(bias >= -100.0f && bias <= 100.0f)) return fmt::format("logit_bias {} of token {} outside [-100, 100]", bias, token);
+    }
+    if (!(std::abs(frequency_penalty) <= 2.0f)) return fmt::format("frequency_penalty {} outside [-2, 2]", frequency_penalty);
+    if (!(std::abs(presence_penalty) <= 2.0f)) return fmt::format("presence_penalty {} outside [-2, 2]", presence_penalty);
+    if (!(repetition_penalty > 0.0f && repetition_penalty <= 10.0f))
+        return fmt::format("repetition penalty {} outside (0, 10]", repetition_penalty);
+    if (repetition_window < -1) return fmt::format("repetition window {} below -1", repetition_window);
+    if (top_k < 0) return fmt::format("top_k {} is negative", top_k);
+    if (!(min_p >= 0.0f && min_p <= 1.0f)) return fmt::format("min_p {} outside [0, 1]", min_p);
+    return {};
+}
+
+bool LogitProcessing::active() const {
+    return !logit_bias.empty() || frequency_penalty != 0.0f || presence_penalty != 0.0f ||
+           (repetition_penalty != 1.0f && repetition_window != 0) || top_k > 0 || min_p > 0.0f;
+}
+
+namespace {
+
+constexpr float kDropped = kDroppedLogit;
+
+/// Tokens of tokens[from..] with their counts.
+std::unordered_map<std::int32_t, int> counts(std::span<const std::int32_t> tokens, std::size_t from) {
+    std::unordered_map<std::int32_t, int> c;
+    for (std::size_t i = from; i < tokens.size(); ++i) ++c[tokens[i]];
+    return c;
+}
+
+}  // namespace
+
+void apply_logit_processing(const LogitProcessing& p, std::span<const std::int32_t> tokens, std::size_t first_generated,
+                            float temperature, float* logits, int n_vocab) {
+    const auto valid = [&](std::int32_t t) { return t >= 0 && t < n_vocab; };
+    for (const auto& [token, bias] : p.logit_bias)
+        if (valid(token)) logits[token] += bias;
+    if (p.repetition_penalty != 1.0f && p.repetition_window != 0) {
+        const std::size_t window = p.repetition_window < 0 ? tokens.size() : std::size_t(p.repetition_window);
+        for (const auto& entry : counts(tokens, tokens.size() - std::min(window, tokens.size()))) {
+            if (!valid(entry.first)) continue;
+            float& l = logits[entry.first];
+            l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
+        }
+    }
+    if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f)
+        for (const auto& [token, n] : counts(tokens, std::min(first_generated, tokens.size())))
+            if (valid(token)) logits[token] -= p.frequency_penalty * float(n) + p.presence_penalty;
+    if (p.top_k > 0 && p.top_k < n_vocab) {
+        std::vector<float> sorted(logits, logits + n_vocab);
+        std::nth_element(sorted.begin(), sorted.begin() + (p.top_k - 1), sorted.end(), std::greater<float>());
+        const float kth = sorted[std::size_t(p.top_k - 1)];
+        // Ties at the k-th value are kept (the set does not depend on how ids are ordered).
+        for (int i = 0; i < n_vocab; ++i)
+            if (logits[i] < kth) logits[i] = kDropped;
+    }
+    if (p.min_p > 0.0f && temperature > 0.0f) {
+        // p_i / p_max = exp((l_i - l_max) / T) >= min_p  <=>  l_i >= l_max + T ln(min_p)
+        const float mx = *std::max_element(logits, logits + n_vocab);
+        const float threshold = mx + temperature * std::log(p.min_p);
+        for (int i = 0; i < n_vocab; ++i)
+            if (logits[i] < threshold) logits[i] = kDropped;
+    }
+}
+
+}  // namespace aqpim::serve

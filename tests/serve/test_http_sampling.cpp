@@ -1,0 +1,71 @@
+// Sampling parameters through aqpim serve (docs/serve.md, "Sampling parameters"): logit_bias,
+// the penalties, top_k and min_p reach the sampler, and the logprobs stay the model's.
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "serve/http_test_util.h"
+#include "support/shared_data.h"
+
+namespace aqpim {
+namespace {
+
+using nlohmann::json;
+
+const LoadedModel& austen() {
+    static const LoadedModel m = load_model(test::shared_path("models/austen-13m/austen-13m-f16.gguf"));
+    return m;
+}
+
+json complete(httplib::Client& c, json body) {
+    body["prompt"] = "It was a truth universally acknowledged, that";
+    auto r = test::post_json(c, "/v1/completions", body);
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+    return r ? json::parse(r->body)["choices"][0] : json();
+}
+
+TEST(HttpSampling, BiasPenaltiesTopKAndMinPReachTheSampler) {
+    const LoadedModel& m = austen();
+    serve::EngineOptions o;
+    o.kv = "pq:calib=16,refresh=0,window=4,sinks=2";
+    o.ctx = 256;
+    o.parallel = 2;
+    o.threads = 2;
+    test::TestServer s(m, o);
+    auto c = s.client();
+
+    const std::int32_t forced = m.tokenizer->encode("Tilney", false).front();  // "▁T..."
+    const std::int32_t last = m.tokenizer->encode("It was a truth universally acknowledged, that", true).back();
+    const json biased = complete(c, {{"max_tokens", 5}, {"temperature", 0}, {"logprobs", 0},
+                                     {"logit_bias", {{std::to_string(forced), 100}}}});
+    double lowest = 0.0;
+    for (std::size_t i = 0; i < 5; ++i) {
+        EXPECT_EQ(biased["logprobs"]["tokens"][i], m.tokenizer->piece(i == 0 ? last : forced, forced)) << i;
+        lowest = std::min(lowest, biased["logprobs"]["token_logprobs"][i].get<double>());
+    }
+    EXPECT_LT(lowest, -1.0) << "the logprobs are the model's, not the biased distribution's";
+
+    const json greedy = complete(c, {{"max_tokens", 24}, {"temperature", 0}});
+    // At temperature 1 only the most likely token survives top_k 1 or min_p 1: the greedy text.
+    EXPECT_EQ(complete(c, {{"max_tokens", 24}, {"temperature", 1}, {"seed", 9}, {"top_k", 1}})["text"], greedy["text"]);
+    EXPECT_EQ(complete(c, {{"max_tokens", 24}, {"temperature", 1}, {"seed", 9}, {"min_p", 1}})["text"], greedy["text"]);
+    EXPECT_NE(complete(c, {{"max_tokens", 24}, {"temperature", 1}, {"seed", 9}})["text"], greedy["text"]);
+
+    // The greedy text repeats a token; penalising repeats changes it.
+    const json g = complete(c, {{"max_tokens", 24}, {"temperature", 0}, {"logprobs", 0}});
+    std::map<std::string, int> counts;
+    for (const json& t : g["logprobs"]["tokens"]) ++counts[t.get<std::string>()];
+    int most = 0;
+    for (const auto& [t, n] : counts) most = std::max(most, n);
+    ASSERT_GT(most, 1) << g["text"];
+    for (const json& extra : {json{{"frequency_penalty", 2}}, json{{"presence_penalty", 2}}, json{{"repeat_penalty", 3}},
+                              json{{"repetition_penalty", 3}}}) {
+        json body = {{"max_tokens", 24}, {"temperature", 0}};
+        body.update(extra);
+        EXPECT_NE(complete(c, body)["text"], greedy["text"]) << extra.dump();
+    }
+}
+
+}  // namespace
+}  // namespace aqpim

@@ -1,0 +1,86 @@
+// The logit processing of a request (src/serve/logit_processing.h): each step against
+// hand-computed logits.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "serve/logit_processing.h"
+
+namespace aqpim {
+namespace {
+
+using serve::LogitProcessing;
+constexpr float kDropped = serve::kDroppedLogit;
+
+std::vector<float> processed(const LogitProcessing& p, const std::vector<std::int32_t>& tokens, std::size_t first_generated,
+                             std::vector<float> logits, float temperature = 1.0f) {
+    serve::apply_logit_processing(p, tokens, first_generated, temperature, logits.data(), int(logits.size()));
+    return logits;
+}
+
+TEST(LogitProcessing, NothingByDefault) {
+    const LogitProcessing p;
+    EXPECT_FALSE(p.active());
+    EXPECT_EQ(processed(p, {0, 1, 1}, 1, {1, 2, 3, -4}), (std::vector<float>{1, 2, 3, -4}));
+    EXPECT_EQ(p.invalid_reason(4), "");
+}
+
+TEST(LogitProcessing, BiasThenPenaltiesCountOnlyGeneratedTokens) {
+    LogitProcessing p;
+    p.logit_bias = {{3, 10.0f}, {0, -1.5f}};
+    p.frequency_penalty = 0.5f;
+    p.presence_penalty = 0.25f;
+    ASSERT_TRUE(p.active());
+    // prompt 2 2 (not counted), generated 1 1 3
+    const auto l = processed(p, {2, 2, 1, 1, 3}, 2, {0, 0, 0, 0});
+    EXPECT_FLOAT_EQ(l[0], -1.5f);
+    EXPECT_FLOAT_EQ(l[1], -(2 * 0.5f + 0.25f));
+    EXPECT_FLOAT_EQ(l[2], 0.0f);
+    EXPECT_FLOAT_EQ(l[3], 10.0f - (0.5f + 0.25f));
+}
+
+TEST(LogitProcessing, RepetitionPenaltyInItsWindowDividesPositiveAndMultipliesNegative) {
+    LogitProcessing p;
+    p.repetition_penalty = 2.0f;
+    p.repetition_window = 2;  // tokens 1 and 3 (the last two); token 0 is older
+    const auto l = processed(p, {0, 1, 3}, 3, {4, 4, 4, -4});
+    EXPECT_EQ(l, (std::vector<float>{4, 2, 4, -8}));
+    p.repetition_window = -1;  // the whole sequence, prompt included
+    EXPECT_EQ(processed(p, {0, 1, 3}, 3, {4, 4, 4, -4}), (std::vector<float>{2, 2, 4, -8}));
+    p.repetition_window = 0;
+    EXPECT_FALSE(p.active());
+}
+
+TEST(LogitProcessing, TopKKeepsTheLargestWithTiesAndMinPScalesWithTemperature) {
+    LogitProcessing p;
+    p.top_k = 2;
+    EXPECT_EQ(processed(p, {}, 0, {1, 5, 3, 3}), (std::vector<float>{kDropped, 5, 3, 3}));
+    p.top_k = 0;
+    p.min_p = 0.5f;
+    // kept: l >= max + T ln(0.5); T = 1: 5 - 0.693 = 4.307; T = 4: 5 - 2.77 = 2.23
+    EXPECT_EQ(processed(p, {}, 0, {1, 5, 4.4f, 4.2f}, 1.0f), (std::vector<float>{kDropped, 5, 4.4f, kDropped}));
+    EXPECT_EQ(processed(p, {}, 0, {1, 5, 4.4f, 2.5f}, 4.0f), (std::vector<float>{kDropped, 5, 4.4f, 2.5f}));
+    EXPECT_EQ(processed(p, {}, 0, {1, 5, 4.4f, 2.5f}, 0.0f), (std::vector<float>{1, 5, 4.4f, 2.5f}));  // greedy
+}
+
+TEST(LogitProcessing, InvalidFieldsAreNamed) {
+    LogitProcessing p;
+    p.logit_bias = {{7, 1.0f}};
+    EXPECT_NE(p.invalid_reason(4).find("token 7"), std::string::npos);
+    p.logit_bias = {{1, 101.0f}};
+    EXPECT_NE(p.invalid_reason(4).find("[-100, 100]"), std::string::npos);
+    p = {};
+    p.min_p = std::nanf("");
+    EXPECT_NE(p.invalid_reason(4).find("min_p"), std::string::npos);
+    p = {};
+    p.repetition_penalty = 0.0f;
+    EXPECT_NE(p.invalid_reason(4).find("repetition"), std::string::npos);
+    p = {};
+    p.frequency_penalty = 3.0f;
+    EXPECT_NE(p.invalid_reason(4).find("frequency_penalty"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace aqpim
