@@ -17,6 +17,7 @@
 #include "serve/engine.h"
 #include "serve/http_server.h"
 #include "support/cli.h"
+#include "support/shared_data.h"
 #include "support/temp_dir.h"
 
 namespace aqpim::test {
@@ -30,6 +31,23 @@ inline const LoadedModel& synth_serve_model() {
         if (r.exit_code != 0) throw std::runtime_error("synth failed: " + r.output);
         return load_model(path);
     }();
+    return m;
+}
+
+/// A small engine: 4 slots of 512 tokens in 64 MiB, one thread.
+inline serve::EngineOptions small_engine(const std::string& kv = "f16") {
+    serve::EngineOptions o;
+    o.kv = kv;
+    o.kv_budget_bytes = 64ULL << 20;
+    o.parallel = 4;
+    o.ctx = 512;
+    o.threads = 1;
+    return o;
+}
+
+/// austen-13m from ../shared, loaded once per process.
+inline const LoadedModel& austen_serve_model() {
+    static const LoadedModel m = load_model(shared_path("models/austen-13m/austen-13m-f16.gguf"));
     return m;
 }
 

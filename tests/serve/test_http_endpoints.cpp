@@ -12,15 +12,7 @@ namespace {
 
 using nlohmann::json;
 
-serve::EngineOptions small_engine(const std::string& kv = "f16") {
-    serve::EngineOptions o;
-    o.kv = kv;
-    o.kv_budget_bytes = 64ULL << 20;
-    o.parallel = 4;
-    o.ctx = 512;
-    o.threads = 1;
-    return o;
-}
+using test::small_engine;
 
 json completion_body(int max_tokens, std::uint64_t seed = 3) {
     return {{"model", "x"}, {"prompt", "the quick brown fox jumps over"}, {"max_tokens", max_tokens},

@@ -6,17 +6,11 @@
 #include <map>
 
 #include "serve/http_test_util.h"
-#include "support/shared_data.h"
 
 namespace aqpim {
 namespace {
 
 using nlohmann::json;
-
-const LoadedModel& austen() {
-    static const LoadedModel m = load_model(test::shared_path("models/austen-13m/austen-13m-f16.gguf"));
-    return m;
-}
 
 json complete(httplib::Client& c, json body) {
     body["prompt"] = "It was a truth universally acknowledged, that";
@@ -26,7 +20,7 @@ json complete(httplib::Client& c, json body) {
 }
 
 TEST(HttpSampling, BiasPenaltiesTopKAndMinPReachTheSampler) {
-    const LoadedModel& m = austen();
+    const LoadedModel& m = test::austen_serve_model();
     serve::EngineOptions o;
     o.kv = "pq:calib=16,refresh=0,window=4,sinks=2";
     o.ctx = 256;

@@ -8,26 +8,16 @@
 #include <cmath>
 
 #include "serve/http_test_util.h"
-#include "support/shared_data.h"
 
 namespace aqpim {
 namespace {
 
 using nlohmann::json;
 
-const LoadedModel& austen() {
-    static const LoadedModel m = load_model(test::shared_path("models/austen-13m/austen-13m-f16.gguf"));
-    return m;
-}
-
 serve::EngineOptions engine_options(const std::string& kv = "f16") {
-    serve::EngineOptions o;
-    o.kv = kv;
-    o.kv_budget_bytes = 64ULL << 20;
-    o.parallel = 4;
-    o.ctx = 512;
+    serve::EngineOptions o = test::small_engine(kv);
     o.threads = 2;
-    o.prefill_chunk = 32;
+    o.prefill_chunk = 32;  // prompts of several chunks
     return o;
 }
 
@@ -61,7 +51,7 @@ void expect_consistent_logprobs(const json& choice) {
 }
 
 TEST(HttpScoring, EchoScoresAContinuationAsGeneratingItScoredIt) {
-    const LoadedModel& m = austen();
+    const LoadedModel& m = test::austen_serve_model();
     test::TestServer s(m, engine_options());
     auto c = s.client();
     const std::string prompt = "It was a truth universally acknowledged, that a single man";
@@ -116,7 +106,7 @@ TEST(HttpScoring, EchoScoresAContinuationAsGeneratingItScoredIt) {
 }
 
 TEST(HttpScoring, SeveralPromptsAreChoicesInOrderEachAsItWouldBeAlone) {
-    const LoadedModel& m = austen();
+    const LoadedModel& m = test::austen_serve_model();
     test::TestServer s(m, engine_options("pq:calib=16,refresh=0,window=4,sinks=2"));
     auto c = s.client();
     const std::vector<std::string> prompts = {"Catherine Morland", "She was fond of", "The Tilneys called"};
@@ -143,7 +133,7 @@ TEST(HttpScoring, SeveralPromptsAreChoicesInOrderEachAsItWouldBeAlone) {
 }
 
 TEST(HttpScoring, NChoicesOfAPromptAreItsSeedsSeedPlusJ) {
-    const LoadedModel& m = austen();
+    const LoadedModel& m = test::austen_serve_model();
     test::TestServer s(m, engine_options("pq:calib=16,refresh=0,window=4,sinks=2"));
     auto c = s.client();
     json body = {{"messages", {{{"role", "user"}, {"content", "Who is Mr Tilney?"}}}}, {"max_tokens", 6},
@@ -166,7 +156,7 @@ TEST(HttpScoring, NChoicesOfAPromptAreItsSeedsSeedPlusJ) {
 }
 
 TEST(HttpScoring, StreamedEchoSendsThePromptFirst) {
-    const LoadedModel& m = austen();
+    const LoadedModel& m = test::austen_serve_model();
     test::TestServer s(m, engine_options());
     auto c = s.client();
     json body = {{"prompt", "Northanger Abbey was"}, {"max_tokens", 4}, {"temperature", 0}, {"echo", true}, {"logprobs", 2}};
@@ -189,7 +179,7 @@ TEST(HttpScoring, StreamedEchoSendsThePromptFirst) {
 }
 
 TEST(HttpScoring, TokenizerEndpointsRoundTripAndRefuseNonsense) {
-    const LoadedModel& m = austen();
+    const LoadedModel& m = test::austen_serve_model();
     test::TestServer s(m, engine_options());
     auto c = s.client();
     const std::string text = "Miss Tilney's brother";
