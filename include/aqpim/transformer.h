@@ -18,7 +18,9 @@ namespace aqpim {
 struct BatchSequence {
     int seq_id = 0;
     std::span<const std::int32_t> tokens;
-    bool all_logits = false;  ///< logits for every row (perplexity), else for the last row only
+    /// Logits for every row (perplexity), else for the last row only; the last row's are the same
+    /// either way (computed in one product with the other sequences' last rows).
+    bool all_logits = false;
 };
 
 /// Bytes one forward call read, for achieved-bandwidth reports.

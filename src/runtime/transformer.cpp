@@ -218,20 +218,35 @@ ForwardTraffic Transformer::forward(std::span<const BatchSequence> batch, KvCach
     }
     traffic.kv_bytes = cache.memory().bytes;
 
-    // Logits of the requested rows.
-    std::vector<std::int64_t> rows;
+    // Logits of the requested rows: every sequence's last row in one product (the call a step
+    // that asks for last rows only makes, so asking for all rows never changes the logits a
+    // server samples from: a product's rounding depends on its row count), the other rows in another.
+    std::vector<std::int64_t> last, earlier;      // rows of x_
+    std::vector<std::size_t> last_at, earlier_at;  // their rows of logits
     r = 0;
     for (const BatchSequence& s : batch) {
         const std::int64_t m = std::int64_t(s.tokens.size());
-        for (std::int64_t i = s.all_logits ? 0 : m - 1; i < m; ++i) rows.push_back(r + i);
+        for (std::int64_t i = s.all_logits ? 0 : m - 1; i < m; ++i) {
+            (i == m - 1 ? last : earlier).push_back(r + i);
+            (i == m - 1 ? last_at : earlier_at).push_back(last_at.size() + earlier_at.size());
+        }
         r += m;
     }
-    std::vector<float> picked(rows.size() * c.n_embd);
-    for (std::size_t i = 0; i < rows.size(); ++i)
-        std::copy_n(x_.data() + rows[i] * c.n_embd, c.n_embd, picked.data() + i * c.n_embd);
-    rms_norm(picked.data(), weights_.output_norm, c.rms_eps, std::int64_t(rows.size()), c.n_embd, picked.data());
-    logits.resize(rows.size() * std::size_t(c.n_vocab));
-    product(weights_.output, picked.data(), std::int64_t(rows.size()), logits.data());
+    logits.resize((last.size() + earlier.size()) * std::size_t(c.n_vocab));
+    const auto project = [&](const std::vector<std::int64_t>& from, const std::vector<std::size_t>& to) {
+        if (from.empty()) return;
+        std::vector<float> picked(from.size() * c.n_embd);
+        for (std::size_t i = 0; i < from.size(); ++i)
+            std::copy_n(x_.data() + from[i] * c.n_embd, c.n_embd, picked.data() + i * c.n_embd);
+        rms_norm(picked.data(), weights_.output_norm, c.rms_eps, std::int64_t(from.size()), c.n_embd, picked.data());
+        const std::size_t nv = std::size_t(c.n_vocab);
+        if (earlier.empty()) return product(weights_.output, picked.data(), std::int64_t(from.size()), logits.data());
+        std::vector<float> out(from.size() * nv);
+        product(weights_.output, picked.data(), std::int64_t(from.size()), out.data());
+        for (std::size_t i = 0; i < from.size(); ++i) std::copy_n(out.data() + i * nv, nv, logits.data() + to[i] * nv);
+    };
+    project(last, last_at);
+    project(earlier, earlier_at);
 
     traffic.weight_bytes = decode_weight_bytes();
     return traffic;

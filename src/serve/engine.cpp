@@ -73,7 +73,15 @@ Engine::Engine(const ModelWeights& weights, const EngineOptions& options)
 Engine::~Engine() = default;
 
 SubmitResult Engine::submit(GenerationRequest request, EventCallback on_event) {
-    return impl_->submit(std::move(request), std::move(on_event));
+    std::vector<GenerationRequest> r(1);
+    r[0] = std::move(request);
+    std::vector<EventCallback> cb(1);
+    cb[0] = std::move(on_event);
+    return impl_->submit_all(std::move(r), std::move(cb))[0];
+}
+
+std::vector<SubmitResult> Engine::submit_all(std::vector<GenerationRequest> requests, std::vector<EventCallback> callbacks) {
+    return impl_->submit_all(std::move(requests), std::move(callbacks));
 }
 bool Engine::cancel(std::uint64_t request_id) { return impl_->cancel(request_id); }
 

@@ -185,6 +185,11 @@ public:
 
     /// Queue a request; on_event then receives its tokens and its final event (scheduler thread).
     SubmitResult submit(GenerationRequest request, EventCallback on_event);
+    /// Queue several requests at once, all or none (the choices of one HTTP request): every one is
+    /// accepted, in order, or every result carries the same rejection (the first invalid or
+    /// never-fitting request's; queue_full when they do not all fit the queue now; invalid when
+    /// they are more than the queue could ever hold).
+    std::vector<SubmitResult> submit_all(std::vector<GenerationRequest> requests, std::vector<EventCallback> callbacks);
     /// Stop a queued or running request: it finishes with `cancelled` and its pages are released
     /// before the next step. Unknown or finished id: false.
     bool cancel(std::uint64_t request_id);

@@ -109,7 +109,7 @@ struct Engine::Impl {
     /// Empty when the request is well formed, else what is wrong.
     std::string invalid_reason(const GenerationRequest& r) const;
 
-    SubmitResult submit(GenerationRequest request, EventCallback on_event);
+    std::vector<SubmitResult> submit_all(std::vector<GenerationRequest> requests, std::vector<EventCallback> callbacks);
     bool cancel(std::uint64_t id);
 
     /// Run f on the scheduler thread between steps and wait for it (rethrowing its exception).

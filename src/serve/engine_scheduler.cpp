@@ -424,7 +424,7 @@ TokenEvent Engine::Impl::draw(Slot& s, const float* lg) const {
         drawn_from = s.processed.data();
     }
     ev.token = s.sampler->sample(drawn_from, n_vocab);
-    if (ev.token != opt.eos_token)
+    if (ev.token != opt.eos_token || s.request.prompt_logprobs)
         ev.logprob = log_probabilities(lg, n_vocab, ev.token, s.request.top_logprobs, ev.top_logprobs);
     return ev;
 }
@@ -433,7 +433,10 @@ TokenEvent Engine::Impl::draw(Slot& s, const float* lg) const {
 void Engine::Impl::report(Slot& s, TokenEvent ev) {
     const std::int32_t next = ev.token;
     s.tokens.push_back(next);  // fed by the next step
-    if (next == opt.eos_token) return finish(s, FinishReason::stop);
+    // EOS ends the request; a scoring request (prompt_logprobs) reports it first, as vLLM does:
+    // the token after the prompt is what its scores are read up to.
+    const bool eos = next == opt.eos_token;
+    if (eos && !s.request.prompt_logprobs) return finish(s, FinishReason::stop);
     ev.request_id = s.request_id;
     ev.n_prompt = s.n_prompt;
     ev.n_generated = ++s.n_generated;
@@ -447,6 +450,7 @@ void Engine::Impl::report(Slot& s, TokenEvent ev) {
     }
     s.since_token.reset();
     const bool stop_now = s.on_event && s.on_event(ev);
+    if (eos) return finish(s, FinishReason::stop);
     bool stop = stop_now;
     for (const auto& seq : s.request.stop_sequences) stop = stop || ends_with(s.tokens, s.first_generated, seq);
     if (stop) return finish(s, FinishReason::stop);

@@ -53,42 +53,53 @@ std::string Engine::Impl::invalid_reason(const GenerationRequest& r) const {
     return {};
 }
 
-SubmitResult Engine::Impl::submit(GenerationRequest request, EventCallback on_event) {
-    if (const std::string why = invalid_reason(request); !why.empty()) return reject(Rejection::invalid, why);
-    std::uint64_t need = 0;
-    if (request.resume_slot < 0) {
-        need = reservation(std::int64_t(request.prompt.size()) + request.max_tokens);
-        if (base_bytes + need > opt.kv_budget_bytes)
-            return reject(Rejection::never_fits,
-                          fmt::format("the request needs {} bytes of KV ({} prompt + {} max_tokens under {}), more "
-                                      "than the whole budget of {} bytes",
-                                      need, request.prompt.size(), request.max_tokens, spec.text,
-                                      opt.kv_budget_bytes - base_bytes),
-                          need);
+std::vector<SubmitResult> Engine::Impl::submit_all(std::vector<GenerationRequest> requests,
+                                                   std::vector<EventCallback> callbacks) {
+    const std::size_t k = requests.size();
+    AQPIM_CHECK(k >= 1 && callbacks.size() == k, "submit_all: {} requests and {} callbacks", k, callbacks.size());
+    const auto all = [k](const SubmitResult& r) { return std::vector<SubmitResult>(k, r); };
+    std::vector<std::uint64_t> need(k, 0);
+    for (std::size_t i = 0; i < k; ++i) {
+        const GenerationRequest& request = requests[i];
+        if (const std::string why = invalid_reason(request); !why.empty()) return all(reject(Rejection::invalid, why));
+        if (request.resume_slot >= 0) continue;
+        need[i] = reservation(std::int64_t(request.prompt.size()) + request.max_tokens);
+        if (base_bytes + need[i] > opt.kv_budget_bytes)
+            return all(reject(Rejection::never_fits,
+                              fmt::format("the request needs {} bytes of KV ({} prompt + {} max_tokens under {}), more "
+                                          "than the whole budget of {} bytes",
+                                          need[i], request.prompt.size(), request.max_tokens, spec.text,
+                                          opt.kv_budget_bytes - base_bytes),
+                              need[i]));
     }
+    if (int(k) > opt.queue_capacity + 1)
+        return all(reject(Rejection::invalid, fmt::format("{} requests at once: the admission queue holds {} (--queue)",
+                                                          k, opt.queue_capacity)));
     std::unique_lock<std::mutex> lk(mu);
     if (stopping) {
         lk.unlock();
-        return reject(Rejection::queue_full, "the engine is stopping");
+        return all(reject(Rejection::queue_full, "the engine is stopping"));
     }
     // A request the next step admits (nothing ahead of it, an idle slot, room in the budget)
     // does not wait: queue_capacity 0 still serves while a slot and the bytes are free.
     const bool idle_slot = std::any_of(published_slots.begin(), published_slots.end(),
                                        [](const SlotInfo& s) { return s.phase == SlotPhase::idle; });
-    const bool taken_now = queue.empty() && idle_slot && request.resume_slot < 0 &&
-                           published.kv_bytes_reserved + need <= opt.kv_budget_bytes;
-    if (int(queue.size()) >= opt.queue_capacity && !taken_now) {
+    const bool taken_now = queue.empty() && idle_slot && requests[0].resume_slot < 0 &&
+                           published.kv_bytes_reserved + need[0] <= opt.kv_budget_bytes;
+    if (int(queue.size() + k) > opt.queue_capacity + (taken_now ? 1 : 0)) {  // all or none
         lk.unlock();
-        return reject(Rejection::queue_full, fmt::format("the queue is full ({} requests wait)", opt.queue_capacity));
+        return all(reject(Rejection::queue_full, fmt::format("the queue is full ({} requests wait)", opt.queue_capacity)));
     }
-    SubmitResult res;
-    res.request_id = next_id++;
-    queue.push_back(Pending{res.request_id, std::move(request), std::move(on_event), need, Timer()});
-    live.insert(res.request_id);
-    ++published.requests_accepted;
+    std::vector<SubmitResult> results(k);
+    for (std::size_t i = 0; i < k; ++i) {
+        results[i].request_id = next_id++;
+        queue.push_back(Pending{results[i].request_id, std::move(requests[i]), std::move(callbacks[i]), need[i], Timer()});
+        live.insert(results[i].request_id);
+        ++published.requests_accepted;
+    }
     lk.unlock();
     cv.notify_all();
-    return res;
+    return results;
 }
 
 bool Engine::Impl::cancel(std::uint64_t id) {

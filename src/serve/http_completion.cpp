@@ -16,6 +16,7 @@ bool Channel::on_event(const TokenEvent& e) {
     if (e.finish == FinishReason::none && e.token < 0) {  // the prompt's scores
         std::lock_guard<std::mutex> lk(mu_);
         prompt_ = e.prompt;
+        prompt_new_ = true;
         cv_.notify_all();
         return false;
     }
@@ -33,7 +34,8 @@ bool Channel::on_event(const TokenEvent& e) {
 
 bool Channel::wait(std::chrono::milliseconds timeout, std::vector<TextDelta>& out, Final& final) {
     std::unique_lock<std::mutex> lk(mu_);
-    cv_.wait_for(lk, timeout, [&] { return done_ || !deltas_.empty(); });
+    cv_.wait_for(lk, timeout, [&] { return done_ || !deltas_.empty() || prompt_new_; });
+    prompt_new_ = false;
     for (auto& d : deltas_) out.push_back(std::move(d));
     deltas_.clear();
     if (done_) final = final_;
@@ -108,6 +110,9 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         for (const SlotInfo& s : engine.slots())
             if (s.id == p.id_slot) slot_token = s.last_token;
     const std::uint64_t seed = p.seed ? *p.seed : draw_seed();
+    std::vector<GenerationRequest> requests;
+    std::vector<EventCallback> callbacks;
+    std::size_t logprob_entries = 0;  // what the response's logprobs will hold
     for (std::size_t i = 0; i < choices.size(); ++i) {
         Choice& c = choices[i];
         GenerationRequest g;
@@ -136,23 +141,35 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             }
         const std::int32_t prev_token = c.prompt.empty() ? slot_token : c.prompt.back();
         c.channel = std::make_shared<Channel>(tokenizer, stops, prev_token);
-        const SubmitResult r = engine.submit(std::move(g), [ch = c.channel](const TokenEvent& e) { return ch->on_event(e); });
-        if (!r.ok())
-            for (std::size_t j = 0; j < i; ++j) engine.cancel(choices[j].request_id);  // all or none
-        switch (r.rejection) {
-            case Rejection::none: break;
-            case Rejection::queue_full: throw ApiError(503, r.message);
-            case Rejection::never_fits: throw ApiError(400, r.message, "max_tokens");
-            case Rejection::invalid: throw ApiError(400, r.message);
-        }
-        c.request_id = r.request_id;
+        if (p.logprobs)
+            logprob_entries += (c.echoed.size() + std::size_t(std::max(0, g.max_tokens))) * std::size_t(1 + p.top_logprobs);
+        requests.push_back(std::move(g));
+        callbacks.push_back([ch = c.channel](const TokenEvent& e) { return ch->on_event(e); });
     }
+    // The whole response is built in memory when it is not streamed: bound what logprobs can make it.
+    if (!p.stream && logprob_entries > limits.max_logprob_entries)
+        throw ApiError(400, fmt::format("logprobs of {} tokens x (1 + {} alternatives) over {} choices: {} entries, "
+                                        "more than {} (fewer choices, tokens or alternatives, or stream)",
+                                        logprob_entries / std::size_t(1 + p.top_logprobs) / choices.size(),
+                                        p.top_logprobs, choices.size(), logprob_entries, limits.max_logprob_entries),
+                       "logprobs");
+    const std::vector<SubmitResult> submitted = engine.submit_all(std::move(requests), std::move(callbacks));
+    const SubmitResult& r = submitted[0];  // all accepted, or all with the same rejection
+    switch (r.rejection) {
+        case Rejection::none: break;
+        case Rejection::queue_full: throw ApiError(503, r.message);
+        case Rejection::never_fits: throw ApiError(400, r.message, "max_tokens");
+        case Rejection::invalid: throw ApiError(400, r.message);
+    }
+    for (std::size_t i = 0; i < choices.size(); ++i) choices[i].request_id = submitted[i].request_id;
 
     const ResponseHeader h{chat, fmt::format("{}-{}-{}", chat ? "chatcmpl" : "cmpl", id_prefix, choices[0].request_id),
                            options.model_alias, std::int64_t(std::time(nullptr))};
     auto gone = [this, choices] {
+        bool cancelled = false;
         for (const Choice& c : choices)
-            if (c.channel->first_to_see_gone() && engine.cancel(c.request_id)) count_disconnect();
+            if (c.channel->first_to_see_gone() && engine.cancel(c.request_id)) cancelled = true;
+        if (cancelled) count_disconnect();  // one client
         return false;
     };
     auto logprobs = [this, chat, want = p.logprobs](const std::vector<TokenText>& tokens, std::size_t offset) {
@@ -192,7 +209,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                     text = c.echo_text + text;
                 }
                 out.push_back({std::move(text), finish_name(fin), logprobs(tokens, 0)});
-                usage.prompt_tokens += fin.n_prompt;
+                if ((&c - choices.data()) % p.n == 0) usage.prompt_tokens += fin.n_prompt;  // a prompt once, whatever n
                 usage.completion_tokens += fin.n_generated;
             }
             const std::string s = dump_json(failed ? failed->to_json() : completion_json(h, out, usage));

@@ -34,8 +34,8 @@ public:
         int n_prompt = 0, n_generated = 0;
         std::string error;
     };
-    /// Wait up to `timeout` for text or the end; moves what arrived into `out`. True when finished
-    /// (then `final` is filled).
+    /// Wait up to `timeout` for text, the prompt's scores or the end; moves the text that arrived
+    /// into `out`. True when finished (then `final` is filled).
     bool wait(std::chrono::milliseconds timeout, std::vector<TextDelta>& out, Final& final);
     /// True the first time only: the connection's writer and its releaser may both see the client gone.
     bool first_to_see_gone() { return !gone_.exchange(true); }
@@ -49,6 +49,7 @@ private:
     std::deque<TextDelta> deltas_;
     bool done_ = false;
     std::optional<std::vector<ScoredToken>> prompt_;
+    bool prompt_new_ = false;  ///< the scores came since the last wait
     Final final_;
     std::atomic<bool> gone_{false};
 };

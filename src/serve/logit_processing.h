@@ -1,8 +1,8 @@
 #pragma once
 // What a request asks done to the logits before its sampler draws (docs/serve.md, "Sampling
-// parameters"): OpenAI's logit_bias, frequency_penalty and presence_penalty, and top_k, min_p and
-// the repetition penalty of vLLM and llama-server. Applied in that order, then the sampler's
-// temperature and top_p. Reported logprobs stay those of the unprocessed logits (as vLLM's).
+// parameters"), in this order: OpenAI's logit_bias, the repetition penalty of vLLM and
+// llama-server, OpenAI's frequency_penalty and presence_penalty, then top_k and min_p; then the
+// sampler's temperature and top_p. Reported logprobs stay those of the unprocessed logits (as vLLM's).
 
 #include <cstdint>
 #include <span>

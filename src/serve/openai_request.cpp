@@ -164,6 +164,7 @@ void read_stop(const json& v, const RequestLimits& limits, CompletionParams& p) 
 void read_processing(const json& body, const RequestLimits& limits, LogitProcessing& lp) {
     if (const json* v = field(body, "logit_bias")) {
         if (!v->is_object()) bad("logit_bias", fmt::format("expected an object of token id: bias, got {}", type_name(*v)));
+        std::set<std::int32_t> seen;
         for (const auto& [key, value] : v->items()) {
             const std::string param = "logit_bias." + key.substr(0, 32);
             std::int32_t id = -1;
@@ -171,6 +172,7 @@ void read_processing(const json& body, const RequestLimits& limits, LogitProcess
             const auto [ptr, ec] = std::from_chars(key.data(), end, id);
             if (ec != std::errc() || ptr != end || id < 0 || id >= limits.n_vocab)
                 bad(param, fmt::format("a key must be a token id in [0, {})", limits.n_vocab));
+            if (!seen.insert(id).second) bad(param, fmt::format("token {} is biased twice", id));
             lp.logit_bias.emplace_back(id, float(number(value, param, -100, 100)));
         }
     }

@@ -38,6 +38,9 @@ struct RequestLimits {
     std::size_t max_stop_bytes = 256;
     int max_top_logprobs = 20;
     int max_choices = 64;        ///< prompts x n in one request (a sequence each)
+    /// tokens x (1 + alternatives) that the logprobs of one whole (not streamed) response may
+    /// hold (it is built in memory: about 130 bytes each).
+    std::size_t max_logprob_entries = std::size_t(1) << 20;
 };
 
 struct PromptInput {

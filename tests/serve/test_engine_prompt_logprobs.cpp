@@ -57,7 +57,8 @@ void check_scores(const std::string& kv) {
     serve::GenerationRequest r;
     r.prompt = test::test_prompt(40, 5, n_vocab);
     r.max_tokens = 3;
-    r.sampler.temperature = 0.0f;
+    r.sampler.temperature = 0.9f;
+    r.sampler.seed = 17;
     r.top_logprobs = 2;
     r.prompt_logprobs = true;
     serve::Engine e(m.weights, o);
@@ -84,10 +85,17 @@ void check_scores(const std::string& kv) {
         EXPECT_GE(s.top[0].logprob, s.top[1].logprob);
     }
     EXPECT_LT(worst, 1e-4) << kv;
-    // Scoring the prompt does not change what follows: the same request without it.
+    // Scoring the prompt does not change what follows: the same request without it draws the
+    // same tokens from the same logits, to the bit (the last row's product is the same call).
     r.prompt_logprobs = false;
     auto plain = test::submit_collect(e, r);
     EXPECT_EQ(c->tokens(), plain->tokens()) << kv;
+    std::vector<float> scored_lp, plain_lp;
+    for (const auto& ev : c->events)
+        if (ev.token >= 0) scored_lp.push_back(ev.logprob);
+    for (const auto& ev : plain->events)
+        if (ev.token >= 0) plain_lp.push_back(ev.logprob);
+    EXPECT_EQ(scored_lp, plain_lp) << kv;
     EXPECT_EQ(c->final_event().n_prompt, 40);
     // max_tokens 0: the scores, then the end (nothing sampled).
     r.prompt_logprobs = true;

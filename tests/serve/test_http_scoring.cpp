@@ -103,6 +103,19 @@ TEST(HttpScoring, EchoScoresAContinuationAsGeneratingItScoredIt) {
     EXPECT_EQ(only["choices"][0]["finish_reason"], "length");
     EXPECT_EQ(only["usage"]["completion_tokens"], 0);
     EXPECT_EQ(post(c, "/v1/completions", {{"prompt", ids}, {"max_tokens", 0}}, 400)["error"]["param"], "max_tokens");
+
+    // A continuation that is EOS is reported (empty text, its logprob), so [ctxlen:-1] still ends
+    // at the continuation: as vLLM answers.
+    const json eos = post(c, "/v1/completions", {{"prompt", json::array({ids})}, {"max_tokens", 1}, {"temperature", 0},
+                                                 {"logprobs", 1}, {"echo", true},
+                                                 {"logit_bias", {{std::to_string(m.tokenizer->eos()), 100}}}});
+    const json& elp = eos["choices"][0]["logprobs"];
+    ASSERT_EQ(elp["token_logprobs"].size(), ids.size() + 1);
+    EXPECT_EQ(elp["tokens"].back(), "");
+    EXPECT_LT(elp["token_logprobs"].back().get<double>(), 0.0);
+    EXPECT_EQ(elp["token_logprobs"][ctxlen + 2], lp["token_logprobs"][ctxlen + 2]);
+    EXPECT_EQ(eos["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(eos["usage"]["completion_tokens"], 1);
 }
 
 TEST(HttpScoring, SeveralPromptsAreChoicesInOrderEachAsItWouldBeAlone) {
@@ -153,6 +166,36 @@ TEST(HttpScoring, NChoicesOfAPromptAreItsSeedsSeedPlusJ) {
         EXPECT_EQ(all["choices"][j]["message"]["content"], alone[j]) << j;
     }
     EXPECT_EQ(all["usage"]["completion_tokens"], 18);
+    body["n"] = 1;
+    EXPECT_EQ(all["usage"]["prompt_tokens"], post(c, "/v1/chat/completions", body)["usage"]["prompt_tokens"])
+        << "a prompt counts once, whatever n";
+}
+
+TEST(HttpScoring, SeveralChoicesAreAdmittedAllOrNone) {
+    const LoadedModel& m = test::austen_serve_model();
+    serve::EngineOptions o = engine_options();
+    o.queue_capacity = 2;  // at most 3 requests at once (one admitted at the next step)
+    o.ctx = 1024;
+    test::TestServer s(m, o);
+    auto c = s.client();
+    json body = {{"prompt", "It was"}, {"max_tokens", 4}, {"temperature", 0}};
+    body["n"] = 3;
+    EXPECT_EQ(post(c, "/v1/completions", body)["choices"].size(), 3u);
+    body["n"] = 4;
+    EXPECT_NE(post(c, "/v1/completions", body, 400)["error"]["message"].get<std::string>().find("queue holds 2"),
+              std::string::npos);
+    // One prompt of three too long for the context: nothing of the request starts.
+    std::string long_prompt;
+    for (int i = 0; i < 1100; ++i) long_prompt += " and";
+    body = {{"prompt", {"It was", long_prompt, "She"}}, {"max_tokens", 4}};
+    EXPECT_NE(post(c, "/v1/completions", body, 400)["error"]["message"].get<std::string>().find("exceeds the context"),
+              std::string::npos);
+    // A whole response whose logprobs would hold more than 2^20 entries is refused before anything runs.
+    body = {{"prompt", "It was"}, {"max_tokens", 1000}, {"logprobs", 20}, {"n", 64}};
+    EXPECT_EQ(post(c, "/v1/completions", body, 400)["error"]["param"], "logprobs");
+    const json stats = json::parse(c.Get("/slots")->body);
+    for (const json& slot : stats) EXPECT_EQ(slot["state"], "idle");
+    EXPECT_NE(c.Get("/metrics")->body.find("aqpim_sequences_queued 0"), std::string::npos);
 }
 
 TEST(HttpScoring, StreamedEchoSendsThePromptFirst) {

@@ -240,6 +240,7 @@ TEST(OpenAiRequest, NamesWhatIsWrong) {
     expect({{"prompt", "x"}, {"logit_bias", {{"100", 1}}}}, false, "logit_bias.100", "token id");
     expect({{"prompt", "x"}, {"logit_bias", {{"5", 101}}}}, false, "logit_bias.5", "outside");
     expect({{"prompt", "x"}, {"logit_bias", {1, 2}}}, false, "logit_bias", "expected an object");
+    expect({{"prompt", "x"}, {"logit_bias", {{"1", 1}, {"01", 1}}}}, false, "logit_bias.1", "biased twice");
     expect({{"prompt", "x"}, {"repeat_last_n", 8}}, false, "repeat_last_n", "needs repeat_penalty");
     expect({{"prompt", "x"}, {"repeat_penalty", 1.1}, {"repetition_penalty", 1.1}}, false, "repeat_penalty", "one of");
     expect({{"prompt", "x"}, {"min_p", 1.5}}, false, "min_p", "outside");
