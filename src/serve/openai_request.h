@@ -34,7 +34,9 @@ private:
 /// What a request may ask for.
 struct RequestLimits {
     int n_vocab = 0;             ///< token ids in a prompt are below this
-    int max_stop = 4;            ///< stop strings per request (OpenAI's limit)
+    /// Stop strings per request: OpenAI's limit is 4, vLLM and llama-server set none, and
+    /// lm-evaluation-harness's generation tasks send their `until` list plus EOS (often more than 4).
+    int max_stop = 16;
     std::size_t max_stop_bytes = 256;
     int max_top_logprobs = 20;
     int max_choices = 64;        ///< prompts x n in one request (a sequence each)
