@@ -30,8 +30,6 @@ bool LogitProcessing::active() const {
 
 namespace {
 
-constexpr float kDropped = kDroppedLogit;
-
 /// Tokens of tokens[from..] with their counts.
 std::unordered_map<std::int32_t, int> counts(std::span<const std::int32_t> tokens, std::size_t from) {
     std::unordered_map<std::int32_t, int> c;
@@ -63,14 +61,14 @@ void apply_logit_processing(const LogitProcessing& p, std::span<const std::int32
         const float kth = sorted[std::size_t(p.top_k - 1)];
         // Ties at the k-th value are kept (the set does not depend on how ids are ordered).
         for (int i = 0; i < n_vocab; ++i)
-            if (logits[i] < kth) logits[i] = kDropped;
+            if (logits[i] < kth) logits[i] = kDroppedLogit;
     }
     if (p.min_p > 0.0f && temperature > 0.0f) {
         // p_i / p_max = exp((l_i - l_max) / T) >= min_p  <=>  l_i >= l_max + T ln(min_p)
         const float mx = *std::max_element(logits, logits + n_vocab);
         const float threshold = mx + temperature * std::log(p.min_p);
         for (int i = 0; i < n_vocab; ++i)
-            if (logits[i] < threshold) logits[i] = kDropped;
+            if (logits[i] < threshold) logits[i] = kDroppedLogit;
     }
 }
 

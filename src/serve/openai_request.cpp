@@ -160,6 +160,13 @@ void read_stop(const json& v, const RequestLimits& limits, CompletionParams& p) 
     for (std::size_t i = 0; i < v.size(); ++i) add(v[i], fmt::format("stop[{}]", i));
 }
 
+/// Every key of the body `known` accepts, else 400 as OpenAI words it.
+template <class Known>
+void refuse_unknown_fields(const json& body, Known known) {
+    for (const auto& item : body.items())
+        if (!known(item.key())) throw ApiError(400, "Unrecognized request argument supplied: " + item.key(), item.key());
+}
+
 /// logit_bias, the penalties, top_k and min_p (docs/serve.md, "Sampling parameters").
 void read_processing(const json& body, const RequestLimits& limits, LogitProcessing& lp) {
     if (const json* v = field(body, "logit_bias")) {
@@ -216,9 +223,9 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
     static const std::set<std::string> completions_only = {"prompt", "echo", "best_of", "suffix"};
     static const std::set<std::string> chat_only = {"messages", "top_logprobs", "max_completion_tokens",
                                                     "response_format"};
-    for (const auto& [key, value] : body.items())
-        if (!common.count(key) && !(chat ? chat_only : completions_only).count(key))
-            throw ApiError(400, "Unrecognized request argument supplied: " + key, key);
+    refuse_unknown_fields(body, [&](const std::string& key) {
+        return common.count(key) || (chat ? chat_only : completions_only).count(key);
+    });
     check_neutral(body);
 
     CompletionParams p;
@@ -282,21 +289,9 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
     return p;
 }
 
-namespace {
-
-/// Every key of body is one of `known`, else 400 naming it.
-void only_fields(const json& body, std::initializer_list<const char*> known) {
-    if (!body.is_object()) bad("body", fmt::format("expected a JSON object, got {}", type_name(body)));
-    for (const auto& item : body.items())
-        if (const std::string& key = item.key();
-            std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; }))
-            throw ApiError(400, "Unrecognized request argument supplied: " + key, key);
-}
-
-}  // namespace
-
 TokenizeParams parse_tokenize_request(const json& body) {
-    only_fields(body, {"prompt", "content", "add_special_tokens", "add_special", "model"});
+    static const std::set<std::string> known = {"prompt", "content", "add_special_tokens", "add_special", "model"};
+    refuse_unknown_fields(body, [](const std::string& key) { return known.count(key) > 0; });
     const json* prompt = field(body, "prompt");
     const json* content = field(body, "content");
     if (!prompt == !content) bad("prompt", "give the text as exactly one of prompt (vLLM) or content (llama-server)");
@@ -310,7 +305,7 @@ TokenizeParams parse_tokenize_request(const json& body) {
 }
 
 std::vector<std::int32_t> parse_detokenize_request(const json& body, const RequestLimits& limits) {
-    only_fields(body, {"tokens", "model"});
+    refuse_unknown_fields(body, [](const std::string& key) { return key == "tokens" || key == "model"; });
     const json* v = field(body, "tokens");
     if (!v) bad("tokens", "missing");
     if (!v->is_array()) bad("tokens", fmt::format("expected an array of token ids, got {}", type_name(*v)));
