@@ -12,34 +12,62 @@ namespace aqpim::serve {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
+std::uint64_t Wakeup::generation() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return generation_;
+}
+
+void Wakeup::notify() {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        ++generation_;
+    }
+    cv_.notify_all();
+}
+
+bool Wakeup::wait_until(std::uint64_t seen, std::chrono::steady_clock::time_point until) {
+    std::unique_lock<std::mutex> lk(mu_);
+    return cv_.wait_until(lk, until, [&] { return generation_ != seen; });
+}
+
 bool Channel::on_event(const TokenEvent& e) {
     if (e.finish == FinishReason::none && e.token < 0) {  // the prompt's scores
-        std::lock_guard<std::mutex> lk(mu_);
-        prompt_ = e.prompt;
-        prompt_new_ = true;
-        cv_.notify_all();
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            prompt_ = e.prompt;
+        }
+        wakeup_->notify();
         return false;
     }
     const bool last = e.finish != FinishReason::none;
     TextDelta d = last ? text_.flush() : text_.push(e);
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!d.empty()) deltas_.push_back(std::move(d));
-    if (last) {
-        done_ = true;
-        final_ = {e.finish, text_.stopped(), e.n_prompt, e.n_generated, e.error};
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!d.empty()) deltas_.push_back(std::move(d));
+        if (last) {
+            done_ = true;
+            final_ = {e.finish, text_.stopped(), e.n_prompt, e.n_generated, e.error};
+        }
     }
-    cv_.notify_all();
+    wakeup_->notify();
     return !last && text_.stopped();
 }
 
-bool Channel::wait(std::chrono::milliseconds timeout, std::vector<TextDelta>& out, Final& final) {
-    std::unique_lock<std::mutex> lk(mu_);
-    cv_.wait_for(lk, timeout, [&] { return done_ || !deltas_.empty() || prompt_new_; });
-    prompt_new_ = false;
+bool Channel::poll(std::vector<TextDelta>& out, Final& final) {
+    std::lock_guard<std::mutex> lk(mu_);
     for (auto& d : deltas_) out.push_back(std::move(d));
     deltas_.clear();
     if (done_) final = final_;
     return done_;
+}
+
+bool Channel::wait(std::chrono::milliseconds timeout, std::vector<TextDelta>& out, Final& final) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+        const std::uint64_t seen = wakeup_->generation();  // before looking: an event after it wakes us
+        const bool done = poll(out, final);
+        if (done || !out.empty() || !wakeup_->wait_until(seen, until)) return done;
+    }
 }
 
 std::optional<std::vector<ScoredToken>> Channel::prompt_scores() {
@@ -110,6 +138,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         for (const SlotInfo& s : engine.slots())
             if (s.id == p.id_slot) slot_token = s.last_token;
     const std::uint64_t seed = p.seed ? *p.seed : draw_seed();
+    const auto wakeup = std::make_shared<Wakeup>();  // one for the request: a stream waits on all its choices
     std::vector<GenerationRequest> requests;
     std::vector<EventCallback> callbacks;
     std::size_t logprob_entries = 0;  // what the response's logprobs will hold
@@ -140,7 +169,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                 prev = t;
             }
         const std::int32_t prev_token = c.prompt.empty() ? slot_token : c.prompt.back();
-        c.channel = std::make_shared<Channel>(tokenizer, stops, prev_token);
+        c.channel = std::make_shared<Channel>(tokenizer, stops, prev_token, wakeup);
         if (p.logprobs)
             logprob_entries += (c.echoed.size() + std::size_t(std::max(0, g.max_tokens))) * std::size_t(1 + p.top_logprobs);
         requests.push_back(std::move(g));
@@ -165,11 +194,15 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
 
     const ResponseHeader h{chat, fmt::format("{}-{}-{}", chat ? "chatcmpl" : "cmpl", id_prefix, choices[0].request_id),
                            options.model_alias, std::int64_t(std::time(nullptr))};
-    auto gone = [this, choices] {
+    // Cancels every choice still running; true when one was (a choice is cancelled once).
+    auto cancel_all = [this, choices] {
         bool cancelled = false;
         for (const Choice& c : choices)
             if (c.channel->first_to_see_gone() && engine.cancel(c.request_id)) cancelled = true;
-        if (cancelled) count_disconnect();  // one client
+        return cancelled;
+    };
+    auto gone = [this, cancel_all] {
+        if (cancel_all()) count_disconnect();  // one client
         return false;
     };
     auto logprobs = [this, chat, want = p.logprobs](const std::vector<TokenText>& tokens, std::size_t offset) {
@@ -220,45 +253,70 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         return;
     }
 
+    // Streamed: each choice's chunks carry its index, interleaved as its tokens come (OpenAI's
+    // order for n > 1); a choice's finish_reason chunk ends it, [DONE] ends the stream.
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider("text/event-stream", [=](std::size_t, httplib::DataSink& sink) {
-        const Choice& c = choices[0];
         auto send = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-        if (chat && !send(sse_event(stream_chunk_json(h, "", nullptr, nullptr, true)))) return gone();
-        std::size_t offset = 0;
-        bool echo_due = p.echo;
+        struct Progress {
+            std::size_t offset = 0;  ///< text sent so far (logprobs' text_offset)
+            bool echo_due = false;
+            bool done = false;
+        };
+        std::vector<Progress> progress(choices.size(), Progress{0, p.echo, false});
+        if (chat)
+            for (std::size_t i = 0; i < choices.size(); ++i)
+                if (!send(sse_event(stream_chunk_json(h, i, "", nullptr, nullptr, true)))) return gone();
         // The echoed prompt goes first; its scores (with logprobs) come before any generated token.
-        auto echo = [&](bool done) {
-            if (!echo_due) return true;
+        auto echo = [&](std::size_t i, bool done) {
+            const Choice& c = choices[i];
+            Progress& pr = progress[i];
+            if (!pr.echo_due) return true;
             std::optional<std::vector<ScoredToken>> scores = p.logprobs ? c.channel->prompt_scores() : std::nullopt;
             if (p.logprobs && !scores && !done) return true;
-            echo_due = false;
-            offset = c.echo_text.size();
-            return send(sse_event(stream_chunk_json(h, c.echo_text, logprobs(scored(c.echoed, scores), 0), nullptr)));
+            pr.echo_due = false;
+            pr.offset = c.echo_text.size();
+            return send(sse_event(stream_chunk_json(h, i, c.echo_text, logprobs(scored(c.echoed, scores), 0), nullptr)));
         };
+        Usage usage;
+        std::size_t n_open = choices.size();
         for (;;) {
-            if (!echo(false)) return gone();
-            std::vector<TextDelta> got;
-            Channel::Final fin;
-            const bool done = c.channel->wait(1000ms, got, fin);
-            if (!echo(done)) return gone();
-            if (got.empty() && !done && !send(": keep-alive\n\n")) return gone();
-            for (const TextDelta& d : got) {
-                if (d.text.empty() && !p.logprobs) continue;
-                if (!send(sse_event(stream_chunk_json(h, d.text, logprobs(d.tokens, offset), nullptr)))) return gone();
-                offset += d.text.size();
+            const std::uint64_t seen = wakeup->generation();  // before looking: an event after it wakes us
+            for (std::size_t i = 0; i < choices.size(); ++i) {
+                Progress& pr = progress[i];
+                if (pr.done) continue;
+                std::vector<TextDelta> got;
+                Channel::Final fin;
+                const bool done = choices[i].channel->poll(got, fin);
+                if (!echo(i, done)) return gone();
+                for (const TextDelta& d : got) {
+                    if (d.text.empty() && !p.logprobs) continue;
+                    if (!send(sse_event(stream_chunk_json(h, i, d.text, logprobs(d.tokens, pr.offset), nullptr))))
+                        return gone();
+                    pr.offset += d.text.size();
+                }
+                if (!done) continue;
+                if (fin.finish == FinishReason::error) {  // the others stop too: the stream ends with the error
+                    cancel_all();
+                    send(sse_event(ApiError(500, fin.error).to_json()));
+                    send(kSseDone);
+                    sink.done();
+                    return true;
+                }
+                pr.done = true;
+                --n_open;
+                if (!send(sse_event(stream_chunk_json(h, i, "", nullptr, finish_name(fin))))) return gone();
+                if (i % std::size_t(p.n) == 0) usage.prompt_tokens += fin.n_prompt;  // a prompt once, whatever n
+                usage.completion_tokens += fin.n_generated;
             }
-            if (!done) continue;
-            if (fin.finish == FinishReason::error) {
-                send(sse_event(ApiError(500, fin.error).to_json()));
-            } else {
-                send(sse_event(stream_chunk_json(h, "", nullptr, finish_name(fin))));
-                if (p.include_usage) send(sse_event(stream_usage_json(h, {fin.n_prompt, fin.n_generated})));
-            }
-            send(kSseDone);
-            sink.done();
-            return true;
+            if (n_open == 0) break;
+            if (!wakeup->wait_until(seen, std::chrono::steady_clock::now() + 1000ms) && !send(": keep-alive\n\n"))
+                return gone();
         }
+        if (p.include_usage) send(sse_event(stream_usage_json(h, usage)));
+        send(kSseDone);
+        sink.done();
+        return true;
     }, release);
 }
 

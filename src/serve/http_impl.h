@@ -19,11 +19,27 @@
 
 namespace aqpim::serve {
 
-/// One request's way from the scheduler thread (on_event) to its connection's thread (wait).
+/// Wakes a connection's thread when any channel of its request got something: the generation
+/// counts events, so a writer that reads it before looking at its channels never sleeps through one.
+class Wakeup {
+public:
+    std::uint64_t generation();
+    void notify();
+    /// Wait until the generation differs from `seen` or `until` passes; false when it passed.
+    bool wait_until(std::uint64_t seen, std::chrono::steady_clock::time_point until);
+
+private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::uint64_t generation_ = 0;
+};
+
+/// One request's way from the scheduler thread (on_event) to its connection's thread (poll, wait).
 class Channel {
 public:
-    Channel(std::shared_ptr<const Tokenizer> tokenizer, std::vector<std::string> stops, std::int32_t prev_token)
-        : text_(std::move(tokenizer), std::move(stops), prev_token) {}
+    Channel(std::shared_ptr<const Tokenizer> tokenizer, std::vector<std::string> stops, std::int32_t prev_token,
+            std::shared_ptr<Wakeup> wakeup)
+        : text_(std::move(tokenizer), std::move(stops), prev_token), wakeup_(std::move(wakeup)) {}
 
     /// The engine's callback: text for the client; true once a stop string appeared.
     bool on_event(const TokenEvent& e);
@@ -34,8 +50,9 @@ public:
         int n_prompt = 0, n_generated = 0;
         std::string error;
     };
-    /// Wait up to `timeout` for text, the prompt's scores or the end; moves the text that arrived
-    /// into `out`. True when finished (then `final` is filled).
+    /// Moves the text that arrived into `out` without waiting. True when finished (then `final` is filled).
+    bool poll(std::vector<TextDelta>& out, Final& final);
+    /// poll, waiting up to `timeout` for text or the end of this channel.
     bool wait(std::chrono::milliseconds timeout, std::vector<TextDelta>& out, Final& final);
     /// True the first time only: the connection's writer and its releaser may both see the client gone.
     bool first_to_see_gone() { return !gone_.exchange(true); }
@@ -44,12 +61,11 @@ public:
 
 private:
     TextStream text_;  // scheduler thread only
+    std::shared_ptr<Wakeup> wakeup_;
     std::mutex mu_;
-    std::condition_variable cv_;
     std::deque<TextDelta> deltas_;
     bool done_ = false;
     std::optional<std::vector<ScoredToken>> prompt_;
-    bool prompt_new_ = false;  ///< the scores came since the last wait
     Final final_;
     std::atomic<bool> gone_{false};
 };

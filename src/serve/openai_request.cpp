@@ -282,10 +282,8 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
     if (n_choices > std::size_t(limits.max_choices))
         bad("n", fmt::format("{} prompts x n = {} is {} choices: at most {} per request", p.prompts.size(), p.n,
                              n_choices, limits.max_choices));
-    if (n_choices > 1) {
-        if (p.stream) bad("stream", "stream: true takes one choice (one prompt, n = 1)");
-        if (p.id_slot >= 0 || p.keep_slot) bad(p.id_slot >= 0 ? "id_slot" : "keep_slot", "takes one choice (one prompt, n = 1)");
-    }
+    if (n_choices > 1 && (p.id_slot >= 0 || p.keep_slot))
+        bad(p.id_slot >= 0 ? "id_slot" : "keep_slot", "takes one choice (one prompt, n = 1)");
     return p;
 }
 

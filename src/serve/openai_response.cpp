@@ -71,10 +71,10 @@ json completion_json(const ResponseHeader& h, const std::vector<ChoiceText>& cho
     return j;
 }
 
-json stream_chunk_json(const ResponseHeader& h, const std::string& text, const json& logprobs,
+json stream_chunk_json(const ResponseHeader& h, std::size_t index, const std::string& text, const json& logprobs,
                        const char* finish_reason, bool role_only) {
     json j = header_json(h, h.chat ? "chat.completion.chunk" : "text_completion");
-    json choice = {{"index", 0}, {"logprobs", logprobs},
+    json choice = {{"index", index}, {"logprobs", logprobs},
                    {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
     if (h.chat) {
         json delta = json::object();

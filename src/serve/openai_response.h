@@ -40,10 +40,10 @@ struct ChoiceText {
 
 /// The non-streaming response: a choice per prompt, index in order.
 nlohmann::json completion_json(const ResponseHeader& h, const std::vector<ChoiceText>& choices, const Usage& usage);
-/// One chunk of a stream: text (chat: delta.content; `role_only`: the first chat chunk, delta
-/// {role: assistant}), finish_reason null unless given.
-nlohmann::json stream_chunk_json(const ResponseHeader& h, const std::string& text, const nlohmann::json& logprobs,
-                                 const char* finish_reason, bool role_only = false);
+/// One chunk of a stream for choice `index`: text (chat: delta.content; `role_only`: a choice's
+/// first chat chunk, delta {role: assistant}), finish_reason null unless given.
+nlohmann::json stream_chunk_json(const ResponseHeader& h, std::size_t index, const std::string& text,
+                                 const nlohmann::json& logprobs, const char* finish_reason, bool role_only = false);
 /// The last chunk with stream_options.include_usage: no choices, the usage.
 nlohmann::json stream_usage_json(const ResponseHeader& h, const Usage& usage);
 /// "data: <json>\n\n" (invalid UTF-8 from byte tokens replaced, never an exception).

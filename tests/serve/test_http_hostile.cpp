@@ -101,7 +101,7 @@ std::vector<BadRequest> bad_requests() {
         {"top_p above 1", "/v1/completions", "{" + ok_prompt + R"(, "top_p": 1.5})", 400, "top_p"},
         {"unknown field", "/v1/completions", "{" + ok_prompt + R"(, "frobnicate": true})", 400, "Unrecognized"},
         {"n = 65", "/v1/completions", "{" + ok_prompt + R"(, "n": 65})", 400, "n"},
-        {"n = 2 streamed", "/v1/completions", "{" + ok_prompt + R"(, "n": 2, "stream": true})", 400, "one choice"},
+        {"n = 2 into a slot", "/v1/completions", "{" + ok_prompt + R"(, "n": 2, "keep_slot": true})", 400, "one choice"},
         {"logit_bias bad key", "/v1/completions", "{" + ok_prompt + R"(, "logit_bias": {"x1": 5}})", 400, "logit_bias"},
         {"tokenize without text", "/tokenize", R"({"add_special": true})", 400, "prompt"},
         {"detokenize id out of range", "/detokenize", R"({"tokens": [1, -3]})", 400, "tokens[1]"},
@@ -205,18 +205,19 @@ TEST(HttpHostile, AQueuedClientThatGoesAwayIsCancelled) {
     auto parked = test::post_json(c, "/v1/completions", {{"prompt", "a"}, {"max_tokens", 4}, {"keep_slot", true}});
     ASSERT_TRUE(parked && parked->status == 200);
     int n = 0;
-    for (const bool stream : {true, false}) {
-        {
-            test::RawSocket gone(s.port);
-            ASSERT_TRUE(gone.send_all(test::http_post("/v1/completions",
-                json{{"prompt", "a"}, {"max_tokens", 8}, {"stream", stream}}.dump())));
-            ASSERT_TRUE(wait_for(*s.engine, 5s, [](const serve::EngineStats& st) { return st.queued == 1; }));
+    for (const int n_choices : {1, 3})
+        for (const bool stream : {true, false}) {
+            {
+                test::RawSocket gone(s.port);
+                ASSERT_TRUE(gone.send_all(test::http_post("/v1/completions",
+                    json{{"prompt", "a"}, {"max_tokens", 8}, {"stream", stream}, {"n", n_choices}}.dump())));
+                ASSERT_TRUE(wait_for(*s.engine, 5s, [&](const serve::EngineStats& st) { return st.queued == n_choices; }));
+            }
+            ++n;  // one client, however many choices it waits for
+            EXPECT_TRUE(wait_for(*s.engine, 10s, [](const serve::EngineStats& st) { return st.queued == 0; }))
+                << "stream " << stream << ", n " << n_choices;
+            EXPECT_EQ(disconnects(s), std::to_string(n)) << "stream " << stream << ", n " << n_choices;
         }
-        ++n;
-        EXPECT_TRUE(wait_for(*s.engine, 10s, [](const serve::EngineStats& st) { return st.queued == 0; }))
-            << "stream " << stream;
-        EXPECT_EQ(disconnects(s), std::to_string(n)) << "stream " << stream;
-    }
     ASSERT_EQ(c.Post("/slots/0?action=erase", "", "application/json")->status, 200);
     EXPECT_TRUE(wait_empty(*s.engine, 2s));
 }

@@ -247,7 +247,6 @@ TEST(HttpScoring, TokenizerEndpointsRoundTripAndRefuseNonsense) {
     EXPECT_EQ(post(c, "/tokenize", {{"prompt", "a"}, {"content", "b"}}, 400)["error"]["param"], "prompt");
     EXPECT_EQ(post(c, "/tokenize", {{"prompt", 3}}, 400)["error"]["param"], "prompt");
     EXPECT_EQ(post(c, "/tokenize", {{"text", "a"}}, 400)["error"]["param"], "text");
-    EXPECT_EQ(post(c, "/v1/completions", {{"prompt", {"a", "b"}}, {"stream", true}}, 400)["error"]["param"], "stream");
 }
 
 }  // namespace

@@ -246,7 +246,6 @@ TEST(OpenAiRequest, NamesWhatIsWrong) {
     expect({{"prompt", "x"}, {"min_p", 1.5}}, false, "min_p", "outside");
     expect({{"prompt", "x"}, {"top_k", -2}}, false, "top_k", "outside");
     expect({{"prompt", "x"}, {"stream_options", {{"include_usage", true}}}}, false, "stream_options", "stream: true");
-    expect({{"prompt", {"a", "b"}}, {"stream", true}}, false, "stream", "one prompt");
     expect({{"prompt", {"a", "b"}}, {"id_slot", 0}}, false, "id_slot", "one prompt");
     expect({{"prompt", {"a", 3}}}, false, "prompt[1]", "expected a string");
     expect({{"prompt", {{1}, 3}}}, false, "prompt[1]", "array of token ids");
@@ -255,7 +254,7 @@ TEST(OpenAiRequest, NamesWhatIsWrong) {
     for (int i = 0; i < 65; ++i) many.push_back(json::array({1}));
     expect({{"prompt", many}}, false, "prompt", "at most 64");
     expect({{"prompt", "x"}, {"echo", 1}}, false, "echo", "boolean");
-    expect({{"prompt", "x"}, {"n", 2}, {"stream", true}}, false, "stream", "one choice");
+    expect({{"prompt", "x"}, {"n", 2}, {"keep_slot", true}}, false, "keep_slot", "one choice");
     expect({{"prompt", {"a", "b"}}, {"n", 40}}, false, "n", "80 choices");
     expect({{"prompt", "x"}, {"n", 0}}, false, "n", "outside");
     expect({{"prompt", {1, 100}}}, false, "prompt[1]", "outside");

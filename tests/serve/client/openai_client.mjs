@@ -1,5 +1,5 @@
 // The official `openai` npm client against a running `aqpim serve` (tests/serve/openai_client_test.sh):
-// models, completions and chat, whole and streamed, and an API error. Exits non-zero on the first
+// models, completions and chat, whole and streamed (n = 2 too), and an API error. Exits non-zero on the first
 // mismatch, naming it.
 import OpenAI from 'openai';
 import assert from 'node:assert/strict';
@@ -52,6 +52,19 @@ for await (const chunk of await client.chat.completions.create({ ...chatParams, 
 }
 assert.equal(role, 'assistant');
 assert.equal(chatStreamed, chat.choices[0].message.content, 'streamed chat = whole chat');
+
+// n choices streamed: the client's own accumulator (ChatCompletionStream) rebuilds each choice from
+// the chunks by index; they must equal the whole response's choices.
+const nParams = { ...chatParams, n: 2, temperature: 1.0 };
+const nWhole = await client.chat.completions.create(nParams);
+assert.equal(nWhole.choices.length, 2, 'n = 2 choices');
+const nFinal = await client.beta.chat.completions.stream(nParams).finalChatCompletion();
+assert.equal(nFinal.choices.length, 2, 'n = 2 choices streamed');
+for (const i of [0, 1]) {
+  const c = nFinal.choices.find((x) => x.index === i);
+  assert.equal(c.message.content, nWhole.choices[i].message.content, `streamed choice ${i} = whole choice ${i}`);
+  assert.equal(c.finish_reason, nWhole.choices[i].finish_reason, `choice ${i} finish_reason`);
+}
 
 await assert.rejects(client.completions.create({ ...params, temperature: 5 }), (e) => {
   assert.ok(e instanceof OpenAI.BadRequestError, `a 400 BadRequestError, got ${e}`);
