@@ -66,7 +66,8 @@ bool Channel::wait(std::chrono::milliseconds timeout, std::vector<TextDelta>& ou
     for (;;) {
         const std::uint64_t seen = wakeup_->generation();  // before looking: an event after it wakes us
         const bool done = poll(out, final);
-        if (done || !out.empty() || !wakeup_->wait_until(seen, until)) return done;
+        if (done || !out.empty() || std::chrono::steady_clock::now() >= until || !wakeup_->wait_until(seen, until))
+            return done;
     }
 }
 
@@ -135,8 +136,15 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
 
     std::int32_t slot_token = -1;  // the parked sequence's last token (id_slot): text continues after it
     if (p.id_slot >= 0)
-        for (const SlotInfo& s : engine.slots())
-            if (s.id == p.id_slot) slot_token = s.last_token;
+        for (const SlotInfo& s : engine.slots()) {
+            if (s.id != p.id_slot) continue;
+            // An idle slot holds nothing to continue: refused here, before the response starts (any
+            // other phase may be parked by the time the request starts; the engine checks it then).
+            if (s.phase == SlotPhase::idle)
+                throw ApiError(400, fmt::format("slot {} holds no parked sequence (idle): park one with keep_slot first",
+                                                p.id_slot), "id_slot");
+            slot_token = s.last_token;
+        }
     const std::uint64_t seed = p.seed ? *p.seed : draw_seed();
     const auto wakeup = std::make_shared<Wakeup>();  // one for the request: a stream waits on all its choices
     std::vector<GenerationRequest> requests;

@@ -103,6 +103,12 @@ TEST(HttpLoad, SlotSavedErasedRestoredContinuesExactly) {
     auto erased = c.Post((sp + "?action=erase").c_str(), "", "application/json");
     ASSERT_TRUE(erased && erased->status == 200) << erased->body;
     EXPECT_EQ(s.engine->stats().kv_bytes_reserved, 0u);
+    for (const bool stream : {false, true}) {  // the erased slot is idle: nothing to continue, a 400 up front
+        auto idle = test::post_json(c, "/v1/completions", {{"prompt", "x"}, {"id_slot", parked}, {"stream", stream}});
+        ASSERT_TRUE(idle);
+        EXPECT_EQ(idle->status, 400) << idle->body;
+        EXPECT_EQ(json::parse(idle->body)["error"]["param"], "id_slot") << idle->body;
+    }
     EXPECT_EQ(c.Post("/slots/1?action=restore&filename=missing.kvs", "", "application/json")->status, 400);
     auto restored = c.Post("/slots/1?action=restore&filename=conv1.kvs", "", "application/json");
     ASSERT_TRUE(restored && restored->status == 200) << restored->body;
