@@ -85,6 +85,9 @@ struct ServeBenchOptions {
     /// as one that fits many (one that finished in seconds measured this VM's noise more than itself).
     int requests = 0;
     int prefill_chunk = 256;
+    /// Runs of every scheme, alternating the order (forward, backward, ...); each row sums its
+    /// scheme's passes and gives the lowest and highest ratio to the baseline of one pass.
+    int passes = 1;
 };
 /// The serving engine under a closed-loop load per scheme: sequences that fit, output tokens/s,
 /// TTFT and TPOT p50/p99, KV bytes per sequence, ratios to the first scheme.

@@ -89,72 +89,134 @@ void submit_next(serve::Engine& e, Load& load, const ServeBenchOptions& opt, int
     AQPIM_CHECK(res.ok(), "bench serve: a request was refused: {}", res.message);
 }
 
+/// One scheme's closed-loop run: what the engine held and how its requests went.
+struct SchemeRun {
+    std::int64_t fit = 0;
+    std::uint64_t per_seq = 0;
+    int clients = 0, n_requests = 0, peak_active = 0;
+    std::uint64_t peak_kv = 0, tokens = 0;
+    double secs = 0;
+    std::vector<double> ttft, tpot;
+    std::uint64_t prefill_tokens = 0, decode_tokens = 0;
+    double prefill_seconds = 0, decode_seconds = 0;
+
+    /// Adds another pass of the same scheme.
+    void add(const SchemeRun& o) {
+        peak_active = std::max(peak_active, o.peak_active);
+        peak_kv = std::max(peak_kv, o.peak_kv);
+        tokens += o.tokens;
+        secs += o.secs;
+        ttft.insert(ttft.end(), o.ttft.begin(), o.ttft.end());
+        tpot.insert(tpot.end(), o.tpot.begin(), o.tpot.end());
+        prefill_tokens += o.prefill_tokens;
+        decode_tokens += o.decode_tokens;
+        prefill_seconds += o.prefill_seconds;
+        decode_seconds += o.decode_seconds;
+    }
+};
+
+SchemeRun run_scheme(const LoadedModel& m, const ServeBenchOptions& opt, const std::string& kv) {
+    SchemeRun run;
+    serve::EngineOptions eo;
+    eo.kv = kv;
+    eo.kv_budget_bytes = opt.kv_budget_bytes;
+    eo.ctx = opt.prompt_tokens + opt.output_tokens;
+    eo.threads = default_threads();
+    eo.prefill_chunk = opt.prefill_chunk;
+    // The sequences that fit, from the engine's own admission arithmetic.
+    eo.parallel = 1;
+    {
+        serve::Engine probe(m.weights, eo);
+        run.per_seq = probe.reservation_bytes(eo.ctx);
+        const std::uint64_t base = probe.stats().kv_bytes_used;
+        run.fit = opt.kv_budget_bytes > base ? std::int64_t((opt.kv_budget_bytes - base) / run.per_seq) : 0;
+    }
+    AQPIM_CHECK(run.fit > 0, "bench serve: not one sequence of {} tokens fits {} bytes under {}", eo.ctx,
+                opt.kv_budget_bytes, eo.kv);
+    run.clients = opt.clients > 0 ? opt.clients : int(std::min<std::int64_t>(run.fit, 4096));
+    if (opt.requests > 0) run.clients = std::min(run.clients, opt.requests);
+    eo.parallel = run.clients;
+    eo.queue_capacity = run.clients;
+    serve::Engine e(m.weights, eo);
+    Load load;
+    run.n_requests = opt.requests > 0 ? opt.requests : run.clients * opt.rounds;
+    load.remaining = run.n_requests;
+    load.unissued = run.n_requests - run.clients;
+    const int n_vocab = m.weights.config.n_vocab;
+    Timer wall;
+    for (int c = 0; c < run.clients; ++c) submit_next(e, load, opt, n_vocab, c, 0);
+    {
+        std::unique_lock<std::mutex> lk(load.mu);
+        load.cv.wait(lk, [&] { return load.remaining == 0; });
+    }
+    run.secs = wall.seconds();
+    AQPIM_CHECK(load.error.empty(), "bench serve: {}: {}", eo.kv, load.error);
+    const serve::EngineStats st = e.stats();
+    run.peak_active = load.peak_active;
+    run.peak_kv = load.peak_kv;
+    run.tokens = load.tokens;
+    run.ttft = std::move(load.ttft);
+    run.tpot = std::move(load.tpot);
+    run.prefill_tokens = st.prefill_tokens;
+    run.decode_tokens = st.decode_tokens;
+    run.prefill_seconds = st.prefill_seconds;
+    run.decode_seconds = st.decode_seconds;
+    return run;
+}
+
 }  // namespace
 
 json bench_serve(const ServeBenchOptions& opt) {
     const LoadedModel m = load_model(opt.model);
-    const int n_vocab = m.weights.config.n_vocab;
     const std::vector<KvSchemeSpec> schemes = parse_kv_schemes(opt.kv);
+    const std::size_t n = schemes.size();
+    // Every pass runs every scheme once, forward on even passes and backward on odd ones, so a
+    // drift of the machine's speed during the run falls on every scheme alike.
+    std::vector<SchemeRun> total(n);
+    std::vector<double> ratio_min(n, 0.0), ratio_max(n, 0.0);
+    for (int pass = 0; pass < opt.passes; ++pass) {
+        std::vector<double> tps(n);
+        for (std::size_t k = 0; k < n; ++k) {
+            const std::size_t is = pass % 2 == 0 ? k : n - 1 - k;
+            const SchemeRun run = run_scheme(m, opt, schemes[is].text);
+            tps[is] = double(run.tokens) / run.secs;
+            if (pass == 0) total[is] = run;
+            else total[is].add(run);
+        }
+        for (std::size_t is = 0; is < n; ++is) {
+            const double r = tps[is] / tps[0];
+            ratio_min[is] = pass == 0 ? r : std::min(ratio_min[is], r);
+            ratio_max[is] = pass == 0 ? r : std::max(ratio_max[is], r);
+        }
+    }
     json rows = json::array();
-    double base_tps = 0, base_fit = 0;
-    for (std::size_t is = 0; is < schemes.size(); ++is) {
-        serve::EngineOptions eo;
-        eo.kv = schemes[is].text;
-        eo.kv_budget_bytes = opt.kv_budget_bytes;
-        eo.ctx = opt.prompt_tokens + opt.output_tokens;
-        eo.threads = default_threads();
-        eo.prefill_chunk = opt.prefill_chunk;
-        // The sequences that fit, from the engine's own admission arithmetic.
-        eo.parallel = 1;
-        std::int64_t fit = 0;
-        std::uint64_t per_seq = 0;
-        {
-            serve::Engine probe(m.weights, eo);
-            per_seq = probe.reservation_bytes(eo.ctx);
-            const std::uint64_t base = probe.stats().kv_bytes_used;
-            fit = opt.kv_budget_bytes > base ? std::int64_t((opt.kv_budget_bytes - base) / per_seq) : 0;
-        }
-        AQPIM_CHECK(fit > 0, "bench serve: not one sequence of {} tokens fits {} bytes under {}", eo.ctx,
-                    opt.kv_budget_bytes, eo.kv);
-        int clients = opt.clients > 0 ? opt.clients : int(std::min<std::int64_t>(fit, 4096));
-        if (opt.requests > 0) clients = std::min(clients, opt.requests);
-        eo.parallel = clients;
-        eo.queue_capacity = clients;
-        serve::Engine e(m.weights, eo);
-        Load load;
-        const int n_requests = opt.requests > 0 ? opt.requests : clients * opt.rounds;
-        load.remaining = n_requests;
-        load.unissued = n_requests - clients;
-        Timer wall;
-        for (int c = 0; c < clients; ++c) submit_next(e, load, opt, n_vocab, c, 0);
-        {
-            std::unique_lock<std::mutex> lk(load.mu);
-            load.cv.wait(lk, [&] { return load.remaining == 0; });
-        }
-        const double secs = wall.seconds();
-        AQPIM_CHECK(load.error.empty(), "bench serve: {}: {}", eo.kv, load.error);
-        const serve::EngineStats st = e.stats();
-        const double tps = double(load.tokens) / secs;
-        if (is == 0) base_tps = tps, base_fit = double(fit);
+    const double base_tps = double(total[0].tokens) / total[0].secs, base_fit = double(total[0].fit);
+    const std::string base = schemes[0].name;
+    for (std::size_t is = 0; is < n; ++is) {
+        const SchemeRun& r = total[is];
+        const double tps = double(r.tokens) / r.secs;
         rows.push_back({{"section", "serve"},
-                        {"kv", eo.kv},
-                        {"fit", fit},
-                        {"fit_vs_" + schemes[0].name, double(fit) / base_fit},
-                        {"clients", clients},
-                        {"requests", n_requests},
-                        {"peak_active", load.peak_active},
-                        {"out_tokens", load.tokens},
+                        {"kv", schemes[is].text},
+                        {"fit", r.fit},
+                        {"fit_vs_" + base, double(r.fit) / base_fit},
+                        {"clients", r.clients},
+                        {"requests", r.n_requests},
+                        {"passes", opt.passes},
+                        {"peak_active", r.peak_active},
+                        {"out_tokens", r.tokens},
                         {"out_tok_s", tps},
-                        {"tok_s_vs_" + schemes[0].name, tps / base_tps},
-                        {"ttft_p50_s", percentile(load.ttft, 0.5)},
-                        {"ttft_p99_s", percentile(load.ttft, 0.99)},
-                        {"tpot_p50_ms", 1e3 * percentile(load.tpot, 0.5)},
-                        {"tpot_p99_ms", 1e3 * percentile(load.tpot, 0.99)},
-                        {"kv_bytes_per_seq", per_seq},
-                        {"kv_peak_mib", double(load.peak_kv) / 1048576.0},
-                        {"prefill_tok_s", st.prefill_tokens / std::max(st.prefill_seconds, 1e-9)},
-                        {"decode_tok_s", st.decode_tokens / std::max(st.decode_seconds, 1e-9)},
-                        {"wall_s", secs}});
+                        {"tok_s_vs_" + base, tps / base_tps},
+                        {"pass_ratio_min", ratio_min[is]},
+                        {"pass_ratio_max", ratio_max[is]},
+                        {"ttft_p50_s", percentile(r.ttft, 0.5)},
+                        {"ttft_p99_s", percentile(r.ttft, 0.99)},
+                        {"tpot_p50_ms", 1e3 * percentile(r.tpot, 0.5)},
+                        {"tpot_p99_ms", 1e3 * percentile(r.tpot, 0.99)},
+                        {"kv_bytes_per_seq", r.per_seq},
+                        {"kv_peak_mib", double(r.peak_kv) / 1048576.0},
+                        {"prefill_tok_s", r.prefill_tokens / std::max(r.prefill_seconds, 1e-9)},
+                        {"decode_tok_s", r.decode_tokens / std::max(r.decode_seconds, 1e-9)},
+                        {"wall_s", r.secs}});
     }
     return rows;
 }

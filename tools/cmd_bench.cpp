@@ -170,6 +170,9 @@ void add_bench_command(CLI::App& app) {
     serve->add_option("--clients", sopt->clients, "concurrent clients (0: as many sequences as fit)")->check(CLI::Range(0, 4096));
     serve->add_option("--rounds", sopt->rounds, "requests per client (the first round is one wave of every client)")->check(CLI::Range(1, 1000));
     serve->add_option("--prefill-chunk", sopt->prefill_chunk, "prompt tokens prefilled per step")->check(CLI::Range(1, 1 << 20));
+    serve->add_option("--passes", sopt->passes,
+                      "runs of every scheme, the order reversed every other pass (rows sum them; pass_ratio_min/max)")
+        ->check(CLI::Range(1, 100));
     serve->add_flag("--json", *sjson, "print JSON instead of tables");
     // With --kv-store: the prefix store's benchmark (bench_serve_store.cpp); the options above keep
     // their meaning where they have one (--prompt-tokens: the shared prefix, -n: tokens per request).
@@ -197,6 +200,8 @@ void add_bench_command(CLI::App& app) {
     serve->callback([serve, sopt, sbudget, sjson, store] {
         sopt->kv_budget_bytes = parse_byte_size(*sbudget, "--kv-budget");
         if (!store->kv_store.empty()) {
+            AQPIM_CHECK(serve->count("--passes") == 0,
+                        "bench serve: --passes is for the load without --kv-store (the store's TTFT has --repeats)");
             store->model = sopt->model;
             if (serve->count("--kv") > 0) store->kv = sopt->kv;
             if (serve->count("--kv-budget") > 0) store->kv_budget_bytes = sopt->kv_budget_bytes;

@@ -1,5 +1,6 @@
 // `aqpim bench serve` without a store: --requests gives every scheme the same number of requests
-// (handed to whichever client is free), whatever number of sequences the scheme fits.
+// (handed to whichever client is free), whatever number of sequences the scheme fits; --passes runs
+// every scheme again, the order alternating, and sums them.
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -31,6 +32,30 @@ TEST(BenchServeCli, RequestsAreTheSameForEverySchemeWhateverItFits) {
         EXPECT_EQ(row["clients"], row["fit"]) << row.dump();
         EXPECT_GT(row["out_tok_s"].get<double>(), 0.0);
     }
+}
+
+TEST(BenchServeCli, PassesRunEverySchemeAgainAndSumThem) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+    const auto r = run_cli("-t 1 bench serve -m " + kStoriesGguf +
+                           " --kv 'f16;int8:g=8' --kv-budget 64KiB --prompt-tokens 16 -n 8 --requests 5 --passes 3 --json 2>/dev/null");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    ASSERT_EQ(j["rows"].size(), 2u);
+    for (const auto& row : j["rows"]) {
+        EXPECT_EQ(row["passes"], 3) << row.dump();
+        EXPECT_EQ(row["requests"], 5) << row.dump();              // per pass
+        EXPECT_EQ(row["out_tokens"], 3 * 5 * 8) << row.dump();    // every pass's tokens
+        const double ratio = row["tok_s_vs_f16"], lo = row["pass_ratio_min"], hi = row["pass_ratio_max"];
+        EXPECT_GT(lo, 0.0) << row.dump();
+        // each pass serves the same tokens, so the ratio of the sums lies between the passes' ratios
+        EXPECT_LE(lo, ratio * (1 + 1e-9)) << row.dump();
+        EXPECT_LE(ratio, hi * (1 + 1e-9)) << row.dump();
+    }
+    EXPECT_EQ(j["rows"][0]["pass_ratio_min"], 1.0);  // the baseline against itself, every pass
+    EXPECT_EQ(j["rows"][0]["pass_ratio_max"], 1.0);
+    const auto with_store = run_cli("bench serve -m " + kStoriesGguf + " --passes 2 --kv-store memory");
+    EXPECT_NE(with_store.exit_code, 0);
+    EXPECT_NE(with_store.output.find("--passes"), std::string::npos) << with_store.output;
 }
 
 TEST(BenchServeCli, RequestsAndRoundsExcludeEachOther) {
