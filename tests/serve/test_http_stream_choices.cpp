@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <thread>
 
 #include "serve/http_test_util.h"
 
@@ -113,6 +114,45 @@ TEST(HttpStreamChoices, ChatWithNStreamsARoleChunkThenDeltasPerChoice) {
         EXPECT_EQ(st.text, whole["choices"][i]["message"]["content"]) << "choice " << i;
         EXPECT_EQ(st.chunks.back()["finish_reason"], whole["choices"][i]["finish_reason"]) << "choice " << i;
     }
+}
+
+TEST(HttpStreamChoices, ConcurrentMultiChoiceStreamsEachEqualTheirWholeResponse) {
+    // 8 clients at once, each streaming 2 prompts x n = 2 (32 sequences interleaved in the engine,
+    // 8 writers each waiting on its own request's wakeup): every choice's text is the one the same
+    // request gives whole and alone afterwards.
+    const LoadedModel& m = test::synth_serve_model();
+    serve::EngineOptions o = test::small_engine("pq:calib=16,refresh=0,window=4,sinks=2");
+    o.parallel = 32;
+    o.queue_capacity = 32;
+    o.ctx = 128;
+    test::TestServer s(m, o);
+    auto body = [](int i) {
+        return json{{"prompt", {"a b c " + std::to_string(i), "d e " + std::to_string(i)}}, {"n", 2}, {"max_tokens", 24},
+                    {"temperature", 0.9}, {"seed", 500 + i}};
+    };
+    constexpr int kClients = 8;
+    std::vector<std::string> streamed(kClients);
+    std::vector<std::thread> clients;
+    for (int i = 0; i < kClients; ++i)
+        clients.emplace_back([&, i] {
+            auto c = s.client(120);
+            json b = body(i);
+            b["stream"] = true;
+            auto r = test::post_json(c, "/v1/completions", b);
+            streamed[std::size_t(i)] = r && r->status == 200 ? r->body : "";
+        });
+    for (auto& t : clients) t.join();
+    auto c = s.client(120);
+    for (int i = 0; i < kClients; ++i) {
+        auto w = test::post_json(c, "/v1/completions", body(i));
+        ASSERT_TRUE(w && w->status == 200);
+        const json whole = json::parse(w->body);
+        const std::map<std::size_t, Streamed> got = by_choice(streamed[std::size_t(i)], false);
+        ASSERT_EQ(got.size(), 4u) << "client " << i;
+        for (const auto& [k, st] : got) EXPECT_EQ(st.text, whole["choices"][k]["text"]) << "client " << i << " choice " << k;
+    }
+    EXPECT_EQ(s.engine->stats().active, 0);
+    EXPECT_EQ(s.engine->stats().kv_bytes_reserved, 0u);
 }
 
 }  // namespace
