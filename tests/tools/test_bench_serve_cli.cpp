@@ -14,16 +14,24 @@ namespace {
 
 const std::string kStoriesGguf = shared_dir() + "/models/stories260K/stories260K.gguf";
 
+/// The rows of `bench serve --json` on stories260K with f16 and int8 (24 tokens a sequence: 64 KiB
+/// holds 4 of f16, 5 of int8, measured), `args` added; empty after a test failure.
+nlohmann::json serve_rows(const std::string& args) {
+    const auto r = run_cli("-t 1 bench serve -m " + kStoriesGguf +
+                           " --kv 'f16;int8:g=8' --kv-budget 64KiB --prompt-tokens 16 -n 8 --json " + args + " 2>/dev/null");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    if (r.exit_code != 0) return nlohmann::json::array();
+    const auto rows = nlohmann::json::parse(r.output.substr(r.output.find('{')))["rows"];
+    EXPECT_EQ(rows.size(), 2u);
+    return rows.size() == 2 ? rows : nlohmann::json::array();
+}
+
 TEST(BenchServeCli, RequestsAreTheSameForEverySchemeWhateverItFits) {
     AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
-    // 24 tokens a sequence: 64 KiB holds 4 of f16, 5 of int8 (measured); 7 requests each
-    const auto r = run_cli("-t 1 bench serve -m " + kStoriesGguf +
-                           " --kv 'f16;int8:g=8' --kv-budget 64KiB --prompt-tokens 16 -n 8 --requests 7 --json 2>/dev/null");
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
-    ASSERT_EQ(j["rows"].size(), 2u);
-    const auto& f16 = j["rows"][0];
-    const auto& int8 = j["rows"][1];
+    const auto rows = serve_rows("--requests 7");
+    ASSERT_EQ(rows.size(), 2u);
+    const auto& f16 = rows[0];
+    const auto& int8 = rows[1];
     ASSERT_LT(f16["fit"].get<int>(), int8["fit"].get<int>()) << "the budget must fit more int8 sequences than f16";
     ASSERT_LT(int8["fit"].get<int>(), 7) << "every scheme must fit fewer sequences than the requests";
     for (const auto& row : {f16, int8}) {
@@ -36,12 +44,9 @@ TEST(BenchServeCli, RequestsAreTheSameForEverySchemeWhateverItFits) {
 
 TEST(BenchServeCli, PassesRunEverySchemeAgainAndSumThem) {
     AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
-    const auto r = run_cli("-t 1 bench serve -m " + kStoriesGguf +
-                           " --kv 'f16;int8:g=8' --kv-budget 64KiB --prompt-tokens 16 -n 8 --requests 5 --passes 3 --json 2>/dev/null");
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
-    ASSERT_EQ(j["rows"].size(), 2u);
-    for (const auto& row : j["rows"]) {
+    const auto rows = serve_rows("--requests 5 --passes 3");
+    ASSERT_EQ(rows.size(), 2u);
+    for (const auto& row : rows) {
         EXPECT_EQ(row["passes"], 3) << row.dump();
         EXPECT_EQ(row["requests"], 5) << row.dump();              // per pass
         EXPECT_EQ(row["out_tokens"], 3 * 5 * 8) << row.dump();    // every pass's tokens
@@ -51,8 +56,8 @@ TEST(BenchServeCli, PassesRunEverySchemeAgainAndSumThem) {
         EXPECT_LE(lo, ratio * (1 + 1e-9)) << row.dump();
         EXPECT_LE(ratio, hi * (1 + 1e-9)) << row.dump();
     }
-    EXPECT_EQ(j["rows"][0]["pass_ratio_min"], 1.0);  // the baseline against itself, every pass
-    EXPECT_EQ(j["rows"][0]["pass_ratio_max"], 1.0);
+    EXPECT_EQ(rows[0]["pass_ratio_min"], 1.0);  // the baseline against itself, every pass
+    EXPECT_EQ(rows[0]["pass_ratio_max"], 1.0);
     const auto with_store = run_cli("bench serve -m " + kStoriesGguf + " --passes 2 --kv-store memory");
     EXPECT_NE(with_store.exit_code, 0);
     EXPECT_NE(with_store.output.find("--passes"), std::string::npos) << with_store.output;
