@@ -129,6 +129,7 @@ seed() {
 {"prompt":"x","id_slot":0,"keep_slot":true,"user":"u","stop":null}
 {"prompt":[[1,2,3],[4,5]],"echo":true,"logprobs":1,"max_tokens":0,"seed":1234}
 {"prompt":["a","b"],"echo":true,"max_tokens":1,"temperature":0}
+{"prompt":["a","b"],"n":2,"stream":true,"response_format":{"type":"json_object"}}
 BODIES
         printf 'tokenize%s%s' "$sep" '{"prompt":"Once upon","add_special_tokens":false}' > "$dir/tokenize0"
         printf 'tokenize%s%s' "$sep" '{"content":"Once upon","add_special":true,"model":"m"}' > "$dir/tokenize1"

@@ -30,6 +30,7 @@
 #include "aqpim/kv_store.h"
 #include "aqpim/model.h"
 #include "aqpim/sampler.h"
+#include "serve/json_constraint.h"
 #include "serve/logit_processing.h"
 #include "store/prefix_store.h"
 
@@ -114,6 +115,10 @@ struct GenerationRequest {
     /// The KV store shares stored blocks only between requests with the same salt (empty: the
     /// unsalted space every request without one shares).
     std::string cache_salt;
+    /// JSON mode: the generated text is kept a prefix of one JSON object (mask_json before each
+    /// draw, after the processing above) and the request ends with `stop` once the object is
+    /// complete. Null: unconstrained. Not with resume_slot or park.
+    std::shared_ptr<const JsonVocabulary> json;
 };
 
 enum class Rejection { none, queue_full, never_fits, invalid };

@@ -288,6 +288,7 @@ void Engine::Impl::start(Slot& s, Pending& p) {
     s.request = std::move(p.request);
     s.n_generated = 0;  // a parked sequence continued counts this request's tokens only
     s.first_generated = s.tokens.size();
+    s.json = JsonPrefix();
     s.prompt_scores.clear();
     if (s.request.prompt_logprobs)
         for (std::size_t i = s.tokens.size() - std::size_t(s.n_prompt); i < s.tokens.size(); ++i)
@@ -417,10 +418,12 @@ TokenEvent Engine::Impl::draw(Slot& s, const float* lg) const {
     const int n_vocab = weights.config.n_vocab;
     TokenEvent ev;
     const float* drawn_from = lg;
-    if (s.request.processing.active()) {  // the logprobs stay the model's
+    if (s.request.processing.active() || s.request.json) {  // the logprobs stay the model's
         s.processed.assign(lg, lg + n_vocab);
-        apply_logit_processing(s.request.processing, s.tokens, s.first_generated, s.sampler->params().temperature,
-                               s.processed.data(), n_vocab);
+        if (s.request.processing.active())
+            apply_logit_processing(s.request.processing, s.tokens, s.first_generated, s.sampler->params().temperature,
+                                   s.processed.data(), n_vocab);
+        if (s.request.json) mask_json(s.json, *s.request.json, s.processed.data(), n_vocab, kDroppedLogit);
         drawn_from = s.processed.data();
     }
     ev.token = s.sampler->sample(drawn_from, n_vocab);
@@ -437,6 +440,8 @@ void Engine::Impl::report(Slot& s, TokenEvent ev) {
     // the token after the prompt is what its scores are read up to.
     const bool eos = next == opt.eos_token;
     if (eos && !s.request.prompt_logprobs) return finish(s, FinishReason::stop);
+    // JSON mode: the mask let only continuations through (EOS when nothing else was left)
+    const bool json_done = s.request.json && !eos && (!s.json.feed(s.request.json->texts[std::size_t(next)]) || s.json.complete());
     ev.request_id = s.request_id;
     ev.n_prompt = s.n_prompt;
     ev.n_generated = ++s.n_generated;
@@ -450,7 +455,7 @@ void Engine::Impl::report(Slot& s, TokenEvent ev) {
     }
     s.since_token.reset();
     const bool stop_now = s.on_event && s.on_event(ev);
-    if (eos) return finish(s, FinishReason::stop);
+    if (eos || json_done) return finish(s, FinishReason::stop);
     bool stop = stop_now;
     for (const auto& seq : s.request.stop_sequences) stop = stop || ends_with(s.tokens, s.first_generated, seq);
     if (stop) return finish(s, FinishReason::stop);

@@ -168,6 +168,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         g.resume_slot = p.id_slot;
         g.park = p.keep_slot;
         g.cache_salt = p.cache_salt;
+        if (p.json_mode) g.json = json_vocab;
 
         std::int32_t prev = slot_token;
         if (p.echo)

@@ -13,6 +13,7 @@
 
 #include "serve/chat_template.h"
 #include "serve/http_server.h"
+#include "serve/json_constraint.h"
 #include "serve/openai_request.h"
 #include "serve/prometheus.h"
 #include "serve/text_stream.h"
@@ -89,6 +90,7 @@ struct HttpServer::Impl {
     ChatTokens chat_tokens;
     std::vector<std::string> chat_turn_end;                     ///< chat_stop_strings of the format
     std::vector<std::vector<std::int32_t>> chat_turn_end_tokens; ///< those that are one control token
+    std::shared_ptr<const JsonVocabulary> json_vocab;  ///< JSON mode's token texts
     RequestLimits limits;
     std::int64_t n_ctx = 0;          ///< tokens one sequence holds
     std::int64_t started = 0;        ///< unix seconds

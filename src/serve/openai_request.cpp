@@ -206,11 +206,19 @@ void check_neutral(const json& body) {
     if (const json* v = field(body, "best_of"); v && integer(*v, "best_of", 1, 128) != 1)
         bad("best_of", "only best_of = 1 is supported");
     if (const json* v = field(body, "suffix"); v && !string(*v, "suffix").empty()) bad("suffix", "is not supported");
-    if (const json* v = field(body, "response_format")) {
-        const json* t = v->is_object() ? field(*v, "type") : nullptr;
-        if (!t || !t->is_string() || t->get<std::string>() != "text")
-            bad("response_format", "only {\"type\": \"text\"} is supported");
-    }
+}
+
+/// response_format: true for {"type": "json_object"} (JSON mode), false for {"type": "text"}.
+bool read_json_mode(const json& body) {
+    const json* v = field(body, "response_format");
+    if (!v) return false;
+    const json* t = v->is_object() ? field(*v, "type") : nullptr;
+    const std::string type = t && t->is_string() ? t->get<std::string>() : "";
+    if (type == "json_schema")
+        bad("response_format", "json_schema is not supported: {\"type\": \"json_object\"} keeps the output one JSON object");
+    if (type != "text" && type != "json_object")
+        bad("response_format", "expected {\"type\": \"text\"} or {\"type\": \"json_object\"}");
+    return type == "json_object";
 }
 
 }  // namespace
@@ -219,10 +227,9 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
     static const std::set<std::string> common = {
         "model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "user", "n",
         "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "id_slot", "keep_slot", "cache_salt",
-        "top_k", "min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n"};
+        "top_k", "min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n", "response_format"};
     static const std::set<std::string> completions_only = {"prompt", "echo", "best_of", "suffix"};
-    static const std::set<std::string> chat_only = {"messages", "top_logprobs", "max_completion_tokens",
-                                                    "response_format"};
+    static const std::set<std::string> chat_only = {"messages", "top_logprobs", "max_completion_tokens"};
     refuse_unknown_fields(body, [&](const std::string& key) {
         return common.count(key) || (chat ? chat_only : completions_only).count(key);
     });
@@ -282,6 +289,9 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
     if (n_choices > std::size_t(limits.max_choices))
         bad("n", fmt::format("{} prompts x n = {} is {} choices: at most {} per request", p.prompts.size(), p.n,
                              n_choices, limits.max_choices));
+    p.json_mode = read_json_mode(body);
+    if (p.json_mode && (p.id_slot >= 0 || p.keep_slot))
+        bad(p.id_slot >= 0 ? "id_slot" : "keep_slot", "JSON mode (response_format json_object) does not continue or park a sequence");
     if (n_choices > 1 && (p.id_slot >= 0 || p.keep_slot))
         bad(p.id_slot >= 0 ? "id_slot" : "keep_slot", "takes one choice (one prompt, n = 1)");
     return p;

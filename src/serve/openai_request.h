@@ -70,6 +70,7 @@ struct CompletionParams {
     LogitProcessing processing;         ///< logit_bias, penalties, top_k, min_p
     int id_slot = -1;                   ///< aqpim (as llama-server): continue the sequence parked in this slot
     bool keep_slot = false;             ///< aqpim: park the finished sequence in its slot
+    bool json_mode = false;             ///< response_format {"type": "json_object"}
     /// vLLM's: the KV store shares stored prefixes only between requests with the same salt (a
     /// tenant's secret keeps its prompts' blocks, and their timing, to itself)
     std::string cache_salt;

@@ -1,0 +1,80 @@
+#pragma once
+// JSON mode (`response_format: {"type": "json_object"}`, docs/serve.md "JSON mode"): each step the
+// tokens whose text would not continue the generated text as a JSON object are dropped before the
+// sampler draws, and EOS is allowed only once the object is complete (then it is the only token).
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace aqpim::serve {
+
+/// Reads text byte by byte and says whether it is still the beginning of one JSON object
+/// (RFC 8259, whitespace around it allowed). A small value: copying it is how a candidate
+/// continuation is tried. Bytes >= 0x80 are accepted inside strings without UTF-8 validation.
+class JsonPrefix {
+public:
+    static constexpr int kMaxDepth = 64;       ///< objects and arrays nested deeper are refused
+    /// Whitespace between tokens, as llama.cpp's JSON grammar bounds it (a model left free fills
+    /// its whole budget with it): a run is at most one newline and kMaxWhitespace bytes, no '\r'.
+    static constexpr int kMaxWhitespace = 21;
+
+    /// Feed more text; false when it makes the text no prefix of a JSON object (the state is then
+    /// spent: feed a copy to try a continuation).
+    bool feed(std::string_view text);
+    /// A whole object has been read (only whitespace may follow).
+    bool complete() const { return mode_ == Mode::done; }
+
+private:
+    enum class Mode : std::uint8_t {
+        start,           ///< nothing but whitespace yet: '{' opens the object
+        value,           ///< a value must come (after ':' or ',' in an array)
+        key_or_end,      ///< after '{': a key or '}'
+        key,             ///< after ',' in an object: a key
+        colon,           ///< after a key
+        next_in_object,  ///< after a member's value: ',' or '}'
+        value_or_end,    ///< after '[': a value or ']'
+        next_in_array,   ///< after an element: ',' or ']'
+        string,          ///< inside a string (a key when in_key_)
+        escape,          ///< after '\' in a string
+        unicode,         ///< after "\u": hex_left_ hex digits to go
+        minus,           ///< a number's '-': a digit must come
+        zero,            ///< a number's leading 0
+        integer,         ///< a number's integer digits
+        point,           ///< after '.': a digit must come
+        fraction,        ///< fraction digits
+        exponent,        ///< after 'e' / 'E': a sign or a digit
+        exponent_sign,   ///< after the exponent's sign: a digit must come
+        exponent_digits, ///< exponent digits
+        literal,         ///< inside true / false / null
+        done,            ///< the object is complete
+    };
+    bool byte(unsigned char c);
+    bool open(bool object);
+    bool close();
+    void value_done();
+
+    Mode mode_ = Mode::start;
+    bool in_key_ = false;
+    std::uint8_t depth_ = 0;
+    std::uint64_t objects_ = 0;  ///< bit i: the container at depth i + 1 is an object (else an array)
+    std::uint8_t hex_left_ = 0;
+    std::uint8_t whitespace_ = 0;  ///< bytes of the current run of whitespace outside strings
+    bool newline_ = false;         ///< the current run holds a newline
+    const char* literal_ = nullptr;  ///< the rest of the literal being read
+};
+
+/// Token texts for the mask, built once per server: each token's text as it reads after an
+/// ordinary token (a leading space kept: dropping it never turns a valid continuation invalid).
+struct JsonVocabulary {
+    std::vector<std::string> texts;
+    std::int32_t eos = -1;
+};
+
+/// Sets every token that cannot come next to `drop`: a token whose text would not continue
+/// `state`, or has no text; EOS unless `state` is complete; every other token once it is. When
+/// nothing else is left, EOS stays.
+void mask_json(const JsonPrefix& state, const JsonVocabulary& vocab, float* logits, int n_vocab, float drop);
+
+}  // namespace aqpim::serve

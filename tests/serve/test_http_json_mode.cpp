@@ -1,0 +1,102 @@
+// JSON mode over HTTP (`response_format: {"type": "json_object"}`): every response is a prefix of a
+// JSON object, a finished one parses as an object and ends with `stop`, streamed as whole; the
+// same requests without it are not JSON; json_schema and JSON mode with a parked slot are refused.
+
+#include <gtest/gtest.h>
+
+#include "serve/http_test_util.h"
+#include "serve/json_constraint.h"
+
+namespace aqpim {
+namespace {
+
+using nlohmann::json;
+
+json post(httplib::Client& c, const std::string& path, const json& body, int status = 200) {
+    auto r = test::post_json(c, path, body);
+    if (!r) {
+        ADD_FAILURE() << path << ": no response";
+        return json();
+    }
+    EXPECT_EQ(r->status, status) << r->body;
+    return json::parse(r->body);
+}
+
+bool json_prefix(const std::string& text) { return serve::JsonPrefix().feed(text); }
+
+TEST(HttpJsonMode, EveryResponseIsAJsonObjectOrItsBeginning) {
+    const LoadedModel& m = test::austen_serve_model();
+    test::TestServer s(m, test::small_engine("pq:calib=16,refresh=0,window=4,sinks=2"));
+    auto c = s.client();
+    int free_not_json = 0;
+    for (int seed = 1; seed <= 6; ++seed) {
+        json body = {{"prompt", "Catherine said"}, {"max_tokens", 40}, {"temperature", 1.0}, {"seed", seed}};
+        const std::string free_text = post(c, "/v1/completions", body)["choices"][0]["text"];
+        free_not_json += !json_prefix(free_text);
+        body["response_format"] = {{"type", "json_object"}};
+        const json r = post(c, "/v1/completions", body);
+        const std::string text = r["choices"][0]["text"];
+        EXPECT_TRUE(json_prefix(text)) << text;
+        EXPECT_NE(text.find('{'), std::string::npos) << "40 tokens open the object: " << text;
+        if (r["choices"][0]["finish_reason"] == "stop") {
+            EXPECT_TRUE(json::parse(text).is_object()) << text;
+        }
+        if (seed == 1) {  // streamed: the same text
+            body["stream"] = true;
+            auto st = test::post_json(c, "/v1/completions", body);
+            ASSERT_TRUE(st && st->status == 200);
+            std::string streamed;
+            for (const std::string& e : test::sse_data(st->body))
+                if (e != "[DONE]") streamed += json::parse(e)["choices"][0]["text"].get<std::string>();
+            EXPECT_EQ(streamed, text);
+        }
+    }
+    EXPECT_GT(free_not_json, 3) << "without JSON mode the same requests are mostly not JSON";
+}
+
+TEST(HttpJsonMode, AFinishedObjectStopsTheRequest) {
+    // With '{' and '}' favoured, the mask keeps '}' out until '{' opened the object: "{}" then stop.
+    const LoadedModel& m = test::austen_serve_model();
+    test::TestServer s(m, test::small_engine());
+    auto c = s.client();
+    auto id_of = [&](const std::string& ch) {  // "x{" is "x" then "{" (alone it gets the space prefix)
+        const json ids = post(c, "/tokenize", {{"content", "x" + ch}})["tokens"];
+        EXPECT_EQ(post(c, "/detokenize", {{"tokens", {ids.back()}}})["content"], ch);
+        return ids.back().get<int>();
+    };
+    const json bias = {{std::to_string(id_of("{")), 50}, {std::to_string(id_of("}")), 100}};
+    const json r = post(c, "/v1/completions", {{"prompt", "It was"}, {"max_tokens", 30}, {"temperature", 0},
+                                               {"logit_bias", bias}, {"response_format", {{"type", "json_object"}}}});
+    EXPECT_EQ(r["choices"][0]["text"], "{}");
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(r["usage"]["completion_tokens"], 2);
+    const json chat = post(c, "/v1/chat/completions",
+                           {{"messages", {{{"role", "user"}, {"content", "JSON please"}}}}, {"max_tokens", 30},
+                            {"temperature", 0}, {"logit_bias", bias}, {"response_format", {{"type", "json_object"}}}});
+    EXPECT_EQ(chat["choices"][0]["message"]["content"], "{}");
+    EXPECT_EQ(chat["choices"][0]["finish_reason"], "stop");
+    // Without JSON mode the same bias writes '}' first.
+    const json free = post(c, "/v1/completions", {{"prompt", "It was"}, {"max_tokens", 2}, {"temperature", 0}, {"logit_bias", bias}});
+    EXPECT_EQ(free["choices"][0]["text"], "}}");
+}
+
+TEST(HttpJsonMode, RefusesWhatItDoesNotDo) {
+    const LoadedModel& m = test::austen_serve_model();
+    test::TestServer s(m, test::small_engine());
+    auto c = s.client();
+    const json base = {{"prompt", "x"}, {"max_tokens", 4}};
+    json b = base;
+    b["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", json::object()}}}};
+    EXPECT_NE(post(c, "/v1/completions", b, 400)["error"]["message"].get<std::string>().find("json_object"), std::string::npos);
+    b["response_format"] = {{"type", "yaml"}};
+    EXPECT_EQ(post(c, "/v1/completions", b, 400)["error"]["param"], "response_format");
+    b["response_format"] = {{"type", "json_object"}};
+    b["keep_slot"] = true;
+    EXPECT_EQ(post(c, "/v1/completions", b, 400)["error"]["param"], "keep_slot");
+    b = base;
+    b["response_format"] = {{"type", "text"}};
+    EXPECT_EQ(post(c, "/v1/completions", b)["choices"].size(), 1u);
+}
+
+}  // namespace
+}  // namespace aqpim
