@@ -420,10 +420,12 @@ TokenEvent Engine::Impl::draw(Slot& s, const float* lg) const {
     const float* drawn_from = lg;
     if (s.request.processing.active() || s.request.json) {  // the logprobs stay the model's
         s.processed.assign(lg, lg + n_vocab);
+        // JSON mode first: top_k and min_p then choose among the tokens it lets through (their
+        // largest logit is never dropped), and the bias and penalties keep a dropped one at about -1e30.
+        if (s.request.json) mask_json(s.json, *s.request.json, s.processed.data(), n_vocab, kDroppedLogit);
         if (s.request.processing.active())
             apply_logit_processing(s.request.processing, s.tokens, s.first_generated, s.sampler->params().temperature,
                                    s.processed.data(), n_vocab);
-        if (s.request.json) mask_json(s.json, *s.request.json, s.processed.data(), n_vocab, kDroppedLogit);
         drawn_from = s.processed.data();
     }
     ev.token = s.sampler->sample(drawn_from, n_vocab);
@@ -440,8 +442,13 @@ void Engine::Impl::report(Slot& s, TokenEvent ev) {
     // the token after the prompt is what its scores are read up to.
     const bool eos = next == opt.eos_token;
     if (eos && !s.request.prompt_logprobs) return finish(s, FinishReason::stop);
-    // JSON mode: the mask let only continuations through (EOS when nothing else was left)
-    const bool json_done = s.request.json && !eos && (!s.json.feed(s.request.json->texts[std::size_t(next)]) || s.json.complete());
+    // JSON mode: the mask let only continuations through, or EOS when nothing else was left; a
+    // token it refuses (none was left at all) is not sent: the text stays a JSON object's beginning.
+    if (s.request.json && !eos && !s.json.feed(s.request.json->texts[std::size_t(next)])) {
+        s.tokens.pop_back();
+        return finish(s, FinishReason::stop);
+    }
+    const bool json_done = s.request.json && s.json.complete();
     ev.request_id = s.request_id;
     ev.n_prompt = s.n_prompt;
     ev.n_generated = ++s.n_generated;

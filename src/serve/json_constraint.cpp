@@ -165,7 +165,8 @@ void mask_json(const JsonPrefix& state, const JsonVocabulary& vocab, float* logi
     bool any = false;
     for (int t = 0; t < n_vocab; ++t) {
         if (t == vocab.eos) continue;
-        const std::string& text = std::size_t(t) < vocab.texts.size() ? vocab.texts[std::size_t(t)] : std::string();
+        const std::string_view text = std::size_t(t) < vocab.texts.size() ? std::string_view(vocab.texts[std::size_t(t)])
+                                                                           : std::string_view();
         JsonPrefix next = state;
         if (!complete && !text.empty() && next.feed(text)) {
             any = true;

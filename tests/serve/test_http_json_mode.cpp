@@ -1,6 +1,7 @@
 // JSON mode over HTTP (`response_format: {"type": "json_object"}`): every response is a prefix of a
-// JSON object, a finished one parses as an object and ends with `stop`, streamed as whole; the
-// same requests without it are not JSON; json_schema and JSON mode with a parked slot are refused.
+// JSON object (with top_k and min_p too), a finished one parses as an object and ends with `stop`,
+// streamed as whole; the same requests without it are not JSON; json_schema and JSON mode with a
+// parked slot are refused.
 
 #include <gtest/gtest.h>
 
@@ -52,6 +53,16 @@ TEST(HttpJsonMode, EveryResponseIsAJsonObjectOrItsBeginning) {
         }
     }
     EXPECT_GT(free_not_json, 3) << "without JSON mode the same requests are mostly not JSON";
+    // top_k and min_p choose among the tokens JSON mode lets through (applied after it, they would
+    // keep only the model's favourite prose tokens and leave nothing valid to draw).
+    for (const json& truncation : {json{{"top_k", 1}}, json{{"top_k", 3}}, json{{"min_p", 0.5}}}) {
+        json body = {{"prompt", "Catherine said"}, {"max_tokens", 40}, {"temperature", 1.0}, {"seed", 9},
+                     {"response_format", {{"type", "json_object"}}}};
+        body.update(truncation);
+        const std::string text = post(c, "/v1/completions", body)["choices"][0]["text"];
+        EXPECT_TRUE(json_prefix(text)) << truncation.dump() << ": " << text;
+        EXPECT_NE(text.find('{'), std::string::npos) << truncation.dump() << ": " << text;
+    }
 }
 
 TEST(HttpJsonMode, AFinishedObjectStopsTheRequest) {
