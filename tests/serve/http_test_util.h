@@ -83,6 +83,17 @@ inline httplib::Result post_json(httplib::Client& c, const std::string& path, co
     return c.Post(path.c_str(), body.dump(), "application/json");
 }
 
+/// POST a JSON body expecting `status`: the response's JSON (null after a test failure: no response).
+inline nlohmann::json post(httplib::Client& c, const std::string& path, const nlohmann::json& body, int status = 200) {
+    auto r = post_json(c, path, body);
+    if (!r) {
+        ADD_FAILURE() << path << ": no response";
+        return nlohmann::json();
+    }
+    EXPECT_EQ(r->status, status) << r->body;
+    return nlohmann::json::parse(r->body);
+}
+
 /// The data lines of a server-sent-event stream, in order ("[DONE]" included); comments skipped.
 /// `framing_ok` is false if an event is not "data: ...\n\n".
 inline std::vector<std::string> sse_data(const std::string& body, bool* framing_ok = nullptr) {

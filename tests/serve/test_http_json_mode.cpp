@@ -12,16 +12,7 @@ namespace aqpim {
 namespace {
 
 using nlohmann::json;
-
-json post(httplib::Client& c, const std::string& path, const json& body, int status = 200) {
-    auto r = test::post_json(c, path, body);
-    if (!r) {
-        ADD_FAILURE() << path << ": no response";
-        return json();
-    }
-    EXPECT_EQ(r->status, status) << r->body;
-    return json::parse(r->body);
-}
+using test::post;
 
 bool json_prefix(const std::string& text) { return serve::JsonPrefix().feed(text); }
 

@@ -13,22 +13,13 @@ namespace aqpim {
 namespace {
 
 using nlohmann::json;
+using test::post;
 
 serve::EngineOptions engine_options(const std::string& kv = "f16") {
     serve::EngineOptions o = test::small_engine(kv);
     o.threads = 2;
     o.prefill_chunk = 32;  // prompts of several chunks
     return o;
-}
-
-json post(httplib::Client& c, const std::string& path, const json& body, int status = 200) {
-    auto r = test::post_json(c, path, body);
-    if (!r) {
-        ADD_FAILURE() << path << ": no response";
-        return json();
-    }
-    EXPECT_EQ(r->status, status) << r->body;
-    return json::parse(r->body);
 }
 
 /// lm-evaluation-harness's check of a choice's logprobs object: offsets follow the token texts,
