@@ -444,7 +444,7 @@ void Engine::Impl::report(Slot& s, TokenEvent ev) {
     if (eos && !s.request.prompt_logprobs) return finish(s, FinishReason::stop);
     // JSON mode: the mask let only continuations through, or EOS when nothing else was left; a
     // token it refuses (none was left at all) is not sent: the text stays a JSON object's beginning.
-    if (s.request.json && !eos && !s.json.feed(s.request.json->texts[std::size_t(next)])) {
+    if (s.request.json && !eos && !s.json.feed(s.request.json->text(next))) {
         s.tokens.pop_back();
         return finish(s, FinishReason::stop);
     }

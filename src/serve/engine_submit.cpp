@@ -37,11 +37,11 @@ std::string Engine::Impl::invalid_reason(const GenerationRequest& r) const {
     if (r.max_tokens < (r.prompt_logprobs ? 0 : 1))
         return fmt::format("max_tokens {} must be >= {}", r.max_tokens, r.prompt_logprobs ? 0 : 1);
     if (std::string why = r.processing.invalid_reason(n_vocab); !why.empty()) return why;
-    if (r.json && std::int64_t(r.json->texts.size()) != n_vocab)
-        return fmt::format("JSON mode's vocabulary has {} token texts, the model {} tokens", r.json->texts.size(), n_vocab);
+    if (r.json && std::int64_t(r.json->size()) != n_vocab)
+        return fmt::format("JSON mode's vocabulary has {} token texts, the model {} tokens", r.json->size(), n_vocab);
     if (r.json && (r.resume_slot >= 0 || r.park)) return "JSON mode does not continue or park a sequence";
-    if (r.json && r.json->eos != opt.eos_token)
-        return fmt::format("JSON mode's EOS is token {}, the engine's {}", r.json->eos, opt.eos_token);
+    if (r.json && r.json->eos() != opt.eos_token)
+        return fmt::format("JSON mode's EOS is token {}, the engine's {}", r.json->eos(), opt.eos_token);
     if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs)
         return fmt::format("top_logprobs {} outside [0, {}]", r.top_logprobs, kMaxTopLogprobs);
     if (std::int64_t(r.prompt.size()) + r.max_tokens > opt.ctx)

@@ -63,12 +63,11 @@ HttpServer::Impl::Impl(Engine& e, std::shared_ptr<const Tokenizer> t, const Mode
         if (ids.size() == 1 && v.types[std::size_t(ids[0])] == TokenType::control) chat_turn_end_tokens.push_back(ids);
     }
     // JSON mode's texts: each token as it reads after an ordinary token (its leading space kept).
-    auto vocab = std::make_shared<JsonVocabulary>();
     const auto normal = std::find(v.types.begin(), v.types.end(), TokenType::normal);
     const std::int32_t after = normal == v.types.end() ? -1 : std::int32_t(normal - v.types.begin());
-    for (std::int32_t t = 0; t < tokenizer->n_vocab(); ++t) vocab->texts.push_back(tokenizer->piece(after, t));
-    vocab->eos = v.eos;
-    json_vocab = std::move(vocab);
+    std::vector<std::string> texts;
+    for (std::int32_t t = 0; t < tokenizer->n_vocab(); ++t) texts.push_back(tokenizer->piece(after, t));
+    json_vocab = std::make_shared<const JsonVocabulary>(std::move(texts), v.eos);
     limits.n_vocab = tokenizer->n_vocab();
     n_ctx = engine.options().ctx > 0 ? engine.options().ctx : config.n_ctx_train;
     started = std::int64_t(std::time(nullptr));

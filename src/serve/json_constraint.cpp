@@ -2,6 +2,9 @@
 
 #include "serve/json_constraint.h"
 
+#include <algorithm>
+#include <utility>
+
 namespace aqpim::serve {
 namespace {
 
@@ -160,21 +163,94 @@ bool JsonPrefix::byte(unsigned char c) {
     }
 }
 
+JsonVocabulary::JsonVocabulary(std::vector<std::string> texts, std::int32_t eos) : texts_(std::move(texts)), eos_(eos) {
+    plain_.assign(texts_.size(), 0);
+    for (std::size_t t = 0; t < texts_.size(); ++t) {
+        if (texts_[t].empty() || std::int32_t(t) == eos_) continue;
+        bool plain = true;
+        for (const char ch : texts_[t]) plain = plain && ch != '"' && ch != '\\' && static_cast<unsigned char>(ch) >= 0x20;
+        if (plain) plain_[t] = 1;
+        else special_.push_back(std::int32_t(t));
+    }
+    // Insert the texts in sorted order: each shares with the previous one exactly the path of
+    // their common prefix, so the trie is built in one pass and equal texts end at one node.
+    std::vector<std::int32_t> order;
+    for (std::size_t t = 0; t < texts_.size(); ++t)
+        if (!texts_[t].empty()) order.push_back(std::int32_t(t));
+    std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+        return texts_[std::size_t(a)] < texts_[std::size_t(b)] || (texts_[std::size_t(a)] == texts_[std::size_t(b)] && a < b);
+    });
+    trie_.emplace_back();
+    std::vector<std::int32_t> path = {0}, last_child = {-1};
+    const std::string* prev = nullptr;
+    for (const std::int32_t t : order) {
+        const std::string& text = texts_[std::size_t(t)];
+        std::size_t shared = 0;
+        if (prev)
+            while (shared < prev->size() && shared < text.size() && (*prev)[shared] == text[shared]) ++shared;
+        path.resize(shared + 1);
+        for (std::size_t d = shared; d < text.size(); ++d) {
+            const std::int32_t parent = path[d], node = std::int32_t(trie_.size());
+            trie_.emplace_back();
+            last_child.push_back(-1);
+            trie_.back().byte = static_cast<unsigned char>(text[d]);
+            if (last_child[std::size_t(parent)] < 0) trie_[std::size_t(parent)].first_child = node;
+            else trie_[std::size_t(last_child[std::size_t(parent)])].next_sibling = node;
+            last_child[std::size_t(parent)] = node;
+            path.push_back(node);
+        }
+        Node& end = trie_[std::size_t(path[text.size()])];
+        if (end.tokens_begin == end.tokens_end) end.tokens_begin = std::uint32_t(tokens_.size());
+        tokens_.push_back(t);
+        end.tokens_end = std::uint32_t(tokens_.size());
+        prev = &text;
+    }
+}
+
 void mask_json(const JsonPrefix& state, const JsonVocabulary& vocab, float* logits, int n_vocab, float drop) {
-    const bool complete = state.complete();
+    thread_local std::vector<unsigned char> allowed;
+    thread_local std::vector<std::pair<std::int32_t, JsonPrefix>> stack;
+    allowed.assign(std::size_t(n_vocab), 0);
     bool any = false;
-    for (int t = 0; t < n_vocab; ++t) {
-        if (t == vocab.eos) continue;
-        const std::string_view text = std::size_t(t) < vocab.texts.size() ? std::string_view(vocab.texts[std::size_t(t)])
-                                                                           : std::string_view();
-        JsonPrefix next = state;
-        if (!complete && !text.empty() && next.feed(text)) {
-            any = true;
-        } else {
-            logits[t] = drop;
+    if (state.in_string()) {
+        const std::size_t n = std::min(std::size_t(n_vocab), vocab.plain_.size());
+        for (std::size_t t = 0; t < n; ++t) allowed[t] = vocab.plain_[t];
+        any = std::find(vocab.plain_.begin(), vocab.plain_.begin() + std::ptrdiff_t(n), 1) != vocab.plain_.begin() + std::ptrdiff_t(n);
+        for (const std::int32_t t : vocab.special_) {
+            JsonPrefix next = state;
+            if (t < n_vocab && next.feed(vocab.texts_[std::size_t(t)])) {
+                allowed[std::size_t(t)] = 1;
+                any = true;
+            }
+        }
+    } else if (!state.complete()) {
+        // Depth first from the root: a node's state is its parent's fed the edge's byte; a refused
+        // byte prunes the subtree.
+        stack.clear();
+        stack.emplace_back(0, state);
+        while (!stack.empty()) {
+            const auto [node, at] = stack.back();
+            stack.pop_back();
+            for (std::int32_t c = vocab.trie_[std::size_t(node)].first_child; c >= 0;
+                 c = vocab.trie_[std::size_t(c)].next_sibling) {
+                const JsonVocabulary::Node& child = vocab.trie_[std::size_t(c)];
+                JsonPrefix next = at;
+                const char b = static_cast<char>(child.byte);
+                if (!next.feed(std::string_view(&b, 1))) continue;
+                for (std::uint32_t i = child.tokens_begin; i < child.tokens_end; ++i) {
+                    const std::int32_t t = vocab.tokens_[i];
+                    if (t < n_vocab && t != vocab.eos_) {
+                        allowed[std::size_t(t)] = 1;
+                        any = true;
+                    }
+                }
+                if (child.first_child >= 0) stack.emplace_back(c, next);
+            }
         }
     }
-    if (vocab.eos >= 0 && vocab.eos < n_vocab && !complete && any) logits[vocab.eos] = drop;
+    const bool keep_eos = state.complete() || !any;
+    for (int t = 0; t < n_vocab; ++t)
+        if (!allowed[std::size_t(t)] && !(t == vocab.eos_ && keep_eos)) logits[t] = drop;
 }
 
 }  // namespace aqpim::serve

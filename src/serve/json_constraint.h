@@ -25,6 +25,8 @@ public:
     bool feed(std::string_view text);
     /// A whole object has been read (only whitespace may follow).
     bool complete() const { return mode_ == Mode::done; }
+    /// Inside a string, after no backslash: any text without '"', '\\' or a byte below 0x20 continues it.
+    bool in_string() const { return mode_ == Mode::string; }
 
 private:
     enum class Mode : std::uint8_t {
@@ -66,10 +68,33 @@ private:
 };
 
 /// Token texts for the mask, built once per server: each token's text as it reads after an
-/// ordinary token (a leading space kept: dropping it never turns a valid continuation invalid).
-struct JsonVocabulary {
-    std::vector<std::string> texts;
-    std::int32_t eos = -1;
+/// ordinary token (a leading space kept: dropping it never turns a valid continuation invalid),
+/// and the texts as a trie, so that a prefix many tokens share is read once and a refused one
+/// rules out every token under it (bench/bench_json_mask.cpp, docs/serve.md "JSON mode").
+class JsonVocabulary {
+public:
+    JsonVocabulary(std::vector<std::string> texts, std::int32_t eos);
+
+    std::int32_t eos() const { return eos_; }
+    std::size_t size() const { return texts_.size(); }
+    const std::string& text(std::int32_t t) const { return texts_[std::size_t(t)]; }
+
+private:
+    friend void mask_json(const JsonPrefix&, const JsonVocabulary&, float*, int, float);
+    struct Node {
+        std::int32_t first_child = -1, next_sibling = -1;
+        std::uint32_t tokens_begin = 0, tokens_end = 0;  ///< the tokens whose text ends here: tokens_[begin, end)
+        unsigned char byte = 0;                           ///< the edge from the parent
+    };
+    std::vector<std::string> texts_;
+    std::int32_t eos_ = -1;
+    std::vector<Node> trie_;            ///< node 0: the root (the empty text, no token)
+    std::vector<std::int32_t> tokens_;  ///< token ids by node
+    /// Inside a string (most of a JSON text's tokens), the trie would be walked whole: there a
+    /// token is tried only if its text holds '"', '\\' or a byte below 0x20 (`special_`); the
+    /// others (`plain_`) continue the string as they are.
+    std::vector<unsigned char> plain_;
+    std::vector<std::int32_t> special_;
 };
 
 /// Sets every token that cannot come next to `drop`: a token whose text would not continue
