@@ -116,8 +116,9 @@ struct GenerationRequest {
     /// unsalted space every request without one shares).
     std::string cache_salt;
     /// JSON mode: the generated text is kept a prefix of one JSON object (mask_json before each
-    /// draw, after the processing above) and the request ends with `stop` once the object is
-    /// complete. Null: unconstrained. Not with resume_slot or park.
+    /// draw, before the processing above, so top_k and min_p choose among what it lets through)
+    /// and the request ends with `stop` once the object is complete. Null: unconstrained. Not with
+    /// resume_slot or park.
     std::shared_ptr<const JsonVocabulary> json;
 };
 

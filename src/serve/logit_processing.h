@@ -2,7 +2,8 @@
 // What a request asks done to the logits before its sampler draws (docs/serve.md, "Sampling
 // parameters"), in this order: OpenAI's logit_bias, the repetition penalty of vLLM and
 // llama-server, OpenAI's frequency_penalty and presence_penalty, then top_k and min_p; then the
-// sampler's temperature and top_p. Reported logprobs stay those of the unprocessed logits (as vLLM's).
+// sampler's temperature and top_p (JSON mode's mask, json_constraint.h, goes before all of them).
+// Reported logprobs stay those of the unprocessed logits (as vLLM's).
 
 #include <cstdint>
 #include <span>
