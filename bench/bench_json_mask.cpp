@@ -5,6 +5,8 @@
 // is read whole) and after a key's ':' (a value starts). Beside it, in the same process, the
 // sampler's draw over the same vocabulary (BM_SampleSameVocab), which every step pays anyway, and
 // the mask without its trie (BM_MaskEachToken: every token's text tried whole, as it was first built).
+// BM_MaskJsonSchema: the same with a JSON schema's recognizer (json_schema.h), in those three states
+// and two more (3: a key matched against the listed names; 4: inside a string with a maxLength).
 //   BM_MaskJson/<vocab>/<state>   items/s = tokens tried per second; time = one step of one sequence
 
 #include <benchmark/benchmark.h>
@@ -15,6 +17,7 @@
 
 #include "aqpim/sampler.h"
 #include "serve/json_constraint.h"
+#include "serve/json_schema.h"
 
 namespace {
 
@@ -62,10 +65,12 @@ serve::JsonPrefix state(int which) {
     return p;
 }
 
-void BM_MaskJson(benchmark::State& st) {
+/// One mask per iteration over range(0) tokens, in the state `prefix` gives for range(1).
+template <class Prefix>
+void time_mask(benchmark::State& st, Prefix (*prefix)(int)) {
     const int n_vocab = int(st.range(0));
     const serve::JsonVocabulary v = vocabulary(n_vocab);
-    const serve::JsonPrefix p = state(int(st.range(1)));
+    const Prefix p = prefix(int(st.range(1)));
     std::vector<float> logits(std::size_t(n_vocab), 0.0f);
     for (auto _ : st) {
         serve::mask_json(p, v, logits.data(), n_vocab, -1e30f);
@@ -73,6 +78,27 @@ void BM_MaskJson(benchmark::State& st) {
     }
     st.SetItemsProcessed(st.iterations() * n_vocab);
 }
+
+void BM_MaskJson(benchmark::State& st) { time_mask(st, state); }
+
+/// A schema's recognizer in the same three states and two more: a key being matched against the
+/// listed names, and inside a string with a maxLength (the plain-token shortcut counting characters).
+const serve::JsonSchema& character_schema() {
+    static const serve::JsonSchema s(nlohmann::ordered_json::parse(R"({"type": "object", "properties": {
+        "name": {"type": "string"}, "age": {"type": "integer"}, "nickname": {"type": "string", "maxLength": 40},
+        "mood": {"enum": ["happy", "sad", "indifferent"]}}, "required": ["name", "age"]})"));
+    return s;
+}
+
+serve::JsonSchemaPrefix schema_state(int which) {
+    serve::JsonSchemaPrefix p(character_schema());
+    const char* texts[] = {"", "{\"name\": \"Catherine Morland, who", "{\"name\": \"Catherine\", \"age\":",
+                           "{\"name\": \"Catherine\", \"age\": 17, \"", "{\"name\": \"C\", \"age\": 17, \"nickname\": \"Cat"};
+    p.feed(texts[which]);
+    return p;
+}
+
+void BM_MaskJsonSchema(benchmark::State& st) { time_mask(st, schema_state); }
 
 void BM_SampleSameVocab(benchmark::State& st) {
     const int n_vocab = int(st.range(0));
@@ -98,6 +124,7 @@ void BM_MaskEachToken(benchmark::State& st) {
 }
 
 BENCHMARK(BM_MaskJson)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MaskJsonSchema)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2, 3, 4}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskEachToken)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SampleSameVocab)->Arg(4096)->Arg(32000)->Arg(128256)->Unit(benchmark::kMicrosecond);
 

@@ -44,8 +44,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             else (void)parse_detokenize_request(body, limits);
             return 0;
         }
-        const CompletionParams p = parse_completion_request(parse_request_json(std::string(aqpim::fuzz::part(parts, 1))),
-                                                            chat, limits);
+        const std::string body(aqpim::fuzz::part(parts, 1));
+        const CompletionParams p = parse_completion_request(parse_request_json(body), chat, limits, body);
         if (chat) {
             aqpim::fuzz::expect_success_or_error([&] { (void)render_chat(format, p.messages, tokens); });
             (void)chat_stop_strings(format, tokens);

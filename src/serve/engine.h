@@ -31,6 +31,7 @@
 #include "aqpim/model.h"
 #include "aqpim/sampler.h"
 #include "serve/json_constraint.h"
+#include "serve/json_schema.h"
 #include "serve/logit_processing.h"
 #include "store/prefix_store.h"
 
@@ -120,6 +121,8 @@ struct GenerationRequest {
     /// and the request ends with `stop` once the object is complete. Null: unconstrained. Not with
     /// resume_slot or park.
     std::shared_ptr<const JsonVocabulary> json;
+    /// With `json`: the object must be one `json_schema` accepts (null: any object).
+    std::shared_ptr<const JsonSchema> json_schema;
 };
 
 enum class Rejection { none, queue_full, never_fits, invalid };

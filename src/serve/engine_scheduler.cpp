@@ -288,7 +288,7 @@ void Engine::Impl::start(Slot& s, Pending& p) {
     s.request = std::move(p.request);
     s.n_generated = 0;  // a parked sequence continued counts this request's tokens only
     s.first_generated = s.tokens.size();
-    s.json = JsonPrefix();
+    s.json = JsonGuide(s.request.json_schema.get());
     s.prompt_scores.clear();
     if (s.request.prompt_logprobs)
         for (std::size_t i = s.tokens.size() - std::size_t(s.n_prompt); i < s.tokens.size(); ++i)
@@ -422,7 +422,7 @@ TokenEvent Engine::Impl::draw(Slot& s, const float* lg) const {
         s.processed.assign(lg, lg + n_vocab);
         // JSON mode first: top_k and min_p then choose among the tokens it lets through (their
         // largest logit is never dropped), and the bias and penalties keep a dropped one at about -1e30.
-        if (s.request.json) mask_json(s.json, *s.request.json, s.processed.data(), n_vocab, kDroppedLogit);
+        if (s.request.json) s.json.mask(*s.request.json, s.processed.data(), n_vocab, kDroppedLogit);
         if (s.request.processing.active())
             apply_logit_processing(s.request.processing, s.tokens, s.first_generated, s.sampler->params().temperature,
                                    s.processed.data(), n_vocab);

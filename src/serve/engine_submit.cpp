@@ -39,6 +39,7 @@ std::string Engine::Impl::invalid_reason(const GenerationRequest& r) const {
     if (std::string why = r.processing.invalid_reason(n_vocab); !why.empty()) return why;
     if (r.json && std::int64_t(r.json->size()) != n_vocab)
         return fmt::format("JSON mode's vocabulary has {} token texts, the model {} tokens", r.json->size(), n_vocab);
+    if (r.json_schema && !r.json) return "a JSON schema needs JSON mode's vocabulary (json)";
     if (r.json && (r.resume_slot >= 0 || r.park)) return "JSON mode does not continue or park a sequence";
     if (r.json && r.json->eos() != opt.eos_token)
         return fmt::format("JSON mode's EOS is token {}, the engine's {}", r.json->eos(), opt.eos_token);

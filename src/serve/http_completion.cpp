@@ -107,7 +107,7 @@ std::vector<TokenText> scored(std::vector<TokenText> echoed, const std::optional
 }  // namespace
 
 void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
-    const CompletionParams p = parse_completion_request(parse_request_json(req.body), chat, limits);
+    const CompletionParams p = parse_completion_request(parse_request_json(req.body), chat, limits, req.body);
 
     std::vector<std::string> stops = p.stop;
     std::vector<Choice> choices;
@@ -169,6 +169,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         g.park = p.keep_slot;
         g.cache_salt = p.cache_salt;
         if (p.json_mode) g.json = json_vocab;
+        g.json_schema = p.json_schema;
 
         std::int32_t prev = slot_token;
         if (p.echo)

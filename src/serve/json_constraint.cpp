@@ -2,18 +2,13 @@
 
 #include "serve/json_constraint.h"
 
+#include "serve/json_bytes.h"
+#include "serve/json_schema.h"
+
 #include <algorithm>
 #include <utility>
 
 namespace aqpim::serve {
-namespace {
-
-bool is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
-bool is_hex(unsigned char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
-
-}  // namespace
-
 bool JsonPrefix::feed(std::string_view text) {
     for (const char ch : text)
         if (!byte(static_cast<unsigned char>(ch))) return false;
@@ -66,7 +61,7 @@ bool JsonPrefix::byte(unsigned char c) {
             mode_ = Mode::string;
             return c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't';
         case Mode::unicode:
-            if (!is_hex(c)) return false;
+            if (json_hex_value(c) < 0) return false;
             if (--hex_left_ == 0) mode_ = Mode::string;
             return true;
         case Mode::literal:
@@ -74,11 +69,11 @@ bool JsonPrefix::byte(unsigned char c) {
             if (*++literal_ == '\0') value_done();
             return true;
         case Mode::minus:
-            if (!is_digit(c)) return false;
+            if (!json_digit(c)) return false;
             mode_ = c == '0' ? Mode::zero : Mode::integer;
             return true;
         case Mode::point:
-            if (!is_digit(c)) return false;
+            if (!json_digit(c)) return false;
             mode_ = Mode::fraction;
             return true;
         case Mode::exponent:
@@ -88,14 +83,14 @@ bool JsonPrefix::byte(unsigned char c) {
             }
             [[fallthrough]];
         case Mode::exponent_sign:
-            if (!is_digit(c)) return false;
+            if (!json_digit(c)) return false;
             mode_ = Mode::exponent_digits;
             return true;
         case Mode::zero:
         case Mode::integer:
         case Mode::fraction:
         case Mode::exponent_digits:
-            if (is_digit(c) && mode_ != Mode::zero) return true;
+            if (json_digit(c) && mode_ != Mode::zero) return true;
             if (c == '.' && (mode_ == Mode::zero || mode_ == Mode::integer)) {
                 mode_ = Mode::point;
                 return true;
@@ -109,7 +104,7 @@ bool JsonPrefix::byte(unsigned char c) {
         default: break;
     }
     // Between tokens.
-    if (is_space(c)) {
+    if (json_space(c)) {
         if (c == '\r' || (c == '\n' && newline_)) return false;
         newline_ = newline_ || c == '\n';
         return ++whitespace_ <= kMaxWhitespace;
@@ -154,7 +149,7 @@ bool JsonPrefix::byte(unsigned char c) {
                 case 'f': literal_ = "alse"; mode_ = Mode::literal; return true;
                 case 'n': literal_ = "ull"; mode_ = Mode::literal; return true;
                 default:
-                    if (!is_digit(c)) return false;
+                    if (!json_digit(c)) return false;
                     mode_ = c == '0' ? Mode::zero : Mode::integer;
                     return true;
             }
@@ -165,10 +160,16 @@ bool JsonPrefix::byte(unsigned char c) {
 
 JsonVocabulary::JsonVocabulary(std::vector<std::string> texts, std::int32_t eos) : texts_(std::move(texts)), eos_(eos) {
     plain_.assign(texts_.size(), 0);
+    chars_.assign(texts_.size(), 0);
     for (std::size_t t = 0; t < texts_.size(); ++t) {
         if (texts_[t].empty() || std::int32_t(t) == eos_) continue;
         bool plain = true;
-        for (const char ch : texts_[t]) plain = plain && ch != '"' && ch != '\\' && static_cast<unsigned char>(ch) >= 0x20;
+        std::size_t chars = 0;
+        for (const char ch : texts_[t]) {
+            plain = plain && ch != '"' && ch != '\\' && static_cast<unsigned char>(ch) >= 0x20;
+            chars += (static_cast<unsigned char>(ch) & 0xC0) != 0x80;
+        }
+        chars_[t] = std::uint16_t(std::min<std::size_t>(chars, 65535));
         if (plain) plain_[t] = 1;
         else special_.push_back(std::int32_t(t));
     }
@@ -207,17 +208,21 @@ JsonVocabulary::JsonVocabulary(std::vector<std::string> texts, std::int32_t eos)
     }
 }
 
-void mask_json(const JsonPrefix& state, const JsonVocabulary& vocab, float* logits, int n_vocab, float drop) {
+template <class Prefix>
+void mask_json(const Prefix& state, const JsonVocabulary& vocab, float* logits, int n_vocab, float drop) {
     thread_local std::vector<unsigned char> allowed;
-    thread_local std::vector<std::pair<std::int32_t, JsonPrefix>> stack;
+    thread_local std::vector<std::pair<std::int32_t, Prefix>> stack;
     allowed.assign(std::size_t(n_vocab), 0);
     bool any = false;
-    if (state.in_string()) {
+    if (const std::int64_t room = state.string_room(); room >= 0) {
         const std::size_t n = std::min(std::size_t(n_vocab), vocab.plain_.size());
-        for (std::size_t t = 0; t < n; ++t) allowed[t] = vocab.plain_[t];
-        any = std::find(vocab.plain_.begin(), vocab.plain_.begin() + std::ptrdiff_t(n), 1) != vocab.plain_.begin() + std::ptrdiff_t(n);
+        if (room == kAnyLength)
+            for (std::size_t t = 0; t < n; ++t) allowed[t] = vocab.plain_[t];
+        else
+            for (std::size_t t = 0; t < n; ++t) allowed[t] = vocab.plain_[t] && vocab.chars_[t] <= room;
+        any = std::find(allowed.begin(), allowed.begin() + std::ptrdiff_t(n), 1) != allowed.begin() + std::ptrdiff_t(n);
         for (const std::int32_t t : vocab.special_) {
-            JsonPrefix next = state;
+            Prefix next = state;
             if (t < n_vocab && next.feed(vocab.texts_[std::size_t(t)])) {
                 allowed[std::size_t(t)] = 1;
                 any = true;
@@ -234,7 +239,7 @@ void mask_json(const JsonPrefix& state, const JsonVocabulary& vocab, float* logi
             for (std::int32_t c = vocab.trie_[std::size_t(node)].first_child; c >= 0;
                  c = vocab.trie_[std::size_t(c)].next_sibling) {
                 const JsonVocabulary::Node& child = vocab.trie_[std::size_t(c)];
-                JsonPrefix next = at;
+                Prefix next = at;
                 const char b = static_cast<char>(child.byte);
                 if (!next.feed(std::string_view(&b, 1))) continue;
                 for (std::uint32_t i = child.tokens_begin; i < child.tokens_end; ++i) {
@@ -252,5 +257,8 @@ void mask_json(const JsonPrefix& state, const JsonVocabulary& vocab, float* logi
     for (int t = 0; t < n_vocab; ++t)
         if (!allowed[std::size_t(t)] && !(t == vocab.eos_ && keep_eos)) logits[t] = drop;
 }
+
+template void mask_json(const JsonPrefix&, const JsonVocabulary&, float*, int, float);
+template void mask_json(const JsonSchemaPrefix&, const JsonVocabulary&, float*, int, float);
 
 }  // namespace aqpim::serve

@@ -4,11 +4,15 @@
 // sampler draws, and EOS is allowed only once the object is complete (then it is the only token).
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace aqpim::serve {
+
+/// string_room() of a string without a length bound (JsonPrefix, JsonSchemaPrefix).
+inline constexpr std::int64_t kAnyLength = std::numeric_limits<std::int64_t>::max();
 
 /// Reads text byte by byte and says whether it is still the beginning of one JSON object
 /// (RFC 8259, whitespace around it allowed). A small value: copying it is how a candidate
@@ -25,8 +29,9 @@ public:
     bool feed(std::string_view text);
     /// A whole object has been read (only whitespace may follow).
     bool complete() const { return mode_ == Mode::done; }
-    /// Inside a string, after no backslash: any text without '"', '\\' or a byte below 0x20 continues it.
-    bool in_string() const { return mode_ == Mode::string; }
+    /// Inside a string, after no backslash, any text without '"', '\\' or a byte below 0x20
+    /// continues it: kAnyLength there, -1 elsewhere (mask_json's shortcut).
+    std::int64_t string_room() const { return mode_ == Mode::string ? kAnyLength : -1; }
 
 private:
     enum class Mode : std::uint8_t {
@@ -80,7 +85,8 @@ public:
     const std::string& text(std::int32_t t) const { return texts_[std::size_t(t)]; }
 
 private:
-    friend void mask_json(const JsonPrefix&, const JsonVocabulary&, float*, int, float);
+    template <class Prefix>
+    friend void mask_json(const Prefix&, const JsonVocabulary&, float*, int, float);
     struct Node {
         std::int32_t first_child = -1, next_sibling = -1;
         std::uint32_t tokens_begin = 0, tokens_end = 0;  ///< the tokens whose text ends here: tokens_[begin, end)
@@ -92,14 +98,18 @@ private:
     std::vector<std::int32_t> tokens_;  ///< token ids by node
     /// Inside a string (most of a JSON text's tokens), the trie would be walked whole: there a
     /// token is tried only if its text holds '"', '\\' or a byte below 0x20 (`special_`); the
-    /// others (`plain_`) continue the string as they are.
+    /// others (`plain_`) continue the string as they are, when it has room for their characters
+    /// (`chars_`: UTF-8 code points, counted as JsonSchemaPrefix counts them; at most 65535).
     std::vector<unsigned char> plain_;
+    std::vector<std::uint16_t> chars_;
     std::vector<std::int32_t> special_;
 };
 
 /// Sets every token that cannot come next to `drop`: a token whose text would not continue
 /// `state`, or has no text; EOS unless `state` is complete; every other token once it is. When
-/// nothing else is left, EOS stays.
-void mask_json(const JsonPrefix& state, const JsonVocabulary& vocab, float* logits, int n_vocab, float drop);
+/// nothing else is left, EOS stays. `Prefix` is JsonPrefix or JsonSchemaPrefix (json_schema.h):
+/// a copyable recognizer with feed, complete and string_room.
+template <class Prefix>
+void mask_json(const Prefix& state, const JsonVocabulary& vocab, float* logits, int n_vocab, float drop);
 
 }  // namespace aqpim::serve

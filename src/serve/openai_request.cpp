@@ -208,22 +208,47 @@ void check_neutral(const json& body) {
     if (const json* v = field(body, "suffix"); v && !string(*v, "suffix").empty()) bad("suffix", "is not supported");
 }
 
-/// response_format: true for {"type": "json_object"} (JSON mode), false for {"type": "text"}.
-bool read_json_mode(const json& body) {
+/// response_format into p.json_mode and p.json_schema: {"type": "text"}, {"type": "json_object"}
+/// (JSON mode; llama-server's "schema" member beside it taken as a schema), or OpenAI's
+/// {"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}}.
+void read_response_format(const json& body, std::string_view body_text, CompletionParams& p) {
     const json* v = field(body, "response_format");
-    if (!v) return false;
+    if (!v) return;
     const json* t = v->is_object() ? field(*v, "type") : nullptr;
     const std::string type = t && t->is_string() ? t->get<std::string>() : "";
-    if (type == "json_schema")
-        bad("response_format", "json_schema is not supported: {\"type\": \"json_object\"} keeps the output one JSON object");
-    if (type != "text" && type != "json_object")
-        bad("response_format", "expected {\"type\": \"text\"} or {\"type\": \"json_object\"}");
-    return type == "json_object";
+    if (type != "text" && type != "json_object" && type != "json_schema")
+        bad("response_format", "expected {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": {\"schema\": ...}}");
+    p.json_mode = type != "text";
+    std::vector<std::string> path;  // to the schema within the body
+    if (type == "json_object" && field(*v, "schema")) path = {"response_format", "schema"};
+    if (type == "json_schema") {
+        const json* js = field(*v, "json_schema");
+        if (!js || !js->is_object() || !field(*js, "schema"))
+            bad("response_format", "json_schema: expected {\"name\": ..., \"schema\": {...}}");
+        path = {"response_format", "json_schema", "schema"};
+    }
+    if (path.empty()) return;
+    const std::string where = path.back() == "schema" && path.size() == 3 ? "json_schema.schema" : "schema";
+    try {
+        nlohmann::ordered_json schema;
+        if (body_text.empty()) {
+            const json* s = &body;
+            for (const std::string& key : path) s = &(*s)[key];
+            schema = *s;
+        } else {
+            schema = parse_json<nlohmann::ordered_json>(body_text, "request body");
+            for (const std::string& key : path) schema = nlohmann::ordered_json(schema[key]);
+        }
+        p.json_schema = std::make_shared<const JsonSchema>(schema);
+    } catch (const JsonSchemaError& e) {
+        bad("response_format", where + " " + e.what());
+    }
 }
 
 }  // namespace
 
-CompletionParams parse_completion_request(const json& body, bool chat, const RequestLimits& limits) {
+CompletionParams parse_completion_request(const json& body, bool chat, const RequestLimits& limits,
+                                          std::string_view body_text) {
     static const std::set<std::string> common = {
         "model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "user", "n",
         "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "id_slot", "keep_slot", "cache_salt",
@@ -289,9 +314,9 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
     if (n_choices > std::size_t(limits.max_choices))
         bad("n", fmt::format("{} prompts x n = {} is {} choices: at most {} per request", p.prompts.size(), p.n,
                              n_choices, limits.max_choices));
-    p.json_mode = read_json_mode(body);
+    read_response_format(body, body_text, p);
     if (p.json_mode && (p.id_slot >= 0 || p.keep_slot))
-        bad(p.id_slot >= 0 ? "id_slot" : "keep_slot", "JSON mode (response_format json_object) does not continue or park a sequence");
+        bad(p.id_slot >= 0 ? "id_slot" : "keep_slot", "JSON mode (response_format json_object or json_schema) does not continue or park a sequence");
     if (n_choices > 1 && (p.id_slot >= 0 || p.keep_slot))
         bad(p.id_slot >= 0 ? "id_slot" : "keep_slot", "takes one choice (one prompt, n = 1)");
     return p;

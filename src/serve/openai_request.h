@@ -4,14 +4,17 @@
 // ApiError: the HTTP status and the OpenAI-style error object the server answers with.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "serve/chat_template.h"
+#include "serve/json_schema.h"
 #include "serve/logit_processing.h"
 
 namespace aqpim::serve {
@@ -70,16 +73,20 @@ struct CompletionParams {
     LogitProcessing processing;         ///< logit_bias, penalties, top_k, min_p
     int id_slot = -1;                   ///< aqpim (as llama-server): continue the sequence parked in this slot
     bool keep_slot = false;             ///< aqpim: park the finished sequence in its slot
-    bool json_mode = false;             ///< response_format {"type": "json_object"}
+    bool json_mode = false;             ///< response_format {"type": "json_object"} or "json_schema"
+    std::shared_ptr<const JsonSchema> json_schema;  ///< response_format json_schema's schema (null: any object)
     /// vLLM's: the KV store shares stored prefixes only between requests with the same salt (a
     /// tenant's secret keeps its prompts' blocks, and their timing, to itself)
     std::string cache_salt;
 };
 
 /// Read a request body. Unknown fields are refused as OpenAI refuses them ("Unrecognized request
-/// argument supplied: X"); fields we accept but do not implement (best_of, suffix,
-/// response_format) are accepted only at their neutral value.
-CompletionParams parse_completion_request(const nlohmann::json& body, bool chat, const RequestLimits& limits);
+/// argument supplied: X"); fields we accept but do not implement (best_of, suffix) are accepted
+/// only at their neutral value. `body_text`, when given, is the text `body` was parsed from: a
+/// JSON schema's properties are then generated in the order written there (from `body` alone, in
+/// name order: nlohmann::json sorts an object's members).
+CompletionParams parse_completion_request(const nlohmann::json& body, bool chat, const RequestLimits& limits,
+                                          std::string_view body_text = {});
 
 /// POST /tokenize (vLLM's and llama-server's field names): the text and whether to add BOS.
 struct TokenizeParams {

@@ -1,12 +1,15 @@
 // JSON mode over HTTP (`response_format: {"type": "json_object"}`): every response is a prefix of a
 // JSON object (with top_k and min_p too), a finished one parses as an object and ends with `stop`,
-// streamed as whole; the same requests without it are not JSON; json_schema and JSON mode with a
+// streamed as whole; the same requests without it are not JSON. With a schema (`json_schema`, or
+// llama-server's `schema` beside json_object) every response is a prefix of a value it accepts,
+// its properties in the order the client wrote them. Unsupported schemas and JSON mode with a
 // parked slot are refused.
 
 #include <gtest/gtest.h>
 
 #include "serve/http_test_util.h"
 #include "serve/json_constraint.h"
+#include "serve/json_schema.h"
 
 namespace aqpim {
 namespace {
@@ -89,7 +92,14 @@ TEST(HttpJsonMode, RefusesWhatItDoesNotDo) {
     const json base = {{"prompt", "x"}, {"max_tokens", 4}};
     json b = base;
     b["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", json::object()}}}};
-    EXPECT_NE(post(c, "/v1/completions", b, 400)["error"]["message"].get<std::string>().find("json_object"), std::string::npos);
+    EXPECT_NE(post(c, "/v1/completions", b, 400)["error"]["message"].get<std::string>().find("root must be an object"), std::string::npos);
+    b["response_format"] = {{"type", "json_schema"},
+                            {"json_schema", {{"schema", {{"type", "object"}, {"properties", {{"a", {{"pattern", "x+"}}}}}}}}}};
+    const json refused = post(c, "/v1/completions", b, 400)["error"];
+    EXPECT_EQ(refused["param"], "response_format");
+    EXPECT_EQ(refused["message"], "response_format: json_schema.schema at /properties/a: the keyword \"pattern\" is not supported");
+    b["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}};
+    EXPECT_NE(post(c, "/v1/completions", b, 400)["error"]["message"].get<std::string>().find("\"schema\""), std::string::npos);
     b["response_format"] = {{"type", "yaml"}};
     EXPECT_EQ(post(c, "/v1/completions", b, 400)["error"]["param"], "response_format");
     b["response_format"] = {{"type", "json_object"}};
@@ -98,6 +108,67 @@ TEST(HttpJsonMode, RefusesWhatItDoesNotDo) {
     b = base;
     b["response_format"] = {{"type", "text"}};
     EXPECT_EQ(post(c, "/v1/completions", b)["choices"].size(), 1u);
+}
+
+// A schema the client wrote, its properties in its order (not nlohmann::json's sorted one).
+const char* kCharacterSchema = R"({"type": "object", "properties": {
+    "name": {"type": "string", "minLength": 1, "maxLength": 12},
+    "mood": {"enum": ["happy", "sad"]},
+    "age": {"type": "integer"},
+    "friends": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 2}},
+  "required": ["name", "mood", "age"], "additionalProperties": false})";
+
+TEST(HttpJsonMode, AJsonSchemaShapesTheObject) {
+    const LoadedModel& m = test::austen_serve_model();
+    test::TestServer s(m, test::small_engine("pq:calib=16,refresh=0,window=4,sinks=2"));
+    auto c = s.client();
+    const nlohmann::ordered_json schema = nlohmann::ordered_json::parse(kCharacterSchema);
+    const serve::JsonSchema compiled(schema);
+    int finished = 0;
+    for (int seed = 1; seed <= 6; ++seed) {
+        // The body as text, so that the server reads the schema's order as written.
+        const std::string body = R"({"prompt": "Catherine said", "max_tokens": 200, "temperature": 1.0, "seed": )" +
+                                 std::to_string(seed) +
+                                 R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "character", "strict": true, "schema": )" +
+                                 kCharacterSchema + "}}}";
+        auto r = c.Post("/v1/completions", body, "application/json");
+        ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+        const json choice = json::parse(r->body)["choices"][0];
+        const std::string text = choice["text"];
+        EXPECT_TRUE(serve::JsonSchemaPrefix(compiled).feed(text)) << text;
+        if (choice["finish_reason"] != "stop") continue;
+        ++finished;
+        const nlohmann::ordered_json v = nlohmann::ordered_json::parse(text);
+        std::vector<std::string> keys;
+        for (const auto& [k, _] : v.items()) keys.push_back(k);
+        ASSERT_GE(keys.size(), 3u) << text;
+        EXPECT_EQ(keys[0], "name");
+        EXPECT_EQ(keys[1], "mood") << "the schema's order, not the alphabet's";
+        EXPECT_EQ(keys[2], "age");
+        EXPECT_TRUE(v["mood"] == "happy" || v["mood"] == "sad") << text;
+        EXPECT_TRUE(v["age"].is_number_integer()) << text;
+    }
+    EXPECT_GE(finished, 3) << "200 tokens finish most of the objects";
+    // A body built as nlohmann::json holds the schema's members sorted: "age" first.
+    const serve::JsonSchema sorted{nlohmann::ordered_json(json::parse(kCharacterSchema))};
+    // Chat, streamed: the same content as the whole response.
+    json chat = {{"messages", {{{"role", "user"}, {"content", "Describe Catherine."}}}}, {"max_tokens", 60},
+                 {"temperature", 0.8}, {"seed", 3},
+                 {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "c"}, {"schema", json::parse(kCharacterSchema)}}}}}};
+    const std::string whole = post(c, "/v1/chat/completions", chat)["choices"][0]["message"]["content"];
+    EXPECT_TRUE(serve::JsonSchemaPrefix(sorted).feed(whole)) << whole;
+    chat["stream"] = true;
+    auto st = test::post_json(c, "/v1/chat/completions", chat);
+    ASSERT_TRUE(st && st->status == 200);
+    std::string streamed;
+    for (const std::string& e : test::sse_data(st->body))
+        if (e != "[DONE]") streamed += json::parse(e)["choices"][0]["delta"].value("content", "");
+    EXPECT_EQ(streamed, whole);
+    // llama-server's form: a "schema" beside {"type": "json_object"}.
+    const json llama = post(c, "/v1/completions", {{"prompt", "Catherine said"}, {"max_tokens", 60}, {"temperature", 0}, {"seed", 1},
+                                                   {"response_format", {{"type", "json_object"}, {"schema", json::parse(kCharacterSchema)}}}});
+    EXPECT_TRUE(serve::JsonSchemaPrefix(sorted).feed(llama["choices"][0]["text"].get<std::string>())) << llama.dump();
+    EXPECT_FALSE(serve::JsonSchemaPrefix(compiled).feed(llama["choices"][0]["text"].get<std::string>())) << "the order matters";
 }
 
 }  // namespace

@@ -66,6 +66,23 @@ for (const i of [0, 1]) {
   assert.equal(c.finish_reason, nWhole.choices[i].finish_reason, `choice ${i} finish_reason`);
 }
 
+// Structured outputs: the client's own parse() reads the finished content as JSON (it throws when
+// the object is cut short); the schema's order (as the client sent it), enum and types hold.
+const schema = {
+  type: 'object',
+  properties: { name: { type: 'string', maxLength: 12 }, mood: { enum: ['happy', 'sad'] }, age: { type: 'integer' } },
+  required: ['name', 'mood', 'age'],
+  additionalProperties: false,
+};
+const structured = await client.beta.chat.completions.parse({
+  ...chatParams, max_tokens: 200,
+  response_format: { type: 'json_schema', json_schema: { name: 'character', strict: true, schema } },
+});
+const parsed = structured.choices[0].message.parsed;
+assert.deepEqual(Object.keys(parsed), ['name', 'mood', 'age'], `the schema's keys in its order: ${structured.choices[0].message.content}`);
+assert.ok(['happy', 'sad'].includes(parsed.mood), `mood from the enum: ${parsed.mood}`);
+assert.ok(Number.isInteger(parsed.age) && typeof parsed.name === 'string', 'types');
+
 await assert.rejects(client.completions.create({ ...params, temperature: 5 }), (e) => {
   assert.ok(e instanceof OpenAI.BadRequestError, `a 400 BadRequestError, got ${e}`);
   assert.match(e.message, /temperature/);

@@ -1,0 +1,367 @@
+// Structured outputs: the schema compiler and its recognizer (json_schema.h).
+
+#include "serve/json_schema.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <utility>
+
+
+namespace aqpim::serve {
+
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+/// Keywords that constrain a value and are not implemented: refused, never ignored. Unknown
+/// keywords and annotations (title, description, default, examples, format, ...) are ignored, as
+/// JSON Schema ignores what it does not know (`format` is an annotation in draft 2020-12).
+const std::set<std::string>& refused_keywords() {
+    static const std::set<std::string> k = {
+        "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "not", "if",
+        "then", "else", "prefixItems", "additionalItems", "contains", "minContains", "maxContains", "uniqueItems",
+        "patternProperties", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
+        "minProperties", "maxProperties", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
+        "$recursiveRef", "contentSchema"};
+    return k;
+}
+
+/// Keywords that shape a value: a `$ref`, `allOf`, `anyOf`, `oneOf`, `enum` or `const` takes the
+/// value's shape alone (`enum` and `const` beside `type` only), since the compiler does not
+/// intersect schemas: with another beside it, both would have to hold at once.
+const std::vector<std::string>& shaping_keywords() {
+    static const std::vector<std::string> k = {"$ref", "allOf", "anyOf", "oneOf", "enum", "const", "type",
+                                               "properties", "required", "additionalProperties", "items",
+                                               "minLength", "maxLength", "minItems", "maxItems"};
+    return k;
+}
+
+std::string pointer_token(const std::string& name) {  // RFC 6901
+    std::string out;
+    for (const char c : name) out += c == '~' ? "~0" : c == '/' ? "~1" : std::string(1, c);
+    return out;
+}
+
+JsonSchema::Node node_of(JsonSchema::Kind kind) {
+    JsonSchema::Node n;
+    n.kind = kind;
+    return n;
+}
+
+/// A name as written between a JSON string's quotes.
+std::string escaped(const std::string& name) {
+    const std::string quoted = Json(name).dump();
+    return quoted.substr(1, quoted.size() - 2);
+}
+
+std::bitset<256> bytes_of(std::string_view chars) {
+    std::bitset<256> b;
+    for (const char c : chars) b.set(static_cast<unsigned char>(c));
+    return b;
+}
+
+const std::bitset<256>& number_first() {
+    static const std::bitset<256> b = bytes_of("-0123456789");
+    return b;
+}
+
+bool has_type(const Json& v, const std::string& type) {
+    if (type == "object") return v.is_object();
+    if (type == "array") return v.is_array();
+    if (type == "string") return v.is_string();
+    if (type == "integer") return v.is_number_integer() || v.is_number_unsigned() ||
+                                  (v.is_number_float() && std::trunc(v.get<double>()) == v.get<double>());
+    if (type == "number") return v.is_number();
+    if (type == "boolean") return v.is_boolean();
+    return type == "null" && v.is_null();
+}
+
+}  // namespace
+
+JsonSchemaError::JsonSchemaError(const std::string& where, const std::string& message)
+    : std::runtime_error("at " + (where.empty() ? std::string("the root") : where) + ": " + message) {}
+
+JsonSchema::JsonSchema(const Json& schema) : document_(&schema) {
+    Node any = node_of(Kind::any);
+    any.first = bytes_of("{[\"-0123456789tfn");
+    add(any, "");
+    Node object = node_of(Kind::object);
+    object.extra = kAny;
+    object.first = bytes_of("{");
+    add(object, "");
+    Node array = node_of(Kind::array);
+    array.items = kAny;
+    array.first = bytes_of("[");
+    add(array, "");
+    Node string = node_of(Kind::string);
+    string.first = bytes_of("\"");
+    add(string, "");
+    Node number = node_of(Kind::number);
+    number.first = number_first();
+    add(number, "");
+    Node literal = node_of(Kind::literal);
+    literal.texts = {"true", "false", "null"};
+    literal.first = bytes_of("tfn");
+    add(literal, "");
+
+    root_ = compile(schema, "");
+    if (nodes_[std::size_t(root_)].kind != Kind::object)
+        throw JsonSchemaError("", "the root must be an object schema ({\"type\": \"object\", ...})");
+    check_choices();
+    document_ = nullptr;
+    refs_.clear();
+    wheres_.clear();
+    wheres_.shrink_to_fit();
+}
+
+void JsonSchema::check_choices() {
+    // A choice's first bytes, and whether a branch's type was inferred, are its branches' (a
+    // fixpoint: a branch may be a $ref compiled later, or the choice itself).
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (Node& n : nodes_) {
+            if (n.kind != Kind::choice) continue;
+            std::bitset<256> f;
+            bool inferred = false;
+            for (const int b : n.branches) f |= nodes_[std::size_t(b)].first, inferred = inferred || nodes_[std::size_t(b)].inferred;
+            if (f != n.first || inferred != n.inferred) n.first = f, n.inferred = inferred, changed = true;
+        }
+    }
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+        const Node& n = nodes_[i];
+        if (n.first.none()) throw JsonSchemaError(wheres_[i], "the schema accepts no value (references that lead only to each other)");
+        if (n.kind != Kind::choice) continue;
+        std::bitset<256> seen;
+        for (std::size_t b = 0; b < n.branches.size(); ++b) {
+            const Node& branch = nodes_[std::size_t(n.branches[b])];
+            if (n.one_of && branch.inferred)
+                throw JsonSchemaError(wheres_[i], "oneOf branch " + std::to_string(b) + " has no \"type\": values of every "
+                                                  "other type would match it too");
+            const std::bitset<256> both = seen & branch.first;
+            seen |= branch.first;
+            if (both.none()) continue;
+            int c = 0;
+            while (!both[std::size_t(c)]) ++c;
+            std::size_t a = 0;
+            while (!nodes_[std::size_t(n.branches[a])].first[std::size_t(c)]) ++a;
+            throw JsonSchemaError(wheres_[i], "branches " + std::to_string(a) + " and " + std::to_string(b) +
+                                                  " can both start with '" + std::string(1, char(c)) +
+                                                  "': a value's branch must be known from its first byte "
+                                                  "(different JSON types)");
+        }
+    }
+}
+
+int JsonSchema::add(Node n, const std::string& where) {
+    if (nodes_.size() >= kMaxNodes)
+        throw JsonSchemaError(where, "the schema compiles to more than " + std::to_string(kMaxNodes) + " nodes");
+    nodes_.push_back(std::move(n));
+    wheres_.push_back(where);
+    return int(nodes_.size() - 1);
+}
+
+int JsonSchema::compile(const Json& s, const std::string& where) {
+    if (nesting_ >= kMaxNesting)
+        throw JsonSchemaError(where, "schemas nested deeper than " + std::to_string(kMaxNesting) + " (with $ref chains)");
+    ++nesting_;
+    const int node = compile_nested(s, where);
+    --nesting_;
+    return node;
+}
+
+int JsonSchema::compile_nested(const Json& s, const std::string& where) {
+    if (s.is_boolean()) {
+        if (s.get<bool>()) return kAny;
+        throw JsonSchemaError(where, "the schema false accepts no value");
+    }
+    if (!s.is_object()) throw JsonSchemaError(where, "a schema must be an object or a boolean");
+    for (const auto& [key, value] : s.items())
+        if (refused_keywords().count(key)) throw JsonSchemaError(where, "the keyword \"" + key + "\" is not supported");
+    const auto shaped_beside = [&](const std::string& by, const char* also_allowed = "") {
+        for (const std::string& k : shaping_keywords())
+            if (k != by && k != also_allowed && s.contains(k))
+                throw JsonSchemaError(where, "\"" + k + "\" beside \"" + by + "\" is not supported");
+    };
+    if (s.contains("$ref")) {
+        shaped_beside("$ref");
+        if (!s["$ref"].is_string()) throw JsonSchemaError(where + "/$ref", "expected a string");
+        return compile_ref(s["$ref"].get<std::string>(), where + "/$ref");
+    }
+    if (s.contains("allOf")) {  // pydantic v1 wraps a $ref with a description in a one-element allOf
+        shaped_beside("allOf");
+        const Json& all = s["allOf"];
+        if (!all.is_array() || all.size() != 1)
+            throw JsonSchemaError(where + "/allOf", "only an allOf of one schema is supported");
+        return compile(all[0], where + "/allOf/0");
+    }
+    for (const char* any_of : {"anyOf", "oneOf"}) {
+        if (!s.contains(any_of)) continue;
+        shaped_beside(any_of);
+        const Json& branches = s[any_of];
+        const std::string at = where + "/" + any_of;
+        if (!branches.is_array() || branches.empty()) throw JsonSchemaError(at, "expected a non-empty array of schemas");
+        Node n = node_of(Kind::choice);
+        n.one_of = std::string(any_of) == "oneOf";
+        for (std::size_t i = 0; i < branches.size(); ++i) n.branches.push_back(compile(branches[i], at + "/" + std::to_string(i)));
+        return add(std::move(n), where);
+    }
+
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+        const Json& t = s["type"];
+        if (t.is_string()) types.push_back(t.get<std::string>());
+        else if (t.is_array() && !t.empty())
+            for (const Json& e : t) {
+                if (!e.is_string()) throw JsonSchemaError(where + "/type", "expected type names");
+                types.push_back(e.get<std::string>());
+            }
+        else throw JsonSchemaError(where + "/type", "expected a type name or a non-empty array of them");
+        for (const std::string& type : types)
+            if (type != "object" && type != "array" && type != "string" && type != "number" && type != "integer" &&
+                type != "boolean" && type != "null")
+                throw JsonSchemaError(where + "/type", "unknown type \"" + type + "\"");
+    }
+    for (const char* key : {"enum", "const"}) {
+        if (!s.contains(key)) continue;
+        shaped_beside(key, "type");
+        const std::string at = where + "/" + key;
+        const Json values = std::string(key) == "const" ? Json::array({s[key]}) : s[key];
+        if (!values.is_array() || values.empty()) throw JsonSchemaError(at, "expected a non-empty array");
+        if (values.size() > kMaxLiterals)
+            throw JsonSchemaError(at, "more than " + std::to_string(kMaxLiterals) + " values");
+        Node n = node_of(Kind::literal);
+        for (const Json& v : values) {
+            const bool typed = types.empty() || std::any_of(types.begin(), types.end(), [&](const std::string& t) { return has_type(v, t); });
+            if (!typed) continue;  // a value of another type can never be valid
+            std::string text = v.dump();
+            if (text.size() > kMaxLiteralBytes)
+                throw JsonSchemaError(at, "a value longer than " + std::to_string(kMaxLiteralBytes) + " bytes as JSON");
+            if (std::find(n.texts.begin(), n.texts.end(), text) == n.texts.end()) n.texts.push_back(std::move(text));
+        }
+        if (n.texts.empty()) throw JsonSchemaError(at, "no value has the schema's type");
+        for (const std::string& t : n.texts) n.first.set(static_cast<unsigned char>(t[0]));
+        return add(std::move(n), where);
+    }
+    if (types.empty()) {  // the type from the keywords that only apply to one: a value of it is valid
+        std::string type;
+        if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) type = "object";
+        else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) type = "array";
+        else if (s.contains("minLength") || s.contains("maxLength")) type = "string";
+        else return kAny;
+        const int node = compile_typed(s, type, where);
+        nodes_[std::size_t(node)].inferred = true;  // values of other types are valid too (oneOf: below)
+        return node;
+    }
+    if (std::find(types.begin(), types.end(), "number") != types.end())  // every integer is a number
+        types.erase(std::remove(types.begin(), types.end(), "integer"), types.end());
+    std::sort(types.begin(), types.end());
+    types.erase(std::unique(types.begin(), types.end()), types.end());
+    if (types.size() == 1) return compile_typed(s, types[0], where);
+    Node n = node_of(Kind::choice);
+    for (const std::string& type : types) n.branches.push_back(compile_typed(s, type, where));
+    return add(std::move(n), where);
+}
+
+int JsonSchema::compile_typed(const Json& s, const std::string& type, const std::string& where) {
+    const auto bound = [&](const char* key, std::int64_t fallback) -> std::int64_t {
+        if (!s.contains(key)) return fallback;
+        const Json& v = s[key];
+        if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0))
+            throw JsonSchemaError(where + "/" + key, "expected a non-negative integer");
+        return std::int64_t(std::min<std::uint64_t>(v.get<std::uint64_t>(), std::uint64_t(1) << 40));
+    };
+    Node n;
+    if (type == "object") {
+        n.kind = Kind::object;
+        n.first = bytes_of("{");
+        if (s.contains("properties")) {
+            const Json& props = s["properties"];
+            if (!props.is_object()) throw JsonSchemaError(where + "/properties", "expected an object");
+            if (props.size() > kMaxProperties)
+                throw JsonSchemaError(where + "/properties", "more than " + std::to_string(kMaxProperties) + " properties");
+            for (const auto& [name, sub] : props.items()) {
+                const std::string at = where + "/properties/" + pointer_token(name);
+                if (escaped(name).size() > kMaxLiteralBytes)
+                    throw JsonSchemaError(at, "a property name longer than " + std::to_string(kMaxLiteralBytes) + " bytes as JSON");
+                n.properties.push_back({escaped(name), compile(sub, at), false});
+            }
+        }
+        if (s.contains("required")) {
+            const Json& req = s["required"];
+            if (!req.is_array()) throw JsonSchemaError(where + "/required", "expected an array of names");
+            for (const Json& name : req) {
+                if (!name.is_string()) throw JsonSchemaError(where + "/required", "expected an array of names");
+                const std::string key = escaped(name.get<std::string>());
+                auto it = std::find_if(n.properties.begin(), n.properties.end(), [&](const Property& p) { return p.key == key; });
+                if (it == n.properties.end())
+                    throw JsonSchemaError(where + "/required", "\"" + name.get<std::string>() +
+                                                                   "\" is required but not among the properties "
+                                                                   "(only listed properties are generated)");
+                it->required = true;
+            }
+        }
+        if (s.contains("additionalProperties")) {
+            const Json& extra = s["additionalProperties"];
+            if (!extra.is_boolean() && !extra.is_object())
+                throw JsonSchemaError(where + "/additionalProperties", "expected a boolean or a schema");
+            // With listed properties only those are written (valid whatever this allows).
+            if (n.properties.empty())
+                n.extra = extra.is_boolean() ? (extra.get<bool>() ? kAny : -1)
+                                             : compile(extra, where + "/additionalProperties");
+        } else if (n.properties.empty()) {
+            n.extra = kAny;
+        }
+    } else if (type == "array") {
+        n.kind = Kind::array;
+        n.first = bytes_of("[");
+        n.items = kAny;
+        if (s.contains("items")) {
+            if (s["items"].is_array())
+                throw JsonSchemaError(where + "/items", "an array of item schemas (a tuple) is not supported");
+            n.items = compile(s["items"], where + "/items");
+        }
+        n.min = bound("minItems", 0);
+        n.max = bound("maxItems", -1);
+    } else if (type == "string") {
+        n.kind = Kind::string;
+        n.first = bytes_of("\"");
+        n.min = bound("minLength", 0);
+        n.max = bound("maxLength", -1);
+    } else if (type == "number" || type == "integer") {
+        n.kind = type == "number" ? Kind::number : Kind::integer;
+        n.first = number_first();
+    } else {
+        n.kind = Kind::literal;
+        n.texts = type == "boolean" ? std::vector<std::string>{"true", "false"} : std::vector<std::string>{"null"};
+        for (const std::string& t : n.texts) n.first.set(static_cast<unsigned char>(t[0]));
+    }
+    if (n.max >= 0 && n.min > n.max)
+        throw JsonSchemaError(where, "the lower bound " + std::to_string(n.min) + " exceeds the upper bound " + std::to_string(n.max));
+    return add(std::move(n), where);
+}
+
+int JsonSchema::compile_ref(const std::string& ref, const std::string& where) {
+    if (const auto it = refs_.find(ref); it != refs_.end()) return it->second;
+    if (ref.empty() || ref[0] != '#')
+        throw JsonSchemaError(where, "only references within the schema (\"#...\") are supported, not \"" + ref + "\"");
+    const Json* target = nullptr;
+    try {
+        const Json::json_pointer pointer(ref.substr(1));
+        if (document_->contains(pointer)) target = &document_->at(pointer);
+    } catch (const Json::exception&) {
+    }
+    if (!target) throw JsonSchemaError(where, "\"" + ref + "\" names nothing in the schema");
+    const int at = add(node_of(Kind::any), where);  // a placeholder: a cycle back to it resolves to it
+    refs_[ref] = at;
+    pending_refs_.insert(at);
+    const int compiled = compile(*target, ref.substr(1));
+    if (pending_refs_.count(compiled))
+        throw JsonSchemaError(where, "\"" + ref + "\" comes back to itself through references alone");
+    pending_refs_.erase(at);
+    nodes_[std::size_t(at)] = nodes_[std::size_t(compiled)];
+    wheres_[std::size_t(at)] = wheres_[std::size_t(compiled)];  // errors name the target, not the reference
+    return at;
+}
+
+}  // namespace aqpim::serve

@@ -1,0 +1,183 @@
+#pragma once
+// Structured outputs (`response_format: {"type": "json_schema", ...}`, docs/serve.md "JSON
+// schemas"): a JSON Schema compiled into nodes, and a byte-level recognizer that says whether a text
+// is still the beginning of a value the schema accepts. It plugs into JSON mode's token mask
+// (json_constraint.h) in place of the schema-less JsonPrefix.
+//
+// Generation follows llama.cpp's json-schema-to-grammar where a schema leaves a choice: an
+// object's listed properties come in the schema's order, each required one present, an optional
+// one present or skipped; keys not listed are never written (they would be valid only where
+// `additionalProperties` allows them). Value-constraining keywords that are not implemented are
+// refused, naming the keyword and where it is, never silently dropped.
+
+#include <array>
+#include <bitset>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <variant>
+
+#include <nlohmann/json.hpp>
+
+#include "serve/json_constraint.h"
+
+namespace aqpim::serve {
+
+/// A schema the compiler refuses: `where` is a JSON pointer into it ("/properties/age").
+class JsonSchemaError : public std::runtime_error {
+public:
+    JsonSchemaError(const std::string& where, const std::string& message);
+};
+
+class JsonSchema {
+public:
+    static constexpr std::size_t kMaxProperties = 64;     ///< per object (key matching is a 64-bit set)
+    static constexpr std::size_t kMaxLiterals = 64;       ///< values of one enum
+    static constexpr std::size_t kMaxLiteralBytes = 1024; ///< one enum or const value as compact JSON, one property name
+    static constexpr std::size_t kMaxNodes = 4096;        ///< compiled nodes (a $ref target compiles once)
+    /// Nodes every schema has first: any value, and any value of each JSON type (`any` starts one of them).
+    static constexpr int kAny = 0, kAnyObject = 1, kAnyArray = 2, kAnyString = 3, kAnyNumber = 4, kAnyLiteral = 5;
+
+    enum class Kind : std::uint8_t {
+        any,      ///< any JSON value
+        object,   ///< `properties` in order, or free keys whose values are `extra`
+        array,    ///< `items`, between min and max of them
+        string,   ///< between min and max characters (code points; an escape is one)
+        number,
+        integer,
+        literal,  ///< one of `texts` exactly (enum, const, boolean, null)
+        choice,   ///< anyOf / oneOf / a list of types: the branch is known from the value's first byte
+    };
+    struct Property {
+        std::string key;  ///< the name as written between the quotes (JSON-escaped)
+        int node = 0;
+        bool required = false;
+    };
+    struct Node {
+        Kind kind = Kind::any;
+        std::vector<Property> properties;  ///< object
+        int extra = -1;                    ///< object without properties: node of free keys' values (-1: no keys)
+        int items = -1;                    ///< array
+        std::int64_t min = 0, max = -1;    ///< array items, string characters; max -1: unbounded
+        std::vector<std::string> texts;    ///< literal: the values as compact JSON
+        std::vector<int> branches;         ///< choice
+        std::bitset<256> first;            ///< the bytes a value of this node can start with
+        bool one_of = false;               ///< choice: from oneOf (no branch's type may be inferred)
+        bool inferred = false;             ///< its type was inferred from its keywords (other types also valid)
+    };
+
+    /// Compiles `schema` (a JSON Schema, draft 2020-12 or 7 keywords; its object members in the
+    /// order the client wrote them). The root must be an object schema. Throws JsonSchemaError.
+    explicit JsonSchema(const nlohmann::ordered_json& schema);
+
+    const Node& node(int i) const { return nodes_[std::size_t(i)]; }
+    int root() const { return root_; }
+    std::size_t size() const { return nodes_.size(); }
+
+private:
+    int compile(const nlohmann::ordered_json& s, const std::string& where);
+    int compile_nested(const nlohmann::ordered_json& s, const std::string& where);
+    int compile_typed(const nlohmann::ordered_json& s, const std::string& type, const std::string& where);
+    int compile_ref(const std::string& ref, const std::string& where);
+    int add(Node n, const std::string& where);
+    void check_choices();
+
+    static constexpr int kMaxNesting = 256;  ///< schemas within schemas while compiling ($ref chains included)
+
+    // During compilation only:
+    const nlohmann::ordered_json* document_ = nullptr;  ///< the whole schema ($ref targets)
+    std::map<std::string, int> refs_;                   ///< $ref pointer -> node (compiled once; cycles allowed)
+    std::set<int> pending_refs_;                        ///< $ref nodes whose target is being compiled
+    std::vector<std::string> wheres_;                   ///< [node] where it was compiled (error messages)
+    int nesting_ = 0;
+    std::vector<Node> nodes_;
+    int root_ = -1;
+};
+
+/// Reads text byte by byte and says whether it is still the beginning of one value of `schema`
+/// (whitespace between tokens bounded as JsonPrefix bounds it). A small value: copying it is how a
+/// candidate continuation is tried. Bytes >= 0x80 are accepted inside strings without UTF-8
+/// validation.
+class JsonSchemaPrefix {
+public:
+    /// Frames: the open objects and arrays and the value in progress (deeper nesting: refused).
+    static constexpr int kMaxDepth = 32;
+
+    explicit JsonSchemaPrefix(const JsonSchema& schema) : schema_(&schema) {}
+    JsonSchemaPrefix(const JsonSchemaPrefix& o) { *this = o; }
+    JsonSchemaPrefix& operator=(const JsonSchemaPrefix& o);  ///< copies only the frames in use
+
+    bool feed(std::string_view text);
+    bool complete() const { return done_; }
+    /// Inside a string, after no backslash, a text without '"', '\\' or a byte below 0x20 continues
+    /// it when it has at most this many characters (kAnyLength: no bound); -1 elsewhere.
+    std::int64_t string_room() const;
+
+private:
+    enum class Phase : std::uint8_t {
+        // object
+        key_or_end, key, key_text, colon, member_value, next_member,
+        // array
+        item_or_end, item, next_item,
+        // string (a value or a free object's key)
+        chars, escape, unicode,
+        // number
+        minus, zero, integer, point, fraction, exponent, exponent_sign, exponent_digits,
+        // literal
+        literal,
+    };
+    /// Trivial, so that a copy of the recognizer copies only the frames in use (value-initialize
+    /// a new one: `Frame f{}`).
+    struct Frame {
+        std::int64_t count;       ///< object: next property index; array: items; string: characters
+        std::uint64_t candidates; ///< key_text: properties still matching; literal: texts still matching
+        std::int32_t node;
+        std::int32_t member;      ///< object: the property whose value is read (-1: a free key's)
+        std::uint16_t pos;        ///< key_text / literal: bytes matched; unicode: the code unit so far
+        Phase phase;
+        std::uint8_t hex_left;
+        bool key;                 ///< string: a free object's key
+        bool high_surrogate;      ///< string: a \\u escape of a high surrogate was read, its low half must come
+    };
+
+    bool byte(unsigned char c);
+    bool start_value(int node, unsigned char c);
+    bool push(Frame f);
+    void value_done();
+    bool in_number(Frame& f, unsigned char c);
+    bool in_literal(Frame& f, unsigned char c);
+    bool in_string_byte(Frame& f, unsigned char c);
+    bool in_key_text(Frame& f, unsigned char c);
+    bool can_close_object(const Frame& f) const;
+    std::uint64_t allowed_keys(const Frame& f) const;
+
+    const JsonSchema* schema_ = nullptr;
+    std::array<Frame, kMaxDepth> frames_;  ///< [0, depth_): the containers, then the value in progress
+    std::uint8_t depth_ = 0;
+    bool done_ = false;
+    std::uint8_t whitespace_ = 0;
+    bool newline_ = false;
+};
+
+/// A sequence's JSON constraint: JSON mode's schema-less JsonPrefix, or a schema's recognizer.
+class JsonGuide {
+public:
+    JsonGuide() = default;
+    /// `schema` (nullptr: JSON mode without one) must outlive the guide.
+    explicit JsonGuide(const JsonSchema* schema);
+
+    bool feed(std::string_view text);
+    bool complete() const;
+    /// mask_json (json_constraint.h) with this guide's recognizer.
+    void mask(const JsonVocabulary& vocab, float* logits, int n_vocab, float drop) const;
+
+private:
+    std::variant<JsonPrefix, JsonSchemaPrefix> state_;
+};
+
+}  // namespace aqpim::serve

@@ -1,0 +1,318 @@
+// Structured outputs: the recognizer of a compiled schema (json_schema.h).
+
+#include "serve/json_schema.h"
+
+#include <algorithm>
+
+#include "serve/json_bytes.h"
+
+namespace aqpim::serve {
+
+JsonSchemaPrefix& JsonSchemaPrefix::operator=(const JsonSchemaPrefix& o) {
+    schema_ = o.schema_;
+    depth_ = o.depth_;
+    done_ = o.done_;
+    whitespace_ = o.whitespace_;
+    newline_ = o.newline_;
+    std::copy_n(o.frames_.begin(), depth_, frames_.begin());
+    return *this;
+}
+
+bool JsonSchemaPrefix::feed(std::string_view text) {
+    for (const char ch : text)
+        if (!byte(static_cast<unsigned char>(ch))) return false;
+    return true;
+}
+
+std::int64_t JsonSchemaPrefix::string_room() const {
+    if (depth_ == 0) return -1;
+    const Frame& f = frames_[depth_ - 1];
+    if (f.phase != Phase::chars || f.high_surrogate) return -1;
+    const std::int64_t max = schema_->node(f.node).max;
+    return max < 0 ? kAnyLength : max - f.count;
+}
+
+bool JsonSchemaPrefix::push(Frame f) {
+    if (depth_ >= kMaxDepth) return false;
+    frames_[depth_++] = f;
+    return true;
+}
+
+void JsonSchemaPrefix::value_done() {
+    const bool was_key = frames_[depth_ - 1].key;
+    --depth_;
+    if (depth_ == 0) {
+        done_ = true;
+        return;
+    }
+    Frame& parent = frames_[depth_ - 1];
+    if (was_key) parent.phase = Phase::colon;
+    else if (parent.phase == Phase::member_value) parent.phase = Phase::next_member;
+    else ++parent.count, parent.phase = Phase::next_item;
+}
+
+std::uint64_t JsonSchemaPrefix::allowed_keys(const Frame& f) const {
+    const auto& props = schema_->node(f.node).properties;
+    std::uint64_t bits = 0;
+    for (std::size_t i = std::size_t(f.count); i < props.size(); ++i) {
+        bits |= std::uint64_t(1) << i;
+        if (props[i].required) break;  // a required property cannot be skipped
+    }
+    return bits;
+}
+
+bool JsonSchemaPrefix::can_close_object(const Frame& f) const {
+    const auto& props = schema_->node(f.node).properties;
+    for (std::size_t i = std::size_t(f.count); i < props.size(); ++i)
+        if (props[i].required) return false;
+    return true;
+}
+
+bool JsonSchemaPrefix::start_value(int node, unsigned char c) {
+    const JsonSchema::Node& n = schema_->node(node);
+    if (!n.first[c]) return false;
+    Frame f{};
+    f.node = node;
+    switch (n.kind) {
+        case JsonSchema::Kind::choice:
+            for (const int b : n.branches)
+                if (schema_->node(b).first[c]) return start_value(b, c);
+            return false;
+        case JsonSchema::Kind::any:
+            return start_value(c == '{' ? JsonSchema::kAnyObject : c == '[' ? JsonSchema::kAnyArray : c == '"' ? JsonSchema::kAnyString
+                               : schema_->node(JsonSchema::kAnyNumber).first[c] ? JsonSchema::kAnyNumber : JsonSchema::kAnyLiteral, c);
+        case JsonSchema::Kind::object: f.phase = Phase::key_or_end; break;
+        case JsonSchema::Kind::array: f.phase = Phase::item_or_end; break;
+        case JsonSchema::Kind::string: f.phase = Phase::chars; break;
+        case JsonSchema::Kind::number:
+        case JsonSchema::Kind::integer: f.phase = c == '-' ? Phase::minus : c == '0' ? Phase::zero : Phase::integer; break;
+        case JsonSchema::Kind::literal:
+            f.phase = Phase::literal;
+            f.pos = 1;
+            for (std::size_t i = 0; i < n.texts.size(); ++i)
+                if (static_cast<unsigned char>(n.texts[i][0]) == c) f.candidates |= std::uint64_t(1) << i;
+            break;
+    }
+    return push(f);
+}
+
+bool JsonSchemaPrefix::in_number(Frame& f, unsigned char c) {
+    const bool integer_only = schema_->node(f.node).kind == JsonSchema::Kind::integer;
+    switch (f.phase) {
+        case Phase::minus:
+            if (!json_digit(c)) return false;
+            f.phase = c == '0' ? Phase::zero : Phase::integer;
+            return true;
+        case Phase::point:
+            if (!json_digit(c)) return false;
+            f.phase = Phase::fraction;
+            return true;
+        case Phase::exponent:
+            if (c == '+' || c == '-') {
+                f.phase = Phase::exponent_sign;
+                return true;
+            }
+            [[fallthrough]];
+        case Phase::exponent_sign:
+            if (!json_digit(c)) return false;
+            f.phase = Phase::exponent_digits;
+            return true;
+        default: break;  // zero, integer, fraction, exponent_digits: the number may end here
+    }
+    if (json_digit(c) && f.phase != Phase::zero) return true;
+    if (!integer_only && c == '.' && (f.phase == Phase::zero || f.phase == Phase::integer)) {
+        f.phase = Phase::point;
+        return true;
+    }
+    if (!integer_only && (c == 'e' || c == 'E') && f.phase != Phase::exponent_digits) {
+        f.phase = Phase::exponent;
+        return true;
+    }
+    value_done();  // the number ended: c is read after it
+    return byte(c);
+}
+
+bool JsonSchemaPrefix::in_literal(Frame& f, unsigned char c) {
+    const auto& texts = schema_->node(f.node).texts;
+    std::uint64_t next = 0;
+    bool ended = false;
+    for (std::uint64_t m = f.candidates; m; m &= m - 1) {
+        const std::string& t = texts[std::size_t(__builtin_ctzll(m))];
+        if (f.pos < t.size() && static_cast<unsigned char>(t[f.pos]) == c) next |= m & -m;
+        ended = ended || f.pos == t.size();
+    }
+    if (next) {
+        f.candidates = next;
+        ++f.pos;
+        return true;
+    }
+    if (!ended) return false;
+    value_done();  // a whole value was read: c comes after it
+    return byte(c);
+}
+
+bool JsonSchemaPrefix::in_string_byte(Frame& f, unsigned char c) {
+    // Characters are code points: counted when one is whole (an escape when it ends), a surrogate
+    // pair once. A \\u escape of a high surrogate must be followed by one of a low surrogate, and a
+    // low one must follow a high one: a lone surrogate is RFC 8259 text that strict parsers refuse.
+    const JsonSchema::Node& n = schema_->node(f.node);
+    const auto one_more = [&] {
+        if (n.max >= 0 && f.count >= n.max) return false;
+        ++f.count;
+        return true;
+    };
+    switch (f.phase) {
+        case Phase::escape:
+            if (c == 'u') {
+                f.phase = Phase::unicode;
+                f.hex_left = 4;
+                f.pos = 0;
+                return true;
+            }
+            f.phase = Phase::chars;
+            return !f.high_surrogate && (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' ||
+                                         c == 'r' || c == 't') && one_more();
+        case Phase::unicode: {
+            const int h = json_hex_value(c);
+            if (h < 0) return false;
+            f.pos = std::uint16_t(f.pos * 16 + h);
+            if (--f.hex_left > 0) return true;
+            f.phase = Phase::chars;
+            const bool high = f.pos >= 0xD800 && f.pos <= 0xDBFF, low = f.pos >= 0xDC00 && f.pos <= 0xDFFF;
+            if (low != f.high_surrogate) return false;  // a lone half, or a high one not followed by its low one
+            f.high_surrogate = high;
+            return low || one_more();  // the pair was counted at its high half
+        }
+        default: break;
+    }
+    if (f.high_surrogate) {  // only "\\u" and a low surrogate may come
+        if (c != '\\') return false;
+        f.phase = Phase::escape;
+        return true;
+    }
+    if (c == '"') {
+        if (f.count < n.min) return false;
+        value_done();
+        return true;
+    }
+    if (c < 0x20) return false;
+    if (c == '\\') {
+        f.phase = Phase::escape;
+        return n.max < 0 || f.count < n.max;  // room for the character it will be
+    }
+    return (c & 0xC0) == 0x80 || one_more();  // UTF-8 continuation bytes continue a character
+}
+
+bool JsonSchemaPrefix::in_key_text(Frame& f, unsigned char c) {
+    const auto& props = schema_->node(f.node).properties;
+    std::uint64_t next = 0;
+    for (std::uint64_t m = f.candidates; m; m &= m - 1) {
+        const std::size_t i = std::size_t(__builtin_ctzll(m));
+        const std::string& key = props[i].key;
+        if (c == '"' && f.pos == key.size()) {
+            f.member = std::int32_t(i);
+            f.count = std::int64_t(i) + 1;
+            f.phase = Phase::colon;
+            return true;
+        }
+        if (f.pos < key.size() && static_cast<unsigned char>(key[f.pos]) == c) next |= m & -m;
+    }
+    if (!next) return false;
+    f.candidates = next;
+    ++f.pos;
+    return true;
+}
+
+bool JsonSchemaPrefix::byte(unsigned char c) {
+    if (depth_ > 0) {
+        Frame& f = frames_[depth_ - 1];
+        switch (f.phase) {
+            case Phase::chars:
+            case Phase::escape:
+            case Phase::unicode: return in_string_byte(f, c);
+            case Phase::minus:
+            case Phase::zero:
+            case Phase::integer:
+            case Phase::point:
+            case Phase::fraction:
+            case Phase::exponent:
+            case Phase::exponent_sign:
+            case Phase::exponent_digits: return in_number(f, c);
+            case Phase::literal: return in_literal(f, c);
+            case Phase::key_text: return in_key_text(f, c);
+            default: break;
+        }
+    }
+    // Between tokens.
+    if (json_space(c)) {
+        if (c == '\r' || (c == '\n' && newline_)) return false;
+        newline_ = newline_ || c == '\n';
+        return ++whitespace_ <= JsonPrefix::kMaxWhitespace;
+    }
+    whitespace_ = 0;
+    newline_ = false;
+    if (depth_ == 0) return !done_ && start_value(schema_->root(), c);
+    Frame& f = frames_[depth_ - 1];
+    const JsonSchema::Node& n = schema_->node(f.node);
+    const auto begin_key = [&] {
+        if (c != '"') return false;
+        if (n.extra >= 0) {  // a free key: any string
+            Frame k{};
+            k.node = JsonSchema::kAnyString;
+            k.phase = Phase::chars;
+            k.key = true;
+            f.member = -1;
+            return push(k);
+        }
+        f.candidates = allowed_keys(f);
+        f.pos = 0;
+        f.phase = Phase::key_text;
+        return f.candidates != 0;
+    };
+    switch (f.phase) {
+        case Phase::key_or_end:
+            if (c == '}') return can_close_object(f) && (value_done(), true);
+            return begin_key();
+        case Phase::key: return begin_key();
+        case Phase::colon:
+            if (c != ':') return false;
+            f.phase = Phase::member_value;
+            return true;
+        case Phase::member_value: return start_value(f.member >= 0 ? n.properties[std::size_t(f.member)].node : n.extra, c);
+        case Phase::next_member:
+            if (c == '}') return can_close_object(f) && (value_done(), true);
+            if (c != ',' || (n.extra < 0 && allowed_keys(f) == 0)) return false;
+            f.phase = Phase::key;
+            return true;
+        case Phase::item_or_end:
+            if (c == ']') return f.count >= n.min && (value_done(), true);
+            if (n.max == 0) return false;
+            f.phase = Phase::item;
+            return start_value(n.items, c);
+        case Phase::item: return start_value(n.items, c);
+        case Phase::next_item:
+            if (c == ']') return f.count >= n.min && (value_done(), true);
+            if (c != ',' || (n.max >= 0 && f.count >= n.max)) return false;
+            f.phase = Phase::item;
+            return true;
+        default: return false;
+    }
+}
+
+JsonGuide::JsonGuide(const JsonSchema* schema) {
+    if (schema) state_.emplace<JsonSchemaPrefix>(*schema);
+}
+
+bool JsonGuide::feed(std::string_view text) {
+    return std::visit([&](auto& s) { return s.feed(text); }, state_);
+}
+
+bool JsonGuide::complete() const {
+    return std::visit([](const auto& s) { return s.complete(); }, state_);
+}
+
+void JsonGuide::mask(const JsonVocabulary& vocab, float* logits, int n_vocab, float drop) const {
+    std::visit([&](const auto& s) { mask_json(s, vocab, logits, n_vocab, drop); }, state_);
+}
+
+}  // namespace aqpim::serve

@@ -1,0 +1,333 @@
+// Structured outputs' schema compiler and recognizer (serve/json_schema.h): what each keyword
+// admits byte by byte, what the compiler refuses and where, texts drawn at random from what the
+// recognizer admits are valid JSON that a separate validator accepts, and the token mask over a
+// schema equals trying every token's whole text.
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "serve/json_schema.h"
+
+namespace aqpim {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using serve::JsonSchema;
+using serve::JsonSchemaError;
+using serve::JsonSchemaPrefix;
+
+/// The first byte of `text` the recognizer refuses (text.size() when none); *complete whether
+/// the text it read is a whole value.
+std::size_t first_refused(const JsonSchema& schema, const std::string& text, bool* complete = nullptr) {
+    JsonSchemaPrefix p(schema);
+    for (std::size_t i = 0; i < text.size(); ++i)
+        if (!p.feed(std::string_view(text).substr(i, 1))) return i;
+    if (complete) *complete = p.complete();
+    return text.size();
+}
+
+bool whole(const JsonSchema& schema, const std::string& text) {
+    bool complete = false;
+    return first_refused(schema, text, &complete) == text.size() && complete;
+}
+
+const Json kPerson = Json::parse(R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "minLength": 1, "maxLength": 8},
+    "age": {"type": "integer"},
+    "colour": {"enum": ["red", "green", 7, null]},
+    "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 2},
+    "ok": {"type": "boolean"}
+  },
+  "required": ["name", "tags"],
+  "additionalProperties": false
+})");
+
+TEST(JsonSchema, PropertiesComeInOrderRequiredOnesPresent) {
+    const JsonSchema s(kPerson);
+    EXPECT_TRUE(whole(s, R"({"name":"Ann","age":31,"colour":"red","tags":["a"],"ok":true})"));
+    EXPECT_TRUE(whole(s, R"({"name":"Ann","tags":["a","b"]})")) << "optional ones skipped";
+    EXPECT_TRUE(whole(s, "{ \"name\": \"Ann\",\n  \"colour\": null, \"tags\": [ \"x\" ] }"));
+    const std::string swapped = R"({"tags":["a"],"name":"Ann"})";
+    EXPECT_EQ(first_refused(s, swapped), 2u) << "\"name\" is required first: \"t\" starts no allowed key";
+    const std::string missing = R"({"name":"Ann"})";
+    EXPECT_EQ(first_refused(s, missing), missing.size() - 1) << "'}' before the required tags";
+    const std::string extra = R"({"name":"Ann","tags":["a"],"zip":1})";
+    EXPECT_EQ(first_refused(s, extra), extra.find("zip")) << "no key is left after tags but ok";
+    const std::string twice = R"({"name":"Ann","name":"Bo"})";
+    EXPECT_EQ(first_refused(s, twice), twice.rfind("name")) << "a key comes once";
+    EXPECT_EQ(first_refused(s, R"({"nam":1})"), 5u) << "a key is a whole listed name";
+}
+
+TEST(JsonSchema, ScalarsKeepTheirTypeAndBounds) {
+    const JsonSchema s(kPerson);
+    const auto at = [&](const std::string& text) { return first_refused(s, text); };
+    EXPECT_EQ(at(R"({"name":"")"), 9u) << "minLength 1: the closing quote of an empty name";
+    EXPECT_EQ(at(R"({"name":"abcdefghi")"), 17u) << "maxLength 8: the ninth character";
+    std::string escapes = R"({"name":")";
+    for (int i = 0; i < 8; ++i) escapes += "\\u00e9";
+    EXPECT_EQ(at(escapes + "x"), escapes.size()) << "eight escapes are eight characters: a ninth is refused";
+    EXPECT_TRUE(whole(s, R"({"name":"h\u00e9llo\n","tags":["a"]})")) << "an escape is one character";
+    EXPECT_TRUE(whole(s, R"({"name":"\ud83d\ude00","tags":["a"]})")) << "a surrogate pair is one character";
+    EXPECT_TRUE(whole(s, "{\"name\":\"\xc3\xa9t\xc3\xa9\",\"tags\":[\"a\"]}")) << "UTF-8: code points counted";
+    const JsonSchema one(Json::parse(R"({"type":"object","properties":{"s":{"type":"string","maxLength":1}}})"));
+    EXPECT_TRUE(whole(one, R"({"s":"\ud83d\ude00"})")) << "a pair is the one character maxLength 1 allows";
+    EXPECT_EQ(first_refused(one, R"({"s":"\udc00")"), 11u) << "a lone low surrogate (its last hex digit)";
+    EXPECT_EQ(first_refused(one, R"({"s":"\ud83dx")"), 12u) << "a high surrogate's low half must come";
+    EXPECT_EQ(first_refused(one, R"({"s":"\ud83d\n")"), 13u);
+    EXPECT_EQ(first_refused(one, R"({"s":"ab")"), 7u);
+    EXPECT_EQ(first_refused(one, R"({"s":"a\n")"), 7u) << "no room for an escape's character";
+    EXPECT_EQ(at(R"({"name":"a","age":1.5)"), 19u) << "an integer has no fraction";
+    EXPECT_EQ(at(R"({"name":"a","age":1e3)"), 19u) << "nor an exponent";
+    EXPECT_EQ(at(R"({"name":"a","age":"1")"), 18u);
+    EXPECT_EQ(at(R"({"name":"a","age":-01)"), 20u) << "no leading zero";
+    EXPECT_EQ(at(R"({"name":"a","colour":"rex")"), 24u) << "enum: the byte no value continues";
+    EXPECT_EQ(at(R"({"name":"a","colour":8)"), 21u);
+    EXPECT_EQ(at(R"({"name":"a","colour":7,"tags":["a"]})"), std::string(R"({"name":"a","colour":7,"tags":["a"]})").size());
+    EXPECT_EQ(at(R"({"name":"a","colour":77)"), 22u) << "7 is a whole value: a second digit is not";
+    EXPECT_EQ(at(R"({"name":"a","tags":["a"],"ok":trux)"), 33u);
+    EXPECT_EQ(at(R"({"name":"a","tags":["a"],"ok":nul)"), 30u) << "ok is a boolean";
+}
+
+TEST(JsonSchema, ArraysCountTheirItems) {
+    const JsonSchema s(kPerson);
+    const std::string empty = R"({"name":"a","tags":[])";
+    EXPECT_EQ(first_refused(s, empty), empty.size() - 1) << "minItems 1";
+    const std::string three = R"({"name":"a","tags":["x","y","z"])";
+    EXPECT_EQ(first_refused(s, three), three.find(",\"z\"")) << "maxItems 2";
+    EXPECT_EQ(first_refused(s, R"({"name":"a","tags":[1)"), 20u) << "items are strings";
+}
+
+TEST(JsonSchema, RefsAnyOfTypeListsAndFreeObjects) {
+    const Json tree = Json::parse(R"({
+      "$defs": {"node": {"type": "object", "properties": {
+          "v": {"type": ["integer", "null"]},
+          "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}},
+          "note": {"anyOf": [{"type": "string", "maxLength": 2}, {"type": "null"}]},
+          "meta": {"type": "object", "additionalProperties": {"type": "number"}}},
+        "required": ["v"]}},
+      "$ref": "#/$defs/node"})");
+    const JsonSchema s(tree);
+    EXPECT_TRUE(whole(s, R"({"v":1,"kids":[{"v":null,"kids":[{"v":2}]},{"v":3}],"note":null,"meta":{"x":1.5,"y":-2}})"));
+    EXPECT_TRUE(whole(s, R"({"v":null,"note":"ab","meta":{}})"));
+    EXPECT_EQ(first_refused(s, R"({"v":"1")"), 5u) << "integer or null";
+    EXPECT_EQ(first_refused(s, R"({"v":1,"note":"abc")"), 17u) << "the string branch keeps its maxLength";
+    EXPECT_EQ(first_refused(s, R"({"v":1,"meta":{"x":true)"), 19u) << "free keys' values are numbers";
+    EXPECT_EQ(first_refused(s, R"({"v":1,"kids":[{"kids":[]}])"), 17u) << "a nested node still needs v first";
+    // Recursion is bounded by the recognizer's depth, not by the schema.
+    std::string deep = R"({"v":1,"kids":[)";
+    for (int d = 0; d < JsonSchemaPrefix::kMaxDepth; ++d) deep += R"({"v":1,"kids":[)";
+    EXPECT_LT(first_refused(s, deep), deep.size());
+    const JsonSchema any(Json::parse(R"({"type": "object"})"));
+    EXPECT_TRUE(whole(any, R"({"a":[1,{"b":null}],"c":"d","e":{}})")) << "no properties: any members";
+    const JsonSchema closed(Json::parse(R"({"type": "object", "additionalProperties": false})"));
+    EXPECT_TRUE(whole(closed, "{}"));
+    EXPECT_EQ(first_refused(closed, R"({"a":1})"), 1u);
+}
+
+TEST(JsonSchema, RefusesWhatItDoesNotImplementNamingWhere) {
+    const auto error = [](const char* schema) -> std::string {
+        try {
+            JsonSchema s(Json::parse(schema));
+        } catch (const JsonSchemaError& e) {
+            return e.what();
+        }
+        return "";
+    };
+    EXPECT_EQ(error(R"({"type":"object","properties":{"a":{"type":"string","pattern":"^x"}}})"),
+              "at /properties/a: the keyword \"pattern\" is not supported");
+    EXPECT_EQ(error(R"({"type":"object","properties":{"n":{"type":"integer","minimum":0}}})"),
+              "at /properties/n: the keyword \"minimum\" is not supported");
+    EXPECT_NE(error(R"({"type":"array"})").find("the root must be an object"), std::string::npos);
+    EXPECT_NE(error(R"({"type":"object","properties":{"a":{}},"required":["b"]})").find("\"b\" is required"), std::string::npos);
+    EXPECT_NE(error(R"({"type":"object","properties":{"a":{"anyOf":[{"type":"string"},{"enum":["x"]}]}}})")
+                  .find("at /properties/a: branches 0 and 1 can both start with '\"'"),
+              std::string::npos);
+    EXPECT_NE(error(R"({"type":"object","properties":{"a":{"$ref":"http://x/s.json"}}})").find("within the schema"), std::string::npos);
+    EXPECT_NE(error(R"({"type":"object","properties":{"a":{"$ref":"#/$defs/nope"}}})").find("names nothing"), std::string::npos);
+    EXPECT_NE(error(R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"type":"object","properties":{"x":{"$ref":"#/$defs/a"}}})")
+                  .find("references alone"),
+              std::string::npos);
+    EXPECT_NE(error(R"({"type":"object","properties":{"a":{"type":"array","items":[{"type":"string"}]}}})").find("tuple"), std::string::npos);
+    EXPECT_NE(error(R"({"type":"object","properties":{"a":{"type":"date"}}})").find("unknown type"), std::string::npos);
+    EXPECT_NE(error(R"({"type":"object","properties":{"a":{"type":"string","minLength":3,"maxLength":2}}})").find("exceeds"), std::string::npos);
+    EXPECT_NE(error(R"({"type":"object","properties":{"a":{"type":"integer","enum":["x"]}}})").find("no value has the schema's type"), std::string::npos);
+    EXPECT_NE(error(R"({"type":"object","properties":{"a":false}})").find("accepts no value"), std::string::npos);
+    // Keywords the compiler would have to intersect are refused, not dropped.
+    EXPECT_NE(error(R"({"type":"object","properties":{"a":{"enum":["a","bbb"],"minLength":2}}})").find("\"minLength\" beside \"enum\""), std::string::npos);
+    EXPECT_NE(error(R"({"type":"object","properties":{"a":{"enum":["a"],"const":"b"}}})").find("beside"), std::string::npos);
+    EXPECT_NE(error(R"({"type":"object","properties":{"a":{"$ref":"#/$defs/s","allOf":[{"maxLength":2}]}},"$defs":{"s":{"type":"string"}}})").find("beside"), std::string::npos);
+    EXPECT_NE(error(R"({"type":"object","properties":{"a":{"anyOf":[{"type":"null"}],"oneOf":[{"type":"string"}]}}})").find("beside"), std::string::npos);
+    // oneOf: a branch without a type also matches values of the other branches' types.
+    EXPECT_NE(error(R"({"type":"object","properties":{"x":{"oneOf":[{"maxLength":3},{"type":"integer"}]}}})").find("oneOf branch 0 has no \"type\""), std::string::npos);
+    EXPECT_EQ(error(R"({"type":"object","properties":{"x":{"anyOf":[{"maxLength":3},{"type":"integer"}]}}})"), "") << "anyOf: it may";
+    // References that only lead to each other accept nothing (and would leave the mask no token).
+    EXPECT_NE(error(R"({"type":"object","properties":{"x":{"$ref":"#/$defs/z"}},"$defs":{"z":{"anyOf":[{"$ref":"#/$defs/z"}]}}})").find("accepts no value"), std::string::npos);
+    // A conflict reached through a $ref is named where it is written.
+    EXPECT_NE(error(R"({"type":"object","properties":{"x":{"$ref":"#/$defs/z"}},"$defs":{"z":{"anyOf":[{"type":"string"},{"const":"a"}]}}})").find("at /$defs/z: branches 0 and 1"), std::string::npos);
+    EXPECT_EQ(error(R"({"type":"object","properties":{"n":{"type":"integer","enum":[1e19, 2]}}})"), "") << "1e19 is an integer";
+    // Annotations are not constraints: accepted.
+    EXPECT_EQ(error(R"({"title":"t","description":"d","type":"object","properties":{"when":{"type":"string","format":"date-time","default":"x","examples":["y"]}}})"), "");
+    // More than 64 properties, and a schema nested past the bound.
+    Json wide = {{"type", "object"}, {"properties", Json::object()}};
+    for (int i = 0; i < 65; ++i) wide["properties"]["p" + std::to_string(i)] = {{"type", "null"}};
+    EXPECT_NE(error(wide.dump().c_str()).find("more than 64"), std::string::npos);
+}
+
+// ---- texts drawn from the recognizer, checked by a validator written separately -----------------
+
+/// Whether `v` is valid under `s` for the keywords the compiler implements ($ref resolved in `root`).
+bool valid(const Json& v, const Json& s, const Json& root) {
+    if (s.is_boolean()) return s.get<bool>();
+    if (s.contains("$ref")) return valid(v, root.at(Json::json_pointer(s["$ref"].get<std::string>().substr(1))), root);
+    for (const char* k : {"anyOf", "oneOf"})
+        if (s.contains(k)) {
+            int n = 0;
+            for (const Json& b : s[k]) n += valid(v, b, root);
+            return std::string(k) == "anyOf" ? n >= 1 : n == 1;
+        }
+    if (s.contains("enum")) {
+        bool in = false;
+        for (const Json& e : s["enum"]) in = in || e == v;
+        if (!in) return false;
+    }
+    if (s.contains("type")) {
+        const Json types = s["type"].is_array() ? s["type"] : Json::array({s["type"]});
+        bool typed = false;
+        for (const Json& t : types) {
+            const std::string n = t;
+            typed = typed || (n == "object" && v.is_object()) || (n == "array" && v.is_array()) ||
+                    (n == "string" && v.is_string()) || (n == "integer" && (v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>())))) ||
+                    (n == "number" && v.is_number()) || (n == "boolean" && v.is_boolean()) || (n == "null" && v.is_null());
+        }
+        if (!typed) return false;
+    }
+    if (v.is_string()) {
+        // code points
+        std::size_t chars = 0;
+        for (const char c : v.get<std::string>()) chars += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+        if (s.contains("minLength") && chars < s["minLength"].get<std::size_t>()) return false;
+        if (s.contains("maxLength") && chars > s["maxLength"].get<std::size_t>()) return false;
+    }
+    if (v.is_array()) {
+        if (s.contains("minItems") && v.size() < s["minItems"].get<std::size_t>()) return false;
+        if (s.contains("maxItems") && v.size() > s["maxItems"].get<std::size_t>()) return false;
+        if (s.contains("items"))
+            for (const Json& e : v)
+                if (!valid(e, s["items"], root)) return false;
+    }
+    if (v.is_object()) {
+        const Json props = s.contains("properties") ? s["properties"] : Json::object();
+        if (s.contains("required"))
+            for (const Json& r : s["required"])
+                if (!v.contains(r.get<std::string>())) return false;
+        for (const auto& [k, e] : v.items()) {
+            if (props.contains(k)) {
+                if (!valid(e, props[k], root)) return false;
+            } else if (s.contains("additionalProperties") && !valid(e, s["additionalProperties"], root)) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+/// A text drawn byte by byte among the bytes the recognizer admits; after `wander` bytes it
+/// prefers those that close values, so that it ends. Empty if it did not end in `limit` bytes.
+std::string draw_text(const JsonSchema& schema, std::mt19937& rng, int wander, int limit) {
+    const std::string alphabet = "{}[]\":,-0123456789.eE+abcdefgiklmnorstuvxyz\\/ \n";
+    const std::string closing = "}]\",:0123456789tfn";
+    JsonSchemaPrefix p(schema);
+    std::string text;
+    for (int step = 0; step < limit && !p.complete(); ++step) {
+        std::vector<char> ok, closers;
+        for (const char c : alphabet) {
+            JsonSchemaPrefix next = p;
+            if (!next.feed(std::string_view(&c, 1))) continue;
+            ok.push_back(c);
+            if (closing.find(c) != std::string::npos) closers.push_back(c);
+        }
+        // \u escapes drawn as \u0...: a lone surrogate is JSON text that nlohmann refuses.
+        if (text.size() >= 2 && text.compare(text.size() - 2, 2, "\\u") == 0) ok.assign(1, '0');
+        if (ok.empty()) return "";
+        const std::vector<char>& from = step > wander && !closers.empty() ? closers : ok;
+        const char c = from[rng() % from.size()];
+        EXPECT_TRUE(p.feed(std::string_view(&c, 1)));
+        text += c;
+    }
+    return p.complete() ? text : "";
+}
+
+TEST(JsonSchema, TextsItAdmitsAreValidJsonOfTheSchema) {
+    const Json tree = Json::parse(R"({
+      "$defs": {"node": {"type": "object", "properties": {
+          "v": {"type": ["integer", "null"]},
+          "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2},
+          "note": {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "boolean"}]}},
+        "required": ["v"]}},
+      "$ref": "#/$defs/node"})");
+    const Json free_values = Json::parse(R"({"type":"object","additionalProperties":{"type":"array","items":{"type":"number"},"minItems":1}})");
+    std::mt19937 rng(11);
+    int drawn = 0;
+    for (const Json* schema : {&kPerson, &tree, &free_values}) {
+        const JsonSchema s(*schema);
+        for (int i = 0; i < 60; ++i) {
+            const std::string text = draw_text(s, rng, 10 + i, 4000);
+            if (text.empty()) continue;
+            Json v;
+            try {
+                v = Json::parse(text);
+            } catch (const Json::out_of_range&) {  // valid JSON, a number past double's range ("1E617")
+                continue;
+            } catch (const Json::exception& e) {
+                ADD_FAILURE() << e.what() << "\n" << text;
+                continue;
+            }
+            ++drawn;
+            EXPECT_TRUE(valid(v, *schema, *schema)) << schema->dump() << "\n" << text;
+        }
+    }
+    EXPECT_GT(drawn, 150) << "the draws end";
+}
+
+TEST(JsonSchema, MaskEqualsTryingEveryTokenWhole) {
+    const JsonSchema s(kPerson);
+    std::mt19937 rng(3);
+    const std::string bytes = "{}[]\":, 0123456789namegtsrdcolu\\";
+    std::vector<std::string> texts = {"", "{\"", "{\"name\":", "\"tags\"", "red", "\"red\"", "7", "null", ",\"", "]}", " "};
+    while (texts.size() < 500) {
+        std::string t;
+        for (int i = 0, n = 1 + int(rng() % 6); i < n; ++i) t += bytes[rng() % bytes.size()];
+        texts.push_back(t);
+    }
+    const std::int32_t eos = 0;
+    const serve::JsonVocabulary vocab(texts, eos);
+    const int n_vocab = int(texts.size());
+    const std::string doc = R"({"name":"Ann","age":31,"colour":"red","tags":["a","b"],"ok":false})";
+    int kept = 0;
+    for (std::size_t cut = 0; cut <= doc.size(); ++cut) {
+        JsonSchemaPrefix state(s);
+        ASSERT_TRUE(state.feed(std::string_view(doc).substr(0, cut))) << cut;
+        std::vector<float> logits(std::size_t(n_vocab), 1.0f);
+        serve::mask_json(state, vocab, logits.data(), n_vocab, -1e30f);
+        bool any = false;
+        for (int t = 1; t < n_vocab; ++t) {
+            JsonSchemaPrefix next = state;
+            const bool ok = !texts[std::size_t(t)].empty() && !state.complete() && next.feed(texts[std::size_t(t)]);
+            any = any || ok;
+            kept += ok;
+            EXPECT_EQ(logits[std::size_t(t)] == 1.0f, ok) << "'" << texts[std::size_t(t)] << "' after '" << doc.substr(0, cut) << "'";
+        }
+        EXPECT_EQ(logits[std::size_t(eos)] == 1.0f, state.complete() || !any) << doc.substr(0, cut);
+    }
+    EXPECT_GT(kept, 200);
+}
+
+}  // namespace
+}  // namespace aqpim
