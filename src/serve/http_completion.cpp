@@ -104,6 +104,20 @@ std::vector<TokenText> scored(std::vector<TokenText> echoed, const std::optional
     return echoed;
 }
 
+/// best_of: of each prompt's best_of choices (consecutive in `out`), the n with the highest mean
+/// log probability per generated token, best first (a tie: the lower seed).
+std::vector<ChoiceText> best_of_each(std::vector<ChoiceText> out, const std::vector<double>& mean_logprob, int n,
+                                     int best_of) {
+    std::vector<ChoiceText> best;
+    for (std::size_t first = 0; first < out.size(); first += std::size_t(best_of)) {
+        std::vector<std::size_t> order(static_cast<std::size_t>(best_of));
+        for (std::size_t j = 0; j < order.size(); ++j) order[j] = first + j;
+        std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return mean_logprob[a] > mean_logprob[b]; });
+        for (int j = 0; j < n; ++j) best.push_back(std::move(out[order[std::size_t(j)]]));
+    }
+    return best;
+}
+
 }  // namespace
 
 void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
@@ -125,13 +139,14 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         for (const PromptInput& in : p.prompts)
             choices.push_back({in.is_tokens ? in.tokens : tokenizer->encode(in.text, p.id_slot < 0), nullptr, 0, {}, {}});
     }
-    // n choices per prompt, in OpenAI's order (prompt i's are i * n .. i * n + n - 1).
+    // n choices per prompt (best_of of them generated), in OpenAI's order (prompt i's are i * n ..
+    // i * n + n - 1).
     std::vector<Choice> each;
-    for (const Choice& c : choices) each.insert(each.end(), std::size_t(p.n), c);
+    for (const Choice& c : choices) each.insert(each.end(), std::size_t(p.best_of), c);
     choices = std::move(each);
     for (std::size_t i = 0; i < choices.size(); ++i)
         if (choices[i].prompt.empty() && p.id_slot < 0)
-            throw ApiError(400, choices.size() > 1 ? fmt::format("prompt {} is empty", i / std::size_t(p.n)) : "the prompt is empty",
+            throw ApiError(400, choices.size() > 1 ? fmt::format("prompt {} is empty", i / std::size_t(p.best_of)) : "the prompt is empty",
                            chat ? "messages" : "prompt");
 
     std::int32_t slot_token = -1;  // the parked sequence's last token (id_slot): text continues after it
@@ -161,7 +176,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                                     : 16;
         g.sampler.temperature = p.top_p == 0.0f ? 0.0f : p.temperature;
         g.sampler.top_p = p.top_p == 0.0f ? 1.0f : p.top_p;
-        g.sampler.seed = seed + std::uint64_t(i % std::size_t(p.n));  // choice j of a prompt: seed + j
+        g.sampler.seed = seed + std::uint64_t(i % std::size_t(p.best_of));  // choice j of a prompt: seed + j
         g.top_logprobs = p.logprobs ? p.top_logprobs : 0;
         g.processing = p.processing;
         g.prompt_logprobs = p.echo && p.logprobs;
@@ -227,6 +242,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         // whitespace) notices a client that went away, and its pages are freed at once.
         res.set_chunked_content_provider("application/json", [=](std::size_t, httplib::DataSink& sink) {
             std::vector<ChoiceText> out;
+            std::vector<double> mean_logprob;  // per generated token, of each choice (best_of)
             Usage usage;
             const ApiError* failed = nullptr;
             std::optional<ApiError> error;
@@ -245,6 +261,9 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                     if (got.empty() && !sink.write(" ", 1)) return gone();
                 }
                 if (fin.finish == FinishReason::error && !failed) failed = &error.emplace(500, fin.error);
+                double sum = 0;
+                for (const TokenText& t : tokens) sum += t.logprob;
+                mean_logprob.push_back(tokens.empty() ? 0.0 : sum / double(tokens.size()));
                 if (p.echo) {
                     std::vector<TokenText> all = scored(c.echoed, c.channel->prompt_scores());
                     all.insert(all.end(), std::make_move_iterator(tokens.begin()), std::make_move_iterator(tokens.end()));
@@ -252,9 +271,10 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                     text = c.echo_text + text;
                 }
                 out.push_back({std::move(text), finish_name(fin), logprobs(tokens, 0)});
-                if ((&c - choices.data()) % p.n == 0) usage.prompt_tokens += fin.n_prompt;  // a prompt once, whatever n
-                usage.completion_tokens += fin.n_generated;
+                if ((&c - choices.data()) % p.best_of == 0) usage.prompt_tokens += fin.n_prompt;  // a prompt once, whatever n
+                usage.completion_tokens += fin.n_generated;  // every sequence generated, as OpenAI counts best_of
             }
+            if (p.best_of > p.n) out = best_of_each(std::move(out), mean_logprob, p.n, p.best_of);
             const std::string s = dump_json(failed ? failed->to_json() : completion_json(h, out, usage));
             if (!sink.write(s.data(), s.size())) return gone();
             sink.done();
@@ -316,7 +336,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                 pr.done = true;
                 --n_open;
                 if (!send(sse_event(stream_chunk_json(h, i, "", nullptr, finish_name(fin))))) return gone();
-                if (i % std::size_t(p.n) == 0) usage.prompt_tokens += fin.n_prompt;  // a prompt once, whatever n
+                if (i % std::size_t(p.best_of) == 0) usage.prompt_tokens += fin.n_prompt;  // a prompt once, whatever n
                 usage.completion_tokens += fin.n_generated;
             }
             if (n_open == 0) break;

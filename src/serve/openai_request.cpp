@@ -203,8 +203,6 @@ void read_processing(const json& body, const RequestLimits& limits, LogitProcess
 
 /// Fields accepted only at their neutral value: present with another value is an error naming it.
 void check_neutral(const json& body) {
-    if (const json* v = field(body, "best_of"); v && integer(*v, "best_of", 1, 128) != 1)
-        bad("best_of", "only best_of = 1 is supported");
     if (const json* v = field(body, "suffix"); v && !string(*v, "suffix").empty()) bad("suffix", "is not supported");
 }
 
@@ -310,10 +308,17 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
     if (const json* v = field(body, "echo")) p.echo = boolean(*v, "echo");
     read_processing(body, limits, p.processing);
     if (const json* v = field(body, "n")) p.n = int(integer(*v, "n", 1, limits.max_choices));
-    const std::size_t n_choices = std::max<std::size_t>(1, p.prompts.size()) * std::size_t(p.n);
+    p.best_of = p.n;
+    if (const json* v = field(body, "best_of")) {
+        p.best_of = int(integer(*v, "best_of", 1, limits.max_choices));
+        if (p.best_of < p.n) bad("best_of", fmt::format("best_of = {} must be at least n = {}", p.best_of, p.n));
+        if (p.best_of > p.n && p.stream) bad("best_of", "best_of > n cannot be streamed (the best are known at the end)");
+    }
+    const std::size_t n_choices = std::max<std::size_t>(1, p.prompts.size()) * std::size_t(p.best_of);
     if (n_choices > std::size_t(limits.max_choices))
-        bad("n", fmt::format("{} prompts x n = {} is {} choices: at most {} per request", p.prompts.size(), p.n,
-                             n_choices, limits.max_choices));
+        bad(p.best_of > p.n ? "best_of" : "n",
+            fmt::format("{} prompts x {} = {} is {} choices: at most {} per request", p.prompts.size(),
+                        p.best_of > p.n ? "best_of" : "n", p.best_of, n_choices, limits.max_choices));
     read_response_format(body, body_text, p);
     if (p.json_mode && (p.id_slot >= 0 || p.keep_slot))
         bad(p.id_slot >= 0 ? "id_slot" : "keep_slot", "JSON mode (response_format json_object or json_schema) does not continue or park a sequence");

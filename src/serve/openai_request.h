@@ -70,6 +70,9 @@ struct CompletionParams {
     bool logprobs = false;              ///< completions: "logprobs": k (k >= 0); chat: "logprobs": true
     int top_logprobs = 0;               ///< alternatives per token
     int n = 1;                          ///< choices per prompt (seeds seed, seed + 1, ...)
+    /// completions: sequences generated per prompt (>= n, seeds seed, seed + 1, ...), of which the
+    /// n with the highest mean log probability per generated token are returned (OpenAI's rule)
+    int best_of = 1;
     LogitProcessing processing;         ///< logit_bias, penalties, top_k, min_p
     int id_slot = -1;                   ///< aqpim (as llama-server): continue the sequence parked in this slot
     bool keep_slot = false;             ///< aqpim: park the finished sequence in its slot
@@ -81,8 +84,7 @@ struct CompletionParams {
 };
 
 /// Read a request body. Unknown fields are refused as OpenAI refuses them ("Unrecognized request
-/// argument supplied: X"); fields we accept but do not implement (best_of, suffix) are accepted
-/// only at their neutral value. `body_text`, when given, is the text `body` was parsed from: a
+/// argument supplied: X"); `suffix`, which we do not implement, is accepted only empty. `body_text`, when given, is the text `body` was parsed from: a
 /// JSON schema's properties are then generated in the order written there (from `body` alone, in
 /// name order: nlohmann::json sorts an object's members).
 CompletionParams parse_completion_request(const nlohmann::json& body, bool chat, const RequestLimits& limits,

@@ -1,8 +1,10 @@
 // Sampling parameters through aqpim serve (docs/serve.md, "Sampling parameters"): logit_bias,
-// the penalties, top_k and min_p reach the sampler, and the logprobs stay the model's.
+// the penalties, top_k and min_p reach the sampler, and the logprobs stay the model's; best_of
+// returns the choices with the highest mean log probability.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "serve/http_test_util.h"
@@ -59,6 +61,55 @@ TEST(HttpSampling, BiasPenaltiesTopKAndMinPReachTheSampler) {
         body.update(extra);
         EXPECT_NE(complete(c, body)["text"], greedy["text"]) << extra.dump();
     }
+}
+
+TEST(HttpSampling, BestOfReturnsTheChoicesWithTheHighestMeanLogprob) {
+    // best_of = 4 generates the four choices n = 4 would (seeds seed .. seed + 3, tokens independent
+    // of the batch) and returns the n of them with the highest mean log probability per token.
+    const LoadedModel& m = test::austen_serve_model();
+    test::TestServer s(m, test::small_engine("pq:calib=16,refresh=0,window=4,sinks=2"));
+    auto c = s.client();
+    const json base = {{"prompt", {"It was a truth", "Catherine"}}, {"max_tokens", 12}, {"temperature", 1.2}, {"seed", 21}};
+    json all_body = base;
+    all_body["n"] = 4;
+    all_body["logprobs"] = 0;
+    const json all = test::post(c, "/v1/completions", all_body);
+    ASSERT_EQ(all["choices"].size(), 8u);
+    for (const int n : {1, 2}) {
+        json body = base;
+        body["n"] = n;
+        body["best_of"] = 4;
+        const json r = test::post(c, "/v1/completions", body);
+        ASSERT_EQ(r["choices"].size(), std::size_t(2 * n));
+        for (int prompt = 0; prompt < 2; ++prompt) {
+            std::vector<std::pair<double, std::string>> ranked;  // (-mean logprob, text), best first
+            for (int j = 0; j < 4; ++j) {
+                const json& ch = all["choices"][std::size_t(prompt * 4 + j)];
+                double sum = 0;
+                for (const json& lp : ch["logprobs"]["token_logprobs"]) sum += lp.get<double>();
+                ranked.push_back({-sum / double(ch["logprobs"]["token_logprobs"].size()), ch["text"]});
+            }
+            std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+            ASSERT_NE(ranked[0].first, ranked[3].first) << "the four choices differ";
+            for (int j = 0; j < n; ++j) {
+                const json& ch = r["choices"][std::size_t(prompt * n + j)];
+                EXPECT_EQ(ch["index"], prompt * n + j);
+                EXPECT_EQ(ch["text"], ranked[std::size_t(j)].second) << "prompt " << prompt << " rank " << j;
+            }
+        }
+        EXPECT_EQ(r["usage"]["completion_tokens"], all["usage"]["completion_tokens"]) << "every sequence generated counts";
+        EXPECT_EQ(r["usage"]["prompt_tokens"], all["usage"]["prompt_tokens"]);
+    }
+    json bad = base;
+    bad["n"] = 3;
+    bad["best_of"] = 2;
+    EXPECT_EQ(test::post(c, "/v1/completions", bad, 400)["error"]["param"], "best_of");
+    bad["n"] = 1;
+    bad["stream"] = true;
+    EXPECT_EQ(test::post(c, "/v1/completions", bad, 400)["error"]["param"], "best_of");
+    bad["stream"] = false;
+    bad["best_of"] = 33;  // 2 prompts x 33 > 64 choices
+    EXPECT_EQ(test::post(c, "/v1/completions", bad, 400)["error"]["param"], "best_of");
 }
 
 }  // namespace

@@ -66,6 +66,13 @@ for (const i of [0, 1]) {
   assert.equal(c.finish_reason, nWhole.choices[i].finish_reason, `choice ${i} finish_reason`);
 }
 
+// best_of: the client sends it as it is; one choice comes back, one of the three n = 3 gives.
+const best = await client.completions.create({ ...params, best_of: 3, n: 1 });
+assert.equal(best.choices.length, 1, 'best_of 3, n 1: one choice');
+const three = await client.completions.create({ ...params, n: 3 });
+assert.ok(three.choices.some((c) => c.text === best.choices[0].text), 'the best is one of the three');
+assert.equal(best.usage.completion_tokens, three.usage.completion_tokens, 'usage counts all three');
+
 // Structured outputs: the client's own parse() reads the finished content as JSON (it throws when
 // the object is cut short); the schema's order (as the client sent it), enum and types hold.
 const schema = {
