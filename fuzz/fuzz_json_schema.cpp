@@ -24,6 +24,9 @@ void write_seeds(const std::filesystem::path& dir) {
          R"("note":{"anyOf":[{"type":"string","minLength":2},{"type":"boolean"}]}},"required":["v"]}},"$ref":"#/$defs/n"})",
          R"({"v":1,"kids":[{"v":null,"note":"ab"}],"note":true})"},
         {R"({"type":"object","additionalProperties":{"type":"array","items":{"type":"number"}}})", R"({"x":[1.5e3,-0.2],"y":[]})"},
+        {R"({"type":"object","properties":{"a":{"type":"integer","minimum":-40,"maximum":7},"b":{"exclusiveMinimum":99},)"
+         R"("c":{"type":["integer","null"],"maximum":-3,"exclusiveMaximum":true}}})",
+         R"({"a":-39,"b":100,"c":null})"},
         {R"({"type":"object"})", "{\"a\":[1,{\"b\":null}],\"c\":\"\\u00e9\\ud83d\\ude00\"}"},
     };
     int i = 0;

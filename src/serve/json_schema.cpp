@@ -19,7 +19,7 @@ namespace {
 /// JSON Schema ignores what it does not know (`format` is an annotation in draft 2020-12).
 const std::set<std::string>& refused_keywords() {
     static const std::set<std::string> k = {
-        "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "not", "if",
+        "pattern", "multipleOf", "not", "if",
         "then", "else", "prefixItems", "additionalItems", "contains", "minContains", "maxContains", "uniqueItems",
         "patternProperties", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
         "minProperties", "maxProperties", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
@@ -33,7 +33,8 @@ const std::set<std::string>& refused_keywords() {
 const std::vector<std::string>& shaping_keywords() {
     static const std::vector<std::string> k = {"$ref", "allOf", "anyOf", "oneOf", "enum", "const", "type",
                                                "properties", "required", "additionalProperties", "items",
-                                               "minLength", "maxLength", "minItems", "maxItems"};
+                                               "minLength", "maxLength", "minItems", "maxItems", "minimum", "maximum",
+                                               "exclusiveMinimum", "exclusiveMaximum"};
     return k;
 }
 
@@ -248,6 +249,9 @@ int JsonSchema::compile_nested(const Json& s, const std::string& where) {
         if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) type = "object";
         else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) type = "array";
         else if (s.contains("minLength") || s.contains("maxLength")) type = "string";
+        else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+                 s.contains("exclusiveMaximum"))
+            type = "integer";
         else return kAny;
         const int node = compile_typed(s, type, where);
         nodes_[std::size_t(node)].inferred = true;  // values of other types are valid too (oneOf: below)
@@ -331,6 +335,7 @@ int JsonSchema::compile_typed(const Json& s, const std::string& type, const std:
     } else if (type == "number" || type == "integer") {
         n.kind = type == "number" ? Kind::number : Kind::integer;
         n.first = number_first();
+        integer_bounds(s, where, n);
     } else {
         n.kind = Kind::literal;
         n.texts = type == "boolean" ? std::vector<std::string>{"true", "false"} : std::vector<std::string>{"null"};
@@ -339,6 +344,47 @@ int JsonSchema::compile_typed(const Json& s, const std::string& type, const std:
     if (n.max >= 0 && n.min > n.max)
         throw JsonSchemaError(where, "the lower bound " + std::to_string(n.min) + " exceeds the upper bound " + std::to_string(n.max));
     return add(std::move(n), where);
+}
+
+void JsonSchema::integer_bounds(const Json& s, const std::string& where, Node& n) {
+    const char* keys[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    bool any = false;
+    for (const char* k : keys) any = any || s.contains(k);
+    if (!any) return;
+    if (n.kind == Kind::number)
+        throw JsonSchemaError(where, "minimum and maximum bound an \"integer\" here, not a \"number\"");
+    // Integers within the bounds: minimum m -> ceil(m), exclusiveMinimum x -> floor(x) + 1 (draft 4's
+    // boolean form: minimum made exclusive), and the same downwards.
+    constexpr double kLimit = 1e17;  // a bounded integer has at most 18 digits (the recognizer's int64)
+    const auto value_of = [&](const char* key) {
+        const Json& v = s[key];
+        if (!v.is_number()) throw JsonSchemaError(where + "/" + key, "expected a number");
+        const double d = v.get<double>();
+        if (!std::isfinite(d)) throw JsonSchemaError(where + "/" + key, "expected a finite number");
+        return d;
+    };
+    double lo = -HUGE_VAL, hi = HUGE_VAL;
+    for (const bool upper : {false, true}) {
+        const char* plain = upper ? "maximum" : "minimum";
+        const char* exclusive = upper ? "exclusiveMaximum" : "exclusiveMinimum";
+        const bool draft4 = s.contains(exclusive) && s[exclusive].is_boolean();
+        double& bound = upper ? hi : lo;
+        if (s.contains(plain)) {
+            const double m = value_of(plain);
+            const bool open = draft4 && s[exclusive].get<bool>();
+            bound = upper ? (open ? std::ceil(m) - 1 : std::floor(m)) : (open ? std::floor(m) + 1 : std::ceil(m));
+        }
+        if (s.contains(exclusive) && !draft4) {
+            const double x = value_of(exclusive);
+            bound = upper ? std::min(bound, std::ceil(x) - 1) : std::max(bound, std::floor(x) + 1);
+        }
+    }
+    if (lo > hi) throw JsonSchemaError(where, "no integer lies within minimum and maximum");
+    if (lo > kLimit || hi < -kLimit) throw JsonSchemaError(where, "bounds beyond +-1e17 are not supported");
+    n.has_lowest = lo >= -kLimit;
+    n.has_highest = hi <= kLimit;
+    n.lowest = n.has_lowest ? std::int64_t(lo) : 0;
+    n.highest = n.has_highest ? std::int64_t(hi) : 0;
 }
 
 int JsonSchema::compile_ref(const std::string& ref, const std::string& where) {

@@ -67,6 +67,8 @@ public:
         std::vector<std::string> texts;    ///< literal: the values as compact JSON
         std::vector<int> branches;         ///< choice
         std::bitset<256> first;            ///< the bytes a value of this node can start with
+        bool has_lowest = false, has_highest = false;  ///< integer: bounded below / above
+        std::int64_t lowest = 0, highest = 0;          ///< integer: the bounds, inclusive (|bound| <= 1e17)
         bool one_of = false;               ///< choice: from oneOf (no branch's type may be inferred)
         bool inferred = false;             ///< its type was inferred from its keywords (other types also valid)
     };
@@ -86,6 +88,7 @@ private:
     int compile_ref(const std::string& ref, const std::string& where);
     int add(Node n, const std::string& where);
     void check_choices();
+    void integer_bounds(const nlohmann::ordered_json& s, const std::string& where, Node& n);
 
     static constexpr int kMaxNesting = 256;  ///< schemas within schemas while compiling ($ref chains included)
 
@@ -143,6 +146,7 @@ private:
         std::uint8_t hex_left;
         bool key;                 ///< string: a free object's key
         bool high_surrogate;      ///< string: a \\u escape of a high surrogate was read, its low half must come
+        bool negative;            ///< number: after '-' (count: the integer digits' value, pos: their count)
     };
 
     bool byte(unsigned char c);
@@ -150,6 +154,7 @@ private:
     bool push(Frame f);
     void value_done();
     bool in_number(Frame& f, unsigned char c);
+    bool integer_digit(Frame& f, unsigned char c);
     bool in_literal(Frame& f, unsigned char c);
     bool in_string_byte(Frame& f, unsigned char c);
     bool in_key_text(Frame& f, unsigned char c);

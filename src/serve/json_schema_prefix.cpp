@@ -7,6 +7,27 @@
 #include "serve/json_bytes.h"
 
 namespace aqpim::serve {
+namespace {
+
+/// Whether an integer whose sign is `negative` and whose first `digits` digits have the value
+/// `mag` can still end within node n's bounds: as it is, or with more digits. No digit yet (after
+/// '-'): any negative integer; a leading 0 takes no more digits.
+bool integer_feasible(bool negative, std::int64_t mag, int digits, const JsonSchema::Node& n) {
+    if (!n.has_lowest && !n.has_highest) return true;
+    using Wide = __int128;
+    const Wide lo = n.has_lowest ? Wide(n.lowest) : -(Wide(1) << 100), hi = n.has_highest ? Wide(n.highest) : Wide(1) << 100;
+    if (digits == 0) return lo <= -1;
+    if (digits > 18) return false;  // at least 1e18: past any bound (|bound| <= 1e17)
+    if (mag == 0) return lo <= 0 && 0 <= hi;
+    Wide p = 1;
+    for (int k = 0; digits + k <= 18; ++k, p *= 10) {
+        const Wide a = Wide(mag) * p, b = a + p - 1;  // the values with k more digits: [a, b] in magnitude
+        if ((negative ? -b : a) <= hi && (negative ? -a : b) >= lo) return true;
+    }
+    return false;
+}
+
+}  // namespace
 
 JsonSchemaPrefix& JsonSchemaPrefix::operator=(const JsonSchemaPrefix& o) {
     schema_ = o.schema_;
@@ -85,7 +106,12 @@ bool JsonSchemaPrefix::start_value(int node, unsigned char c) {
         case JsonSchema::Kind::array: f.phase = Phase::item_or_end; break;
         case JsonSchema::Kind::string: f.phase = Phase::chars; break;
         case JsonSchema::Kind::number:
-        case JsonSchema::Kind::integer: f.phase = c == '-' ? Phase::minus : c == '0' ? Phase::zero : Phase::integer; break;
+        case JsonSchema::Kind::integer:
+            f.phase = c == '-' ? Phase::minus : c == '0' ? Phase::zero : Phase::integer;
+            f.negative = c == '-';
+            if (!f.negative) f.count = c - '0', f.pos = 1;
+            if (!integer_feasible(f.negative, f.count, f.pos, n)) return false;
+            break;
         case JsonSchema::Kind::literal:
             f.phase = Phase::literal;
             f.pos = 1;
@@ -102,7 +128,7 @@ bool JsonSchemaPrefix::in_number(Frame& f, unsigned char c) {
         case Phase::minus:
             if (!json_digit(c)) return false;
             f.phase = c == '0' ? Phase::zero : Phase::integer;
-            return true;
+            return integer_digit(f, c);
         case Phase::point:
             if (!json_digit(c)) return false;
             f.phase = Phase::fraction;
@@ -119,7 +145,7 @@ bool JsonSchemaPrefix::in_number(Frame& f, unsigned char c) {
             return true;
         default: break;  // zero, integer, fraction, exponent_digits: the number may end here
     }
-    if (json_digit(c) && f.phase != Phase::zero) return true;
+    if (json_digit(c) && f.phase != Phase::zero) return f.phase != Phase::integer || integer_digit(f, c);
     if (!integer_only && c == '.' && (f.phase == Phase::zero || f.phase == Phase::integer)) {
         f.phase = Phase::point;
         return true;
@@ -128,8 +154,19 @@ bool JsonSchemaPrefix::in_number(Frame& f, unsigned char c) {
         f.phase = Phase::exponent;
         return true;
     }
+    const JsonSchema::Node& n = schema_->node(f.node);
+    if (integer_only && (n.has_lowest || n.has_highest)) {  // ends here: its value itself must be within
+        const std::int64_t v = f.negative ? -f.count : f.count;
+        if (f.pos > 18 || (n.has_lowest && v < n.lowest) || (n.has_highest && v > n.highest)) return false;
+    }
     value_done();  // the number ended: c is read after it
     return byte(c);
+}
+
+bool JsonSchemaPrefix::integer_digit(Frame& f, unsigned char c) {
+    if (f.pos < 18) f.count = f.count * 10 + (c - '0');  // beyond 18 digits only their count matters
+    if (f.pos < 65535) ++f.pos;
+    return integer_feasible(f.negative, f.count, f.pos, schema_->node(f.node));
 }
 
 bool JsonSchemaPrefix::in_literal(Frame& f, unsigned char c) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -95,6 +96,33 @@ TEST(JsonSchema, ScalarsKeepTheirTypeAndBounds) {
     EXPECT_EQ(at(R"({"name":"a","tags":["a"],"ok":nul)"), 30u) << "ok is a boolean";
 }
 
+TEST(JsonSchema, BoundedIntegersRefuseTheFirstDigitThatLeavesTheRange) {
+    const JsonSchema s(Json::parse(R"({"type":"object","properties":{
+        "n": {"type": "integer", "minimum": -5, "maximum": 120},
+        "p": {"type": "integer", "exclusiveMinimum": 0.5, "exclusiveMaximum": 10},
+        "q": {"maximum": -20},
+        "r": {"type": "integer", "minimum": 7, "exclusiveMinimum": true}}})"));
+    const auto at = [&](const std::string& v) { return first_refused(s, R"({"n":)" + v + "}"); };
+    for (const char* ok : {"120", "-5", "0", "-0", "7", "99"}) EXPECT_EQ(at(ok), std::strlen(ok) + 6) << ok;
+    EXPECT_EQ(at("121"), 7u) << "12 may still be 120; 121 may not";
+    EXPECT_EQ(at("1200"), 8u);
+    EXPECT_EQ(at("-6"), 6u);
+    EXPECT_EQ(at("-12"), 7u) << "-1 may end there; -12 and beyond may not";
+    EXPECT_EQ(at("-"), 6u) << "'-' is taken, the '}' after it is not";
+    const auto at_p = [&](const std::string& v) { return first_refused(s, R"({"p":)" + v + "}"); };
+    EXPECT_EQ(at_p("0"), 5u) << "exclusiveMinimum 0.5: 1 is the least";
+    EXPECT_EQ(at_p("1"), 7u);
+    EXPECT_EQ(at_p("10"), 6u) << "exclusiveMaximum 10: 9 is the most";
+    EXPECT_EQ(at_p("-"), 5u);
+    const auto at_q = [&](const std::string& v) { return first_refused(s, R"({"q":)" + v + "}"); };
+    EXPECT_EQ(at_q("-20"), 9u) << "a bound alone makes an integer";
+    EXPECT_EQ(at_q("-19"), 8u) << "-1 may still be -100; -19 may not";
+    EXPECT_EQ(at_q("1"), 5u);
+    EXPECT_EQ(at_q("-20.5"), 8u);
+    EXPECT_EQ(first_refused(s, R"({"r":7})"), 6u) << "draft 4: exclusiveMinimum true makes 7 excluded";
+    EXPECT_EQ(first_refused(s, R"({"r":8})"), 7u);
+}
+
 TEST(JsonSchema, ArraysCountTheirItems) {
     const JsonSchema s(kPerson);
     const std::string empty = R"({"name":"a","tags":[])";
@@ -142,8 +170,12 @@ TEST(JsonSchema, RefusesWhatItDoesNotImplementNamingWhere) {
     };
     EXPECT_EQ(error(R"({"type":"object","properties":{"a":{"type":"string","pattern":"^x"}}})"),
               "at /properties/a: the keyword \"pattern\" is not supported");
-    EXPECT_EQ(error(R"({"type":"object","properties":{"n":{"type":"integer","minimum":0}}})"),
-              "at /properties/n: the keyword \"minimum\" is not supported");
+    EXPECT_EQ(error(R"({"type":"object","properties":{"n":{"type":"integer","multipleOf":2}}})"),
+              "at /properties/n: the keyword \"multipleOf\" is not supported");
+    EXPECT_NE(error(R"({"type":"object","properties":{"x":{"type":"number","maximum":1.5}}})").find("not a \"number\""), std::string::npos);
+    EXPECT_NE(error(R"({"type":"object","properties":{"n":{"type":"integer","minimum":3.5,"exclusiveMaximum":4}}})").find("no integer"), std::string::npos);
+    EXPECT_NE(error(R"({"type":"object","properties":{"n":{"type":"integer","minimum":1e30}}})").find("1e17"), std::string::npos);
+    EXPECT_NE(error(R"({"type":"object","properties":{"n":{"enum":[1,2],"maximum":1}}})").find("beside"), std::string::npos);
     EXPECT_NE(error(R"({"type":"array"})").find("the root must be an object"), std::string::npos);
     EXPECT_NE(error(R"({"type":"object","properties":{"a":{}},"required":["b"]})").find("\"b\" is required"), std::string::npos);
     EXPECT_NE(error(R"({"type":"object","properties":{"a":{"anyOf":[{"type":"string"},{"enum":["x"]}]}}})")
@@ -207,6 +239,13 @@ bool valid(const Json& v, const Json& s, const Json& root) {
                     (n == "number" && v.is_number()) || (n == "boolean" && v.is_boolean()) || (n == "null" && v.is_null());
         }
         if (!typed) return false;
+    }
+    if (v.is_number()) {
+        const double x = v.get<double>();
+        if (s.contains("minimum") && x < s["minimum"].get<double>()) return false;
+        if (s.contains("maximum") && x > s["maximum"].get<double>()) return false;
+        if (s.contains("exclusiveMinimum") && x <= s["exclusiveMinimum"].get<double>()) return false;
+        if (s.contains("exclusiveMaximum") && x >= s["exclusiveMaximum"].get<double>()) return false;
     }
     if (v.is_string()) {
         // code points
@@ -273,9 +312,11 @@ TEST(JsonSchema, TextsItAdmitsAreValidJsonOfTheSchema) {
         "required": ["v"]}},
       "$ref": "#/$defs/node"})");
     const Json free_values = Json::parse(R"({"type":"object","additionalProperties":{"type":"array","items":{"type":"number"},"minItems":1}})");
+    const Json bounded = Json::parse(R"({"type":"object","properties":{"a":{"type":"integer","minimum":-40,"maximum":7},
+        "b":{"type":["integer","null"],"exclusiveMinimum":99},"c":{"type":"array","items":{"maximum":-3}}},"required":["a","b","c"]})");
     std::mt19937 rng(11);
     int drawn = 0;
-    for (const Json* schema : {&kPerson, &tree, &free_values}) {
+    for (const Json* schema : {&kPerson, &tree, &free_values, &bounded}) {
         const JsonSchema s(*schema);
         for (int i = 0; i < 60; ++i) {
             const std::string text = draw_text(s, rng, 10 + i, 4000);
@@ -293,7 +334,7 @@ TEST(JsonSchema, TextsItAdmitsAreValidJsonOfTheSchema) {
             EXPECT_TRUE(valid(v, *schema, *schema)) << schema->dump() << "\n" << text;
         }
     }
-    EXPECT_GT(drawn, 150) << "the draws end";
+    EXPECT_GT(drawn, 200) << "the draws end";
 }
 
 TEST(JsonSchema, MaskEqualsTryingEveryTokenWhole) {
