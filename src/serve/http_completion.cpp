@@ -2,6 +2,7 @@
 // goes back whole or as server-sent events (docs/serve.md, "Responses").
 
 #include <algorithm>
+#include <limits>
 
 #include "aqpim/error.h"
 #include "serve/http_impl.h"
@@ -105,7 +106,7 @@ std::vector<TokenText> scored(std::vector<TokenText> echoed, const std::optional
 }
 
 /// best_of: of each prompt's best_of choices (consecutive in `out`), the n with the highest mean
-/// log probability per generated token, best first (a tie: the lower seed).
+/// log probability per generated token (`mean_logprob`), best first (a tie: the lower seed).
 std::vector<ChoiceText> best_of_each(std::vector<ChoiceText> out, const std::vector<double>& mean_logprob, int n,
                                      int best_of) {
     std::vector<ChoiceText> best;
@@ -238,6 +239,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     };
 
     if (!p.stream) {
+        const std::int32_t eos = engine.options().eos_token;
         // Sent chunked: while the request waits, a space every second (JSON allows leading
         // whitespace) notices a client that went away, and its pages are freed at once.
         res.set_chunked_content_provider("application/json", [=](std::size_t, httplib::DataSink& sink) {
@@ -261,9 +263,14 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                     if (got.empty() && !sink.write(" ", 1)) return gone();
                 }
                 if (fin.finish == FinishReason::error && !failed) failed = &error.emplace(500, fin.error);
+                // best_of ranks by the generated tokens' mean log probability: EOS left out (it is
+                // reported only to a scoring request), a choice without a token (EOS or a stop
+                // string first) ranked last.
                 double sum = 0;
-                for (const TokenText& t : tokens) sum += t.logprob;
-                mean_logprob.push_back(tokens.empty() ? 0.0 : sum / double(tokens.size()));
+                std::size_t counted = 0;
+                for (const TokenText& t : tokens)
+                    if (t.token != eos) sum += t.logprob, ++counted;
+                mean_logprob.push_back(counted ? sum / double(counted) : -std::numeric_limits<double>::infinity());
                 if (p.echo) {
                     std::vector<TokenText> all = scored(c.echoed, c.channel->prompt_scores());
                     all.insert(all.end(), std::make_move_iterator(tokens.begin()), std::make_move_iterator(tokens.end()));

@@ -354,35 +354,38 @@ void JsonSchema::integer_bounds(const Json& s, const std::string& where, Node& n
     if (n.kind == Kind::number)
         throw JsonSchemaError(where, "minimum and maximum bound an \"integer\" here, not a \"number\"");
     // Integers within the bounds: minimum m -> ceil(m), exclusiveMinimum x -> floor(x) + 1 (draft 4's
-    // boolean form: minimum made exclusive), and the same downwards.
-    constexpr double kLimit = 1e17;  // a bounded integer has at most 18 digits (the recognizer's int64)
-    const auto value_of = [&](const char* key) {
+    // boolean form: minimum made exclusive), and the same downwards. In integers, exactly: a JSON
+    // integer as it is, a float rounded first (a double past 2^53 is an integer already).
+    using Wide = __int128;
+    const Wide huge = Wide(1) << 100, limit = Wide(100000000000000000);  // 1e17
+    const auto integral = [&](const char* key, bool round_up) -> Wide {
         const Json& v = s[key];
         if (!v.is_number()) throw JsonSchemaError(where + "/" + key, "expected a number");
+        if (v.is_number_unsigned()) return Wide(v.get<std::uint64_t>());
+        if (v.is_number_integer()) return Wide(v.get<std::int64_t>());
         const double d = v.get<double>();
         if (!std::isfinite(d)) throw JsonSchemaError(where + "/" + key, "expected a finite number");
-        return d;
+        const double r = round_up ? std::ceil(d) : std::floor(d);
+        return std::fabs(r) > 1e30 ? (r > 0 ? huge : -huge) : Wide(r);
     };
-    double lo = -HUGE_VAL, hi = HUGE_VAL;
+    Wide lo = -huge, hi = huge;
     for (const bool upper : {false, true}) {
         const char* plain = upper ? "maximum" : "minimum";
         const char* exclusive = upper ? "exclusiveMaximum" : "exclusiveMinimum";
         const bool draft4 = s.contains(exclusive) && s[exclusive].is_boolean();
-        double& bound = upper ? hi : lo;
+        Wide& bound = upper ? hi : lo;
         if (s.contains(plain)) {
-            const double m = value_of(plain);
             const bool open = draft4 && s[exclusive].get<bool>();
-            bound = upper ? (open ? std::ceil(m) - 1 : std::floor(m)) : (open ? std::floor(m) + 1 : std::ceil(m));
+            bound = upper ? (open ? integral(plain, true) - 1 : integral(plain, false))
+                          : (open ? integral(plain, false) + 1 : integral(plain, true));
         }
-        if (s.contains(exclusive) && !draft4) {
-            const double x = value_of(exclusive);
-            bound = upper ? std::min(bound, std::ceil(x) - 1) : std::max(bound, std::floor(x) + 1);
-        }
+        if (s.contains(exclusive) && !draft4)
+            bound = upper ? std::min(bound, integral(exclusive, true) - 1) : std::max(bound, integral(exclusive, false) + 1);
     }
     if (lo > hi) throw JsonSchemaError(where, "no integer lies within minimum and maximum");
-    if (lo > kLimit || hi < -kLimit) throw JsonSchemaError(where, "bounds beyond +-1e17 are not supported");
-    n.has_lowest = lo >= -kLimit;
-    n.has_highest = hi <= kLimit;
+    if (lo > limit || hi < -limit) throw JsonSchemaError(where, "bounds beyond +-1e17 are not supported");
+    n.has_lowest = lo >= -limit;
+    n.has_highest = hi <= limit;
     n.lowest = n.has_lowest ? std::int64_t(lo) : 0;
     n.highest = n.has_highest ? std::int64_t(hi) : 0;
 }

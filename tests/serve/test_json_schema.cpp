@@ -119,6 +119,13 @@ TEST(JsonSchema, BoundedIntegersRefuseTheFirstDigitThatLeavesTheRange) {
     EXPECT_EQ(at_q("-19"), 8u) << "-1 may still be -100; -19 may not";
     EXPECT_EQ(at_q("1"), 5u);
     EXPECT_EQ(at_q("-20.5"), 8u);
+    // Bounds past 2^53 are kept exactly (a double would round them).
+    const JsonSchema big(Json::parse(R"({"type":"object","properties":{"n":{"type":"integer","minimum":9007199254740993},
+        "x":{"type":"integer","exclusiveMaximum":18014398509481984}}})"));
+    EXPECT_EQ(first_refused(big, R"({"n":9007199254740992})"), 21u) << "the '}' that ends it below the minimum";
+    EXPECT_TRUE(whole(big, R"({"n":9007199254740993})"));
+    EXPECT_EQ(first_refused(big, R"({"x":18014398509481984})"), 21u) << "its last digit";
+    EXPECT_TRUE(whole(big, R"({"x":18014398509481983})"));
     EXPECT_EQ(first_refused(s, R"({"r":7})"), 6u) << "draft 4: exclusiveMinimum true makes 7 excluded";
     EXPECT_EQ(first_refused(s, R"({"r":8})"), 7u);
 }
