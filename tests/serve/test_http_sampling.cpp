@@ -100,6 +100,25 @@ TEST(HttpSampling, BestOfReturnsTheChoicesWithTheHighestMeanLogprob) {
         EXPECT_EQ(r["usage"]["completion_tokens"], all["usage"]["completion_tokens"]) << "every sequence generated counts";
         EXPECT_EQ(r["usage"]["prompt_tokens"], all["usage"]["prompt_tokens"]);
     }
+    // A choice that generated no text (here a stop string " " cut its first token) ranks last, not
+    // first (an empty mean would be 0, above every real one): the first seed whose four choices
+    // mix empty and non-empty texts.
+    bool mixed = false;
+    for (int seed = 1; seed <= 40 && !mixed; ++seed) {
+        json four = {{"prompt", "It was"}, {"max_tokens", 6}, {"temperature", 1.5}, {"seed", seed}, {"stop", {" "}}, {"n", 4}};
+        const json all4 = test::post(c, "/v1/completions", four);
+        int empty = 0;
+        for (const json& ch : all4["choices"]) empty += ch["text"] == "";
+        if (empty == 0 || empty == 4) continue;
+        mixed = true;
+        four.erase("n");
+        four["best_of"] = 4;
+        four["n"] = 3;
+        const json best = test::post(c, "/v1/completions", four);
+        for (int j = 0; j < 4 - empty && j < 3; ++j)
+            EXPECT_NE(best["choices"][std::size_t(j)]["text"], "") << "seed " << seed << ": choice " << j << " of " << best.dump();
+    }
+    EXPECT_TRUE(mixed) << "some seed gives empty and non-empty choices";
     json bad = base;
     bad["n"] = 3;
     bad["best_of"] = 2;
