@@ -2,13 +2,14 @@
 
 #include "serve/json_constraint.h"
 
-#include "serve/json_bytes.h"
-#include "serve/json_schema.h"
-
 #include <algorithm>
 #include <utility>
 
+#include "serve/json_bytes.h"
+#include "serve/json_schema.h"
+
 namespace aqpim::serve {
+
 bool JsonPrefix::feed(std::string_view text) {
     for (const char ch : text)
         if (!byte(static_cast<unsigned char>(ch))) return false;
@@ -68,36 +69,11 @@ bool JsonPrefix::byte(unsigned char c) {
             if (c != static_cast<unsigned char>(*literal_)) return false;
             if (*++literal_ == '\0') value_done();
             return true;
-        case Mode::minus:
-            if (!json_digit(c)) return false;
-            mode_ = c == '0' ? Mode::zero : Mode::integer;
-            return true;
-        case Mode::point:
-            if (!json_digit(c)) return false;
-            mode_ = Mode::fraction;
-            return true;
-        case Mode::exponent:
-            if (c == '+' || c == '-') {
-                mode_ = Mode::exponent_sign;
-                return true;
-            }
-            [[fallthrough]];
-        case Mode::exponent_sign:
-            if (!json_digit(c)) return false;
-            mode_ = Mode::exponent_digits;
-            return true;
-        case Mode::zero:
-        case Mode::integer:
-        case Mode::fraction:
-        case Mode::exponent_digits:
-            if (json_digit(c) && mode_ != Mode::zero) return true;
-            if (c == '.' && (mode_ == Mode::zero || mode_ == Mode::integer)) {
-                mode_ = Mode::point;
-                return true;
-            }
-            if ((c == 'e' || c == 'E') && mode_ != Mode::exponent_digits) {
-                mode_ = Mode::exponent;
-                return true;
+        case Mode::number:
+            switch (json_number_step(number_, c)) {
+                case NumberStep::taken: return true;
+                case NumberStep::refused: return false;
+                case NumberStep::ended: break;
             }
             value_done();  // the number ended: c is read after it
             return byte(c);
@@ -144,13 +120,14 @@ bool JsonPrefix::byte(unsigned char c) {
                 case '{': return open(true);
                 case '[': return open(false);
                 case '"': mode_ = Mode::string; return true;
-                case '-': mode_ = Mode::minus; return true;
+                case '-': mode_ = Mode::number; number_ = JsonNumber::minus; return true;
                 case 't': literal_ = "rue"; mode_ = Mode::literal; return true;
                 case 'f': literal_ = "alse"; mode_ = Mode::literal; return true;
                 case 'n': literal_ = "ull"; mode_ = Mode::literal; return true;
                 default:
                     if (!json_digit(c)) return false;
-                    mode_ = c == '0' ? Mode::zero : Mode::integer;
+                    mode_ = Mode::number;
+                    number_ = json_number_start(c);
                     return true;
             }
         default:

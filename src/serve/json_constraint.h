@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "serve/json_bytes.h"
+
 namespace aqpim::serve {
 
 /// string_room() of a string without a length bound (JsonPrefix, JsonSchemaPrefix).
@@ -46,14 +48,7 @@ private:
         string,          ///< inside a string (a key when in_key_)
         escape,          ///< after '\' in a string
         unicode,         ///< after "\u": hex_left_ hex digits to go
-        minus,           ///< a number's '-': a digit must come
-        zero,            ///< a number's leading 0
-        integer,         ///< a number's integer digits
-        point,           ///< after '.': a digit must come
-        fraction,        ///< fraction digits
-        exponent,        ///< after 'e' / 'E': a sign or a digit
-        exponent_sign,   ///< after the exponent's sign: a digit must come
-        exponent_digits, ///< exponent digits
+        number,          ///< inside a number (number_ says where)
         literal,         ///< inside true / false / null
         done,            ///< the object is complete
     };
@@ -70,6 +65,7 @@ private:
     std::uint8_t whitespace_ = 0;  ///< bytes of the current run of whitespace outside strings
     bool newline_ = false;         ///< the current run holds a newline
     const char* literal_ = nullptr;  ///< the rest of the literal being read
+    JsonNumber number_ = JsonNumber::minus;
 };
 
 /// Token texts for the mask, built once per server: each token's text as it reads after an

@@ -286,9 +286,10 @@ int JsonSchema::compile_typed(const Json& s, const std::string& type, const std:
                 throw JsonSchemaError(where + "/properties", "more than " + std::to_string(kMaxProperties) + " properties");
             for (const auto& [name, sub] : props.items()) {
                 const std::string at = where + "/properties/" + pointer_token(name);
-                if (escaped(name).size() > kMaxLiteralBytes)
+                std::string key = escaped(name);
+                if (key.size() > kMaxLiteralBytes)
                     throw JsonSchemaError(at, "a property name longer than " + std::to_string(kMaxLiteralBytes) + " bytes as JSON");
-                n.properties.push_back({escaped(name), compile(sub, at), false});
+                n.properties.push_back({std::move(key), compile(sub, at), false});
             }
         }
         if (s.contains("required")) {

@@ -129,8 +129,8 @@ private:
         item_or_end, item, next_item,
         // string (a value or a free object's key)
         chars, escape, unicode,
-        // number
-        minus, zero, integer, point, fraction, exponent, exponent_sign, exponent_digits,
+        // number (Frame::number says where)
+        number,
         // literal
         literal,
     };
@@ -144,6 +144,7 @@ private:
         std::uint16_t pos;        ///< key_text / literal: bytes matched; unicode: the code unit so far
         Phase phase;
         std::uint8_t hex_left;
+        JsonNumber number;
         bool key;                 ///< string: a free object's key
         bool high_surrogate;      ///< string: a \\u escape of a high surrogate was read, its low half must come
         bool negative;            ///< number: after '-' (count: the integer digits' value, pos: their count)

@@ -107,7 +107,8 @@ bool JsonSchemaPrefix::start_value(int node, unsigned char c) {
         case JsonSchema::Kind::string: f.phase = Phase::chars; break;
         case JsonSchema::Kind::number:
         case JsonSchema::Kind::integer:
-            f.phase = c == '-' ? Phase::minus : c == '0' ? Phase::zero : Phase::integer;
+            f.phase = Phase::number;
+            f.number = json_number_start(c);
             f.negative = c == '-';
             if (!f.negative) f.count = c - '0', f.pos = 1;
             if (!integer_feasible(f.negative, f.count, f.pos, n)) return false;
@@ -124,35 +125,12 @@ bool JsonSchemaPrefix::start_value(int node, unsigned char c) {
 
 bool JsonSchemaPrefix::in_number(Frame& f, unsigned char c) {
     const bool integer_only = schema_->node(f.node).kind == JsonSchema::Kind::integer;
-    switch (f.phase) {
-        case Phase::minus:
-            if (!json_digit(c)) return false;
-            f.phase = c == '0' ? Phase::zero : Phase::integer;
-            return integer_digit(f, c);
-        case Phase::point:
-            if (!json_digit(c)) return false;
-            f.phase = Phase::fraction;
-            return true;
-        case Phase::exponent:
-            if (c == '+' || c == '-') {
-                f.phase = Phase::exponent_sign;
-                return true;
-            }
-            [[fallthrough]];
-        case Phase::exponent_sign:
-            if (!json_digit(c)) return false;
-            f.phase = Phase::exponent_digits;
-            return true;
-        default: break;  // zero, integer, fraction, exponent_digits: the number may end here
-    }
-    if (json_digit(c) && f.phase != Phase::zero) return f.phase != Phase::integer || integer_digit(f, c);
-    if (!integer_only && c == '.' && (f.phase == Phase::zero || f.phase == Phase::integer)) {
-        f.phase = Phase::point;
-        return true;
-    }
-    if (!integer_only && (c == 'e' || c == 'E') && f.phase != Phase::exponent_digits) {
-        f.phase = Phase::exponent;
-        return true;
+    const JsonNumber before = f.number;
+    switch (json_number_step(f.number, c, integer_only)) {
+        case NumberStep::refused: return false;
+        case NumberStep::taken:  // a digit of the integer part feeds the bounds
+            return !json_digit(c) || (before != JsonNumber::minus && before != JsonNumber::integer) || integer_digit(f, c);
+        case NumberStep::ended: break;
     }
     const JsonSchema::Node& n = schema_->node(f.node);
     if (integer_only && (n.has_lowest || n.has_highest)) {  // ends here: its value itself must be within
@@ -267,14 +245,7 @@ bool JsonSchemaPrefix::byte(unsigned char c) {
             case Phase::chars:
             case Phase::escape:
             case Phase::unicode: return in_string_byte(f, c);
-            case Phase::minus:
-            case Phase::zero:
-            case Phase::integer:
-            case Phase::point:
-            case Phase::fraction:
-            case Phase::exponent:
-            case Phase::exponent_sign:
-            case Phase::exponent_digits: return in_number(f, c);
+            case Phase::number: return in_number(f, c);
             case Phase::literal: return in_literal(f, c);
             case Phase::key_text: return in_key_text(f, c);
             default: break;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "serve/json_constraint.h"
+#include "serve/json_mask_test_util.h"
 
 namespace aqpim {
 namespace {
@@ -165,35 +166,17 @@ TEST(JsonConstraint, TheTrieMaskEqualsTryingEveryTokenWhole) {
     // state; EOS when the object is complete or nothing else is kept.
     std::mt19937 rng(5);
     const std::string bytes = "{}[]\":, 0123456789.eE-tfalsenu\\xab\n";
-    std::vector<std::string> texts = {"", "", "{", "{", "\"", "\": ", "tr", "true", "true}", "1", "12", "1.5e3,", " ", "\n  "};
-    while (texts.size() < 600) {
-        std::string t;
-        for (int i = 0, n = 1 + int(rng() % 5); i < n; ++i) t += bytes[rng() % bytes.size()];
-        texts.push_back(t);
-    }
+    const std::vector<std::string> texts = test::with_random_texts(
+        {"", "", "{", "{", "\"", "\": ", "tr", "true", "true}", "1", "12", "1.5e3,", " ", "\n  "}, rng, bytes, 600, 5);
     const std::int32_t eos = 1;
     const serve::JsonVocabulary v(texts, eos);
-    const int n_vocab = int(texts.size());
     int states = 0, kept_total = 0;
     for (int doc = 0; doc < 30; ++doc) {
         const std::string text = random_value(rng, 0).dump(doc % 2 ? -1 : 1);
         for (std::size_t cut = 0; cut <= text.size(); cut += 1 + rng() % 3) {
             JsonPrefix state;
             ASSERT_TRUE(state.feed(std::string_view(text).substr(0, cut)));
-            std::vector<float> logits(std::size_t(n_vocab), 1.0f);
-            serve::mask_json(state, v, logits.data(), n_vocab, -1e30f);
-            bool any = false;
-            for (int t = 0; t < n_vocab; ++t) {
-                JsonPrefix next = state;
-                const bool ok = t != eos && !texts[std::size_t(t)].empty() && !state.complete() && next.feed(texts[std::size_t(t)]);
-                any = any || ok;
-                if (t != eos) {
-                    EXPECT_EQ(logits[std::size_t(t)] == 1.0f, ok)
-                        << "token " << t << " '" << texts[std::size_t(t)] << "' after '" << text.substr(0, cut) << "'";
-                }
-                kept_total += ok;
-            }
-            EXPECT_EQ(logits[std::size_t(eos)] == 1.0f, state.complete() || !any) << text.substr(0, cut);
+            kept_total += test::expect_mask_keeps_every_continuation(state, v, texts, eos, text.substr(0, cut));
             ++states;
         }
     }

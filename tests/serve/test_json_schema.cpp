@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "serve/json_mask_test_util.h"
 #include "serve/json_schema.h"
 
 namespace aqpim {
@@ -348,31 +349,16 @@ TEST(JsonSchema, MaskEqualsTryingEveryTokenWhole) {
     const JsonSchema s(kPerson);
     std::mt19937 rng(3);
     const std::string bytes = "{}[]\":, 0123456789namegtsrdcolu\\";
-    std::vector<std::string> texts = {"", "{\"", "{\"name\":", "\"tags\"", "red", "\"red\"", "7", "null", ",\"", "]}", " "};
-    while (texts.size() < 500) {
-        std::string t;
-        for (int i = 0, n = 1 + int(rng() % 6); i < n; ++i) t += bytes[rng() % bytes.size()];
-        texts.push_back(t);
-    }
+    const std::vector<std::string> texts = test::with_random_texts(
+        {"", "{\"", "{\"name\":", "\"tags\"", "red", "\"red\"", "7", "null", ",\"", "]}", " "}, rng, bytes, 500, 6);
     const std::int32_t eos = 0;
     const serve::JsonVocabulary vocab(texts, eos);
-    const int n_vocab = int(texts.size());
     const std::string doc = R"({"name":"Ann","age":31,"colour":"red","tags":["a","b"],"ok":false})";
     int kept = 0;
     for (std::size_t cut = 0; cut <= doc.size(); ++cut) {
         JsonSchemaPrefix state(s);
         ASSERT_TRUE(state.feed(std::string_view(doc).substr(0, cut))) << cut;
-        std::vector<float> logits(std::size_t(n_vocab), 1.0f);
-        serve::mask_json(state, vocab, logits.data(), n_vocab, -1e30f);
-        bool any = false;
-        for (int t = 1; t < n_vocab; ++t) {
-            JsonSchemaPrefix next = state;
-            const bool ok = !texts[std::size_t(t)].empty() && !state.complete() && next.feed(texts[std::size_t(t)]);
-            any = any || ok;
-            kept += ok;
-            EXPECT_EQ(logits[std::size_t(t)] == 1.0f, ok) << "'" << texts[std::size_t(t)] << "' after '" << doc.substr(0, cut) << "'";
-        }
-        EXPECT_EQ(logits[std::size_t(eos)] == 1.0f, state.complete() || !any) << doc.substr(0, cut);
+        kept += test::expect_mask_keeps_every_continuation(state, vocab, texts, eos, doc.substr(0, cut));
     }
     EXPECT_GT(kept, 200);
 }
