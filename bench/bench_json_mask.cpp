@@ -1,4 +1,4 @@
-// JSON mode's per-step cost (Google Benchmark), one thread: mask_json over a vocabulary of 4096
+// JSON mode's per-step cost (Google Benchmark), one thread: mask_guided over a vocabulary of 4096
 // (austen-13m's size), 32000 (Llama 2) and 128256 (Llama 3) token texts shaped like SentencePiece's
 // (words with and without a leading space, punctuation, digits, single bytes), in three states:
 // the start (only whitespace and '{' continue), inside a string (nearly every token continues and
@@ -6,7 +6,11 @@
 // sampler's draw over the same vocabulary (BM_SampleSameVocab), which every step pays anyway, and
 // the mask without its trie (BM_MaskEachToken: every token's text tried whole, as it was first built).
 // BM_MaskJsonSchema: the same with a JSON schema's recognizer (json_schema.h), in those three states
-// and two more (3: a key matched against the listed names; 4: inside a string with a maxLength).
+// and three more (3: a key matched against the listed names; 4: inside a string with a maxLength;
+// 5: inside a string with a `pattern`, whose tokens are walked through the trie, no shortcut).
+// BM_MaskRegex: a whole-output regex (structured_outputs' regex and choice): 0 inside a sentence
+// pattern's word, 1 at the start of four choices. BM_CompileRegex: the pattern into its automaton
+// (0 a date, 1 an e-mail address, 2 the sentence, 3 64 words as choices), once per request.
 //   BM_MaskJson/<vocab>/<state>   items/s = tokens tried per second; time = one step of one sequence
 
 #include <benchmark/benchmark.h>
@@ -18,12 +22,13 @@
 #include "aqpim/sampler.h"
 #include "serve/json_constraint.h"
 #include "serve/json_schema.h"
+#include "serve/regex_dfa.h"
 
 namespace {
 
 using namespace aqpim;
 
-serve::JsonVocabulary vocabulary(int n_vocab) {
+serve::GuideVocabulary vocabulary(int n_vocab) {
     std::mt19937 gen(11);
     const std::string letters = "etaoinshrdlcumwfgypbvkjxqz";
     const std::string punct = "{}[]\":,.;!?-'()0123456789";
@@ -43,11 +48,11 @@ serve::JsonVocabulary vocabulary(int n_vocab) {
         }
         texts.push_back(text);
     }
-    return serve::JsonVocabulary(std::move(texts), 2);
+    return serve::GuideVocabulary(std::move(texts), 2);
 }
 
 /// The mask without the trie: every token's whole text tried on a copy of the state.
-void mask_each_token(const serve::JsonPrefix& state, const serve::JsonVocabulary& v, float* logits, int n_vocab) {
+void mask_each_token(const serve::JsonPrefix& state, const serve::GuideVocabulary& v, float* logits, int n_vocab) {
     bool any = false;
     for (int t = 0; t < n_vocab; ++t) {
         serve::JsonPrefix next = state;
@@ -69,11 +74,11 @@ serve::JsonPrefix state(int which) {
 template <class Prefix>
 void time_mask(benchmark::State& st, Prefix (*prefix)(int)) {
     const int n_vocab = int(st.range(0));
-    const serve::JsonVocabulary v = vocabulary(n_vocab);
+    const serve::GuideVocabulary v = vocabulary(n_vocab);
     const Prefix p = prefix(int(st.range(1)));
     std::vector<float> logits(std::size_t(n_vocab), 0.0f);
     for (auto _ : st) {
-        serve::mask_json(p, v, logits.data(), n_vocab, -1e30f);
+        serve::mask_guided(p, v, logits.data(), n_vocab, -1e30f);
         benchmark::DoNotOptimize(logits.data());
     }
     st.SetItemsProcessed(st.iterations() * n_vocab);
@@ -86,19 +91,65 @@ void BM_MaskJson(benchmark::State& st) { time_mask(st, state); }
 const serve::JsonSchema& character_schema() {
     static const serve::JsonSchema s(nlohmann::ordered_json::parse(R"({"type": "object", "properties": {
         "name": {"type": "string"}, "age": {"type": "integer"}, "nickname": {"type": "string", "maxLength": 40},
-        "mood": {"enum": ["happy", "sad", "indifferent"]}}, "required": ["name", "age"]})"));
+        "mood": {"enum": ["happy", "sad", "indifferent"]}, "email": {"type": "string", "pattern": "^[a-z]+@[a-z]+\\.[a-z]{2,4}$"}},
+        "required": ["name", "age"]})"));
     return s;
 }
 
 serve::JsonSchemaPrefix schema_state(int which) {
     serve::JsonSchemaPrefix p(character_schema());
     const char* texts[] = {"", "{\"name\": \"Catherine Morland, who", "{\"name\": \"Catherine\", \"age\":",
-                           "{\"name\": \"Catherine\", \"age\": 17, \"", "{\"name\": \"C\", \"age\": 17, \"nickname\": \"Cat"};
+                           "{\"name\": \"Catherine\", \"age\": 17, \"", "{\"name\": \"C\", \"age\": 17, \"nickname\": \"Cat",
+                           "{\"name\": \"C\", \"age\": 17, \"email\": \"cath"};
     p.feed(texts[which]);
     return p;
 }
 
 void BM_MaskJsonSchema(benchmark::State& st) { time_mask(st, schema_state); }
+
+const char* const kPatterns[] = {"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", "^[a-z0-9._%+-]+@[a-z0-9.-]+\\.[a-z]{2,}$",
+                                 "[A-Z][a-z]+( [a-z]+){2,12}[.!?]", nullptr};
+
+std::string pattern(int which) {
+    if (kPatterns[which]) return kPatterns[which];
+    std::string choices;  // 64 words as choices, escaped as the server escapes them
+    std::mt19937 gen(5);
+    for (int i = 0; i < 64; ++i) {
+        choices += i ? "|" : "";
+        for (int k = 0, n = 3 + int(gen() % 8); k < n; ++k) choices += char('a' + gen() % 26);
+    }
+    return choices;
+}
+
+const serve::RegexDfa& sentence() {
+    static const serve::RegexDfa d(kPatterns[2], serve::RegexDfa::Match::whole, std::bitset<256>().set());
+    return d;
+}
+
+const serve::RegexDfa& four_choices() {
+    static const serve::RegexDfa d("yes|no|perhaps so|Mr\\. Tilney \\(a clergyman\\)", serve::RegexDfa::Match::whole,
+                                   std::bitset<256>().set());
+    return d;
+}
+
+serve::RegexPrefix regex_state(int which) {
+    serve::RegexPrefix p(which == 0 ? sentence() : four_choices());
+    if (which == 0) p.feed("Catherine was ver");
+    return p;
+}
+
+void BM_MaskRegex(benchmark::State& st) { time_mask(st, regex_state); }
+
+void BM_CompileRegex(benchmark::State& st) {
+    const std::string p = pattern(int(st.range(0)));
+    std::size_t states = 0;
+    for (auto _ : st) {
+        const serve::RegexDfa d(p, serve::RegexDfa::Match::whole, std::bitset<256>().set());
+        states = d.n_states();
+        benchmark::DoNotOptimize(states);
+    }
+    st.counters["states"] = double(states);
+}
 
 void BM_SampleSameVocab(benchmark::State& st) {
     const int n_vocab = int(st.range(0));
@@ -113,7 +164,7 @@ void BM_SampleSameVocab(benchmark::State& st) {
 
 void BM_MaskEachToken(benchmark::State& st) {
     const int n_vocab = int(st.range(0));
-    const serve::JsonVocabulary v = vocabulary(n_vocab);
+    const serve::GuideVocabulary v = vocabulary(n_vocab);
     const serve::JsonPrefix p = state(int(st.range(1)));
     std::vector<float> logits(std::size_t(n_vocab), 0.0f);
     for (auto _ : st) {
@@ -124,7 +175,9 @@ void BM_MaskEachToken(benchmark::State& st) {
 }
 
 BENCHMARK(BM_MaskJson)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_MaskJsonSchema)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2, 3, 4}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MaskJsonSchema)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2, 3, 4, 5}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MaskRegex)->ArgsProduct({{4096, 32000, 128256}, {0, 1}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CompileRegex)->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskEachToken)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SampleSameVocab)->Arg(4096)->Arg(32000)->Arg(128256)->Unit(benchmark::kMicrosecond);
 

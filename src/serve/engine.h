@@ -31,7 +31,7 @@
 #include "aqpim/model.h"
 #include "aqpim/sampler.h"
 #include "serve/json_constraint.h"
-#include "serve/json_schema.h"
+#include "serve/output_guide.h"
 #include "serve/logit_processing.h"
 #include "store/prefix_store.h"
 
@@ -116,13 +116,16 @@ struct GenerationRequest {
     /// The KV store shares stored blocks only between requests with the same salt (empty: the
     /// unsalted space every request without one shares).
     std::string cache_salt;
-    /// JSON mode: the generated text is kept a prefix of one JSON object (mask_json before each
-    /// draw, before the processing above, so top_k and min_p choose among what it lets through)
-    /// and the request ends with `stop` once the object is complete. Null: unconstrained. Not with
+    /// An output constraint's token texts: the generated text is kept a prefix of what the
+    /// constraint accepts (mask_guided before each draw, before the processing above, so top_k
+    /// and min_p choose among what it lets through) and the request ends with `stop` once nothing
+    /// may follow. Without `regex`: JSON mode (one JSON object). Null: unconstrained. Not with
     /// resume_slot or park.
-    std::shared_ptr<const JsonVocabulary> json;
-    /// With `json`: the object must be one `json_schema` accepts (null: any object).
+    std::shared_ptr<const GuideVocabulary> guide_vocabulary;
+    /// JSON mode: the object must be one `json_schema` accepts (null: any object).
     std::shared_ptr<const JsonSchema> json_schema;
+    /// Instead of JSON mode: the whole text must match `regex` (RegexDfa::Match::whole).
+    std::shared_ptr<const RegexDfa> regex;
 };
 
 enum class Rejection { none, queue_full, never_fits, invalid };

@@ -288,7 +288,7 @@ void Engine::Impl::start(Slot& s, Pending& p) {
     s.request = std::move(p.request);
     s.n_generated = 0;  // a parked sequence continued counts this request's tokens only
     s.first_generated = s.tokens.size();
-    s.json = JsonGuide(s.request.json_schema.get());
+    s.guide = s.request.regex ? OutputGuide(*s.request.regex) : OutputGuide(s.request.json_schema.get());
     s.prompt_scores.clear();
     if (s.request.prompt_logprobs)
         for (std::size_t i = s.tokens.size() - std::size_t(s.n_prompt); i < s.tokens.size(); ++i)
@@ -418,11 +418,11 @@ TokenEvent Engine::Impl::draw(Slot& s, const float* lg) const {
     const int n_vocab = weights.config.n_vocab;
     TokenEvent ev;
     const float* drawn_from = lg;
-    if (s.request.processing.active() || s.request.json) {  // the logprobs stay the model's
+    if (s.request.processing.active() || s.request.guide_vocabulary) {  // the logprobs stay the model's
         s.processed.assign(lg, lg + n_vocab);
-        // JSON mode first: top_k and min_p then choose among the tokens it lets through (their
-        // largest logit is never dropped), and the bias and penalties keep a dropped one at about -1e30.
-        if (s.request.json) s.json.mask(*s.request.json, s.processed.data(), n_vocab, kDroppedLogit);
+        // The output constraint first: top_k and min_p then choose among the tokens it lets through
+        // (their largest logit is never dropped), and the bias and penalties keep a dropped one at about -1e30.
+        if (s.request.guide_vocabulary) s.guide.mask(*s.request.guide_vocabulary, s.processed.data(), n_vocab, kDroppedLogit);
         if (s.request.processing.active())
             apply_logit_processing(s.request.processing, s.tokens, s.first_generated, s.sampler->params().temperature,
                                    s.processed.data(), n_vocab);
@@ -442,13 +442,13 @@ void Engine::Impl::report(Slot& s, TokenEvent ev) {
     // the token after the prompt is what its scores are read up to.
     const bool eos = next == opt.eos_token;
     if (eos && !s.request.prompt_logprobs) return finish(s, FinishReason::stop);
-    // JSON mode: the mask let only continuations through, or EOS when nothing else was left; a
-    // token it refuses (none was left at all) is not sent: the text stays a JSON object's beginning.
-    if (s.request.json && !eos && !s.json.feed(s.request.json->text(next))) {
+    // The output constraint: the mask let only continuations through, or EOS when nothing else was
+    // left; a token it refuses (none was left at all) is not sent: the text stays a prefix.
+    if (s.request.guide_vocabulary && !eos && !s.guide.feed(s.request.guide_vocabulary->text(next))) {
         s.tokens.pop_back();
         return finish(s, FinishReason::stop);
     }
-    const bool json_done = s.request.json && s.json.complete();
+    const bool guide_done = s.request.guide_vocabulary && s.guide.complete();
     ev.request_id = s.request_id;
     ev.n_prompt = s.n_prompt;
     ev.n_generated = ++s.n_generated;
@@ -462,7 +462,7 @@ void Engine::Impl::report(Slot& s, TokenEvent ev) {
     }
     s.since_token.reset();
     const bool stop_now = s.on_event && s.on_event(ev);
-    if (eos || json_done) return finish(s, FinishReason::stop);
+    if (eos || guide_done) return finish(s, FinishReason::stop);
     bool stop = stop_now;
     for (const auto& seq : s.request.stop_sequences) stop = stop || ends_with(s.tokens, s.first_generated, seq);
     if (stop) return finish(s, FinishReason::stop);

@@ -37,12 +37,14 @@ std::string Engine::Impl::invalid_reason(const GenerationRequest& r) const {
     if (r.max_tokens < (r.prompt_logprobs ? 0 : 1))
         return fmt::format("max_tokens {} must be >= {}", r.max_tokens, r.prompt_logprobs ? 0 : 1);
     if (std::string why = r.processing.invalid_reason(n_vocab); !why.empty()) return why;
-    if (r.json && std::int64_t(r.json->size()) != n_vocab)
-        return fmt::format("JSON mode's vocabulary has {} token texts, the model {} tokens", r.json->size(), n_vocab);
-    if (r.json_schema && !r.json) return "a JSON schema needs JSON mode's vocabulary (json)";
-    if (r.json && (r.resume_slot >= 0 || r.park)) return "JSON mode does not continue or park a sequence";
-    if (r.json && r.json->eos() != opt.eos_token)
-        return fmt::format("JSON mode's EOS is token {}, the engine's {}", r.json->eos(), opt.eos_token);
+    const GuideVocabulary* guide = r.guide_vocabulary.get();
+    if (guide && std::int64_t(guide->size()) != n_vocab)
+        return fmt::format("the output constraint's vocabulary has {} token texts, the model {} tokens", guide->size(), n_vocab);
+    if ((r.json_schema || r.regex) && !guide) return "a JSON schema or a regex needs the constraint's vocabulary (guide_vocabulary)";
+    if (r.json_schema && r.regex) return "a request takes a JSON schema or a regex, not both";
+    if (guide && (r.resume_slot >= 0 || r.park)) return "an output constraint does not continue or park a sequence";
+    if (guide && guide->eos() != opt.eos_token)
+        return fmt::format("the output constraint's EOS is token {}, the engine's {}", guide->eos(), opt.eos_token);
     if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs)
         return fmt::format("top_logprobs {} outside [0, {}]", r.top_logprobs, kMaxTopLogprobs);
     if (std::int64_t(r.prompt.size()) + r.max_tokens > opt.ctx)

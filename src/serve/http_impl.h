@@ -90,7 +90,7 @@ struct HttpServer::Impl {
     ChatTokens chat_tokens;
     std::vector<std::string> chat_turn_end;                     ///< chat_stop_strings of the format
     std::vector<std::vector<std::int32_t>> chat_turn_end_tokens; ///< those that are one control token
-    std::shared_ptr<const JsonVocabulary> json_vocab;  ///< JSON mode's token texts
+    std::shared_ptr<const GuideVocabulary> guide_vocabulary;  ///< the output constraints' token texts
     RequestLimits limits;
     std::int64_t n_ctx = 0;          ///< tokens one sequence holds
     std::int64_t started = 0;        ///< unix seconds

@@ -67,7 +67,7 @@ HttpServer::Impl::Impl(Engine& e, std::shared_ptr<const Tokenizer> t, const Mode
     const std::int32_t after = normal == v.types.end() ? -1 : std::int32_t(normal - v.types.begin());
     std::vector<std::string> texts;
     for (std::int32_t t = 0; t < tokenizer->n_vocab(); ++t) texts.push_back(tokenizer->piece(after, t));
-    json_vocab = std::make_shared<const JsonVocabulary>(std::move(texts), v.eos);
+    guide_vocabulary = std::make_shared<const GuideVocabulary>(std::move(texts), v.eos);
     limits.n_vocab = tokenizer->n_vocab();
     n_ctx = engine.options().ctx > 0 ? engine.options().ctx : config.n_ctx_train;
     started = std::int64_t(std::time(nullptr));

@@ -13,6 +13,20 @@ inline int json_hex_value(unsigned char c) {
     return json_digit(c) ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
+/// The byte a short escape (the letter after '\\') stands for: '"', '\\', '/', b, f, n, r, t; -1
+/// for any other letter ('u' included).
+inline int json_short_escape(unsigned char c) {
+    switch (c) {
+        case '"': case '\\': case '/': return c;
+        case 'b': return '\b';
+        case 'f': return '\f';
+        case 'n': return '\n';
+        case 'r': return '\r';
+        case 't': return '\t';
+        default: return -1;
+    }
+}
+
 /// Where a number is in its grammar: -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?
 enum class JsonNumber : std::uint8_t { minus, zero, integer, point, fraction, exponent, exponent_sign, exponent_digits };
 enum class NumberStep : std::uint8_t { taken, ended, refused };

@@ -7,6 +7,7 @@
 
 #include "serve/json_bytes.h"
 #include "serve/json_schema.h"
+#include "serve/regex_dfa.h"
 
 namespace aqpim::serve {
 
@@ -60,7 +61,7 @@ bool JsonPrefix::byte(unsigned char c) {
                 return true;
             }
             mode_ = Mode::string;
-            return c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't';
+            return json_short_escape(c) >= 0;
         case Mode::unicode:
             if (json_hex_value(c) < 0) return false;
             if (--hex_left_ == 0) mode_ = Mode::string;
@@ -135,7 +136,7 @@ bool JsonPrefix::byte(unsigned char c) {
     }
 }
 
-JsonVocabulary::JsonVocabulary(std::vector<std::string> texts, std::int32_t eos) : texts_(std::move(texts)), eos_(eos) {
+GuideVocabulary::GuideVocabulary(std::vector<std::string> texts, std::int32_t eos) : texts_(std::move(texts)), eos_(eos) {
     plain_.assign(texts_.size(), 0);
     chars_.assign(texts_.size(), 0);
     for (std::size_t t = 0; t < texts_.size(); ++t) {
@@ -186,7 +187,7 @@ JsonVocabulary::JsonVocabulary(std::vector<std::string> texts, std::int32_t eos)
 }
 
 template <class Prefix>
-void mask_json(const Prefix& state, const JsonVocabulary& vocab, float* logits, int n_vocab, float drop) {
+void mask_guided(const Prefix& state, const GuideVocabulary& vocab, float* logits, int n_vocab, float drop) {
     thread_local std::vector<unsigned char> allowed;
     thread_local std::vector<std::pair<std::int32_t, Prefix>> stack;
     allowed.assign(std::size_t(n_vocab), 0);
@@ -215,7 +216,7 @@ void mask_json(const Prefix& state, const JsonVocabulary& vocab, float* logits, 
             stack.pop_back();
             for (std::int32_t c = vocab.trie_[std::size_t(node)].first_child; c >= 0;
                  c = vocab.trie_[std::size_t(c)].next_sibling) {
-                const JsonVocabulary::Node& child = vocab.trie_[std::size_t(c)];
+                const GuideVocabulary::Node& child = vocab.trie_[std::size_t(c)];
                 Prefix next = at;
                 const char b = static_cast<char>(child.byte);
                 if (!next.feed(std::string_view(&b, 1))) continue;
@@ -230,12 +231,13 @@ void mask_json(const Prefix& state, const JsonVocabulary& vocab, float* logits, 
             }
         }
     }
-    const bool keep_eos = state.complete() || !any;
+    const bool keep_eos = state.can_end() || !any;
     for (int t = 0; t < n_vocab; ++t)
         if (!allowed[std::size_t(t)] && !(t == vocab.eos_ && keep_eos)) logits[t] = drop;
 }
 
-template void mask_json(const JsonPrefix&, const JsonVocabulary&, float*, int, float);
-template void mask_json(const JsonSchemaPrefix&, const JsonVocabulary&, float*, int, float);
+template void mask_guided(const JsonPrefix&, const GuideVocabulary&, float*, int, float);
+template void mask_guided(const JsonSchemaPrefix&, const GuideVocabulary&, float*, int, float);
+template void mask_guided(const RegexPrefix&, const GuideVocabulary&, float*, int, float);
 
 }  // namespace aqpim::serve

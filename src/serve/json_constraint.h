@@ -2,6 +2,7 @@
 // JSON mode (`response_format: {"type": "json_object"}`, docs/serve.md "JSON mode"): each step the
 // tokens whose text would not continue the generated text as a JSON object are dropped before the
 // sampler draws, and EOS is allowed only once the object is complete (then it is the only token).
+// The vocabulary's trie and the mask serve every output constraint (output_guide.h).
 
 #include <cstdint>
 #include <limits>
@@ -31,8 +32,10 @@ public:
     bool feed(std::string_view text);
     /// A whole object has been read (only whitespace may follow).
     bool complete() const { return mode_ == Mode::done; }
+    /// The text may end here (EOS allowed): for an object, once it is complete.
+    bool can_end() const { return complete(); }
     /// Inside a string, after no backslash, any text without '"', '\\' or a byte below 0x20
-    /// continues it: kAnyLength there, -1 elsewhere (mask_json's shortcut).
+    /// continues it: kAnyLength there, -1 elsewhere (mask_guided's shortcut).
     std::int64_t string_room() const { return mode_ == Mode::string ? kAnyLength : -1; }
 
 private:
@@ -72,9 +75,9 @@ private:
 /// ordinary token (a leading space kept: dropping it never turns a valid continuation invalid),
 /// and the texts as a trie, so that a prefix many tokens share is read once and a refused one
 /// rules out every token under it (bench/bench_json_mask.cpp, docs/serve.md "JSON mode").
-class JsonVocabulary {
+class GuideVocabulary {
 public:
-    JsonVocabulary(std::vector<std::string> texts, std::int32_t eos);
+    GuideVocabulary(std::vector<std::string> texts, std::int32_t eos);
 
     std::int32_t eos() const { return eos_; }
     std::size_t size() const { return texts_.size(); }
@@ -82,7 +85,7 @@ public:
 
 private:
     template <class Prefix>
-    friend void mask_json(const Prefix&, const JsonVocabulary&, float*, int, float);
+    friend void mask_guided(const Prefix&, const GuideVocabulary&, float*, int, float);
     struct Node {
         std::int32_t first_child = -1, next_sibling = -1;
         std::uint32_t tokens_begin = 0, tokens_end = 0;  ///< the tokens whose text ends here: tokens_[begin, end)
@@ -102,10 +105,11 @@ private:
 };
 
 /// Sets every token that cannot come next to `drop`: a token whose text would not continue
-/// `state`, or has no text; EOS unless `state` is complete; every other token once it is. When
-/// nothing else is left, EOS stays. `Prefix` is JsonPrefix or JsonSchemaPrefix (json_schema.h):
-/// a copyable recognizer with feed, complete and string_room.
+/// `state`, or has no text; EOS unless `state` can end there; every other token once it is
+/// complete (nothing may follow). When nothing else is left, EOS stays. `Prefix` is JsonPrefix,
+/// JsonSchemaPrefix (json_schema.h) or RegexPrefix (regex_dfa.h): a copyable recognizer with
+/// feed, complete, can_end and string_room.
 template <class Prefix>
-void mask_json(const Prefix& state, const JsonVocabulary& vocab, float* logits, int n_vocab, float drop);
+void mask_guided(const Prefix& state, const GuideVocabulary& vocab, float* logits, int n_vocab, float drop);
 
 }  // namespace aqpim::serve

@@ -19,7 +19,7 @@ namespace {
 /// JSON Schema ignores what it does not know (`format` is an annotation in draft 2020-12).
 const std::set<std::string>& refused_keywords() {
     static const std::set<std::string> k = {
-        "pattern", "multipleOf", "not", "if",
+        "multipleOf", "not", "if",
         "then", "else", "prefixItems", "additionalItems", "contains", "minContains", "maxContains", "uniqueItems",
         "patternProperties", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
         "minProperties", "maxProperties", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
@@ -33,7 +33,7 @@ const std::set<std::string>& refused_keywords() {
 const std::vector<std::string>& shaping_keywords() {
     static const std::vector<std::string> k = {"$ref", "allOf", "anyOf", "oneOf", "enum", "const", "type",
                                                "properties", "required", "additionalProperties", "items",
-                                               "minLength", "maxLength", "minItems", "maxItems", "minimum", "maximum",
+                                               "minLength", "maxLength", "pattern", "minItems", "maxItems", "minimum", "maximum",
                                                "exclusiveMinimum", "exclusiveMaximum"};
     return k;
 }
@@ -248,7 +248,7 @@ int JsonSchema::compile_nested(const Json& s, const std::string& where) {
         std::string type;
         if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) type = "object";
         else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) type = "array";
-        else if (s.contains("minLength") || s.contains("maxLength")) type = "string";
+        else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) type = "string";
         else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
                  s.contains("exclusiveMaximum"))
             type = "integer";
@@ -333,6 +333,7 @@ int JsonSchema::compile_typed(const Json& s, const std::string& type, const std:
         n.first = bytes_of("\"");
         n.min = bound("minLength", 0);
         n.max = bound("maxLength", -1);
+        if (s.contains("pattern")) n.pattern = compile_pattern(s, where);
     } else if (type == "number" || type == "integer") {
         n.kind = type == "number" ? Kind::number : Kind::integer;
         n.first = number_first();
@@ -389,6 +390,35 @@ void JsonSchema::integer_bounds(const Json& s, const std::string& where, Node& n
     n.has_highest = hi <= limit;
     n.lowest = n.has_lowest ? std::int64_t(lo) : 0;
     n.highest = n.has_highest ? std::int64_t(hi) : 0;
+}
+
+const std::bitset<256>& JsonSchema::pattern_writable() {
+    static const std::bitset<256> b = [] {
+        std::bitset<256> w;
+        for (int c = 0x20; c < 256; ++c) w.set(std::size_t(c));
+        for (const char c : {'\b', '\f', '\n', '\r', '\t'}) w.set(static_cast<unsigned char>(c));
+        return w;
+    }();
+    return b;
+}
+
+int JsonSchema::compile_pattern(const Json& s, const std::string& where) {
+    const Json& p = s["pattern"];
+    if (!p.is_string()) throw JsonSchemaError(where + "/pattern", "expected a string");
+    if (s.contains("minLength") || s.contains("maxLength"))
+        throw JsonSchemaError(where, "\"pattern\" beside \"minLength\" or \"maxLength\" is not supported (bound the "
+                                     "length in the pattern: {n,m})");
+    try {
+        patterns_.emplace_back(p.get<std::string>(), RegexDfa::Match::search, pattern_writable(), kMaxPatternWork - pattern_work_);
+    } catch (const RegexError& e) {
+        throw JsonSchemaError(where + "/pattern", e.what());
+    }
+    pattern_work_ += patterns_.back().work();
+    pattern_bytes_ += patterns_.back().table_bytes();
+    if (pattern_bytes_ > kMaxPatternTableBytes)
+        throw JsonSchemaError(where + "/pattern", "the schema's patterns need more than " +
+                                                    std::to_string(kMaxPatternTableBytes >> 20) + " MiB of automata");
+    return int(patterns_.size() - 1);
 }
 
 int JsonSchema::compile_ref(const std::string& ref, const std::string& where) {

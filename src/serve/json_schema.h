@@ -20,11 +20,10 @@
 #include <string_view>
 #include <vector>
 
-#include <variant>
-
 #include <nlohmann/json.hpp>
 
 #include "serve/json_constraint.h"
+#include "serve/regex_dfa.h"
 
 namespace aqpim::serve {
 
@@ -40,6 +39,8 @@ public:
     static constexpr std::size_t kMaxLiterals = 64;       ///< values of one enum
     static constexpr std::size_t kMaxLiteralBytes = 1024; ///< one enum or const value as compact JSON, one property name
     static constexpr std::size_t kMaxNodes = 4096;        ///< compiled nodes (a $ref target compiles once)
+    static constexpr std::size_t kMaxPatternTableBytes = std::size_t(16) << 20;  ///< all `pattern` automata together
+    static constexpr std::uint64_t kMaxPatternWork = std::uint64_t(1) << 26;  ///< their determinization steps together
     /// Nodes every schema has first: any value, and any value of each JSON type (`any` starts one of them).
     static constexpr int kAny = 0, kAnyObject = 1, kAnyArray = 2, kAnyString = 3, kAnyNumber = 4, kAnyLiteral = 5;
 
@@ -47,7 +48,7 @@ public:
         any,      ///< any JSON value
         object,   ///< `properties` in order, or free keys whose values are `extra`
         array,    ///< `items`, between min and max of them
-        string,   ///< between min and max characters (code points; an escape is one)
+        string,   ///< between min and max characters (code points; an escape is one), or matching `pattern`
         number,
         integer,
         literal,  ///< one of `texts` exactly (enum, const, boolean, null)
@@ -69,6 +70,7 @@ public:
         std::bitset<256> first;            ///< the bytes a value of this node can start with
         bool has_lowest = false, has_highest = false;  ///< integer: bounded below / above
         std::int64_t lowest = 0, highest = 0;          ///< integer: the bounds, inclusive (|bound| <= 1e17)
+        int pattern = -1;                  ///< string: its `pattern`'s automaton (-1: none)
         bool one_of = false;               ///< choice: from oneOf (no branch's type may be inferred)
         bool inferred = false;             ///< its type was inferred from its keywords (other types also valid)
     };
@@ -79,6 +81,10 @@ public:
 
     const Node& node(int i) const { return nodes_[std::size_t(i)]; }
     int root() const { return root_; }
+    const RegexDfa& pattern(int i) const { return patterns_[std::size_t(i)]; }
+    /// The bytes a JSON string's text can hold: all but the control bytes JSON has no short escape
+    /// for (a pattern's string is written with its characters as they are, '"' and '\\' escaped).
+    static const std::bitset<256>& pattern_writable();
     std::size_t size() const { return nodes_.size(); }
 
 private:
@@ -89,6 +95,7 @@ private:
     int add(Node n, const std::string& where);
     void check_choices();
     void integer_bounds(const nlohmann::ordered_json& s, const std::string& where, Node& n);
+    int compile_pattern(const nlohmann::ordered_json& s, const std::string& where);
 
     static constexpr int kMaxNesting = 256;  ///< schemas within schemas while compiling ($ref chains included)
 
@@ -99,6 +106,9 @@ private:
     std::vector<std::string> wheres_;                   ///< [node] where it was compiled (error messages)
     int nesting_ = 0;
     std::vector<Node> nodes_;
+    std::vector<RegexDfa> patterns_;
+    std::size_t pattern_bytes_ = 0;
+    std::uint64_t pattern_work_ = 0;
     int root_ = -1;
 };
 
@@ -117,6 +127,7 @@ public:
 
     bool feed(std::string_view text);
     bool complete() const { return done_; }
+    bool can_end() const { return done_; }
     /// Inside a string, after no backslash, a text without '"', '\\' or a byte below 0x20 continues
     /// it when it has at most this many characters (kAnyLength: no bound); -1 elsewhere.
     std::int64_t string_room() const;
@@ -141,6 +152,7 @@ private:
         std::uint64_t candidates; ///< key_text: properties still matching; literal: texts still matching
         std::int32_t node;
         std::int32_t member;      ///< object: the property whose value is read (-1: a free key's)
+        std::int32_t pattern_state;  ///< string with a pattern: its automaton's state
         std::uint16_t pos;        ///< key_text / literal: bytes matched; unicode: the code unit so far
         Phase phase;
         std::uint8_t hex_left;
@@ -158,6 +170,7 @@ private:
     bool integer_digit(Frame& f, unsigned char c);
     bool in_literal(Frame& f, unsigned char c);
     bool in_string_byte(Frame& f, unsigned char c);
+    bool in_pattern_byte(Frame& f, unsigned char c, const RegexDfa& pattern);
     bool in_key_text(Frame& f, unsigned char c);
     bool can_close_object(const Frame& f) const;
     std::uint64_t allowed_keys(const Frame& f) const;
@@ -168,22 +181,6 @@ private:
     bool done_ = false;
     std::uint8_t whitespace_ = 0;
     bool newline_ = false;
-};
-
-/// A sequence's JSON constraint: JSON mode's schema-less JsonPrefix, or a schema's recognizer.
-class JsonGuide {
-public:
-    JsonGuide() = default;
-    /// `schema` (nullptr: JSON mode without one) must outlive the guide.
-    explicit JsonGuide(const JsonSchema* schema);
-
-    bool feed(std::string_view text);
-    bool complete() const;
-    /// mask_json (json_constraint.h) with this guide's recognizer.
-    void mask(const JsonVocabulary& vocab, float* logits, int n_vocab, float drop) const;
-
-private:
-    std::variant<JsonPrefix, JsonSchemaPrefix> state_;
 };
 
 }  // namespace aqpim::serve

@@ -48,7 +48,7 @@ bool JsonSchemaPrefix::feed(std::string_view text) {
 std::int64_t JsonSchemaPrefix::string_room() const {
     if (depth_ == 0) return -1;
     const Frame& f = frames_[depth_ - 1];
-    if (f.phase != Phase::chars || f.high_surrogate) return -1;
+    if (f.phase != Phase::chars || f.high_surrogate || schema_->node(f.node).pattern >= 0) return -1;
     const std::int64_t max = schema_->node(f.node).max;
     return max < 0 ? kAnyLength : max - f.count;
 }
@@ -104,7 +104,10 @@ bool JsonSchemaPrefix::start_value(int node, unsigned char c) {
                                : schema_->node(JsonSchema::kAnyNumber).first[c] ? JsonSchema::kAnyNumber : JsonSchema::kAnyLiteral, c);
         case JsonSchema::Kind::object: f.phase = Phase::key_or_end; break;
         case JsonSchema::Kind::array: f.phase = Phase::item_or_end; break;
-        case JsonSchema::Kind::string: f.phase = Phase::chars; break;
+        case JsonSchema::Kind::string:
+            f.phase = Phase::chars;
+            if (n.pattern >= 0) f.pattern_state = schema_->pattern(n.pattern).start();
+            break;
         case JsonSchema::Kind::number:
         case JsonSchema::Kind::integer:
             f.phase = Phase::number;
@@ -171,6 +174,7 @@ bool JsonSchemaPrefix::in_string_byte(Frame& f, unsigned char c) {
     // pair once. A \\u escape of a high surrogate must be followed by one of a low surrogate, and a
     // low one must follow a high one: a lone surrogate is RFC 8259 text that strict parsers refuse.
     const JsonSchema::Node& n = schema_->node(f.node);
+    if (n.pattern >= 0) return in_pattern_byte(f, c, schema_->pattern(n.pattern));
     const auto one_more = [&] {
         if (n.max >= 0 && f.count >= n.max) return false;
         ++f.count;
@@ -185,8 +189,7 @@ bool JsonSchemaPrefix::in_string_byte(Frame& f, unsigned char c) {
                 return true;
             }
             f.phase = Phase::chars;
-            return !f.high_surrogate && (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' ||
-                                         c == 'r' || c == 't') && one_more();
+            return !f.high_surrogate && json_short_escape(c) >= 0 && one_more();
         case Phase::unicode: {
             const int h = json_hex_value(c);
             if (h < 0) return false;
@@ -216,6 +219,37 @@ bool JsonSchemaPrefix::in_string_byte(Frame& f, unsigned char c) {
         return n.max < 0 || f.count < n.max;  // room for the character it will be
     }
     return (c & 0xC0) == 0x80 || one_more();  // UTF-8 continuation bytes continue a character
+}
+
+bool JsonSchemaPrefix::in_pattern_byte(Frame& f, unsigned char c, const RegexDfa& pattern) {
+    // The string's characters step the automaton: a plain byte as it is, a short escape as the
+    // byte it stands for; \\u escapes are not written here (every character has a shorter form).
+    const auto step = [&](unsigned char b) {
+        const std::int32_t next = pattern.next(f.pattern_state, b);
+        if (next == RegexDfa::kDead) return false;
+        f.pattern_state = next;
+        return true;
+    };
+    if (f.phase == Phase::escape) {
+        f.phase = Phase::chars;
+        const int b = json_short_escape(c);
+        return b >= 0 && step(static_cast<unsigned char>(b));
+    }
+    if (c == '"') {
+        if (!pattern.accepting(f.pattern_state)) return false;
+        value_done();
+        return true;
+    }
+    if (c == '\\') {  // only when some escaped character leads on
+        for (const char e : {'"', '\\', '/', 'b', 'f', 'n', 'r', 't'})
+            if (pattern.next(f.pattern_state, static_cast<unsigned char>(json_short_escape(static_cast<unsigned char>(e)))) !=
+                RegexDfa::kDead) {
+                f.phase = Phase::escape;
+                return true;
+            }
+        return false;
+    }
+    return c >= 0x20 && step(c);
 }
 
 bool JsonSchemaPrefix::in_key_text(Frame& f, unsigned char c) {
@@ -305,22 +339,6 @@ bool JsonSchemaPrefix::byte(unsigned char c) {
             return true;
         default: return false;
     }
-}
-
-JsonGuide::JsonGuide(const JsonSchema* schema) {
-    if (schema) state_.emplace<JsonSchemaPrefix>(*schema);
-}
-
-bool JsonGuide::feed(std::string_view text) {
-    return std::visit([&](auto& s) { return s.feed(text); }, state_);
-}
-
-bool JsonGuide::complete() const {
-    return std::visit([](const auto& s) { return s.complete(); }, state_);
-}
-
-void JsonGuide::mask(const JsonVocabulary& vocab, float* logits, int n_vocab, float drop) const {
-    std::visit([&](const auto& s) { mask_json(s, vocab, logits, n_vocab, drop); }, state_);
 }
 
 }  // namespace aqpim::serve

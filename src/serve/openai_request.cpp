@@ -206,6 +206,19 @@ void check_neutral(const json& body) {
     if (const json* v = field(body, "suffix"); v && !string(*v, "suffix").empty()) bad("suffix", "is not supported");
 }
 
+/// The JSON schema at `path` in the body, its members in the order the client wrote them when
+/// `body_text` is given (nlohmann::json sorts them).
+nlohmann::ordered_json ordered_schema(const json& body, std::string_view body_text, const std::vector<std::string>& path) {
+    if (body_text.empty()) {
+        const json* s = &body;
+        for (const std::string& key : path) s = &(*s)[key];
+        return nlohmann::ordered_json(*s);
+    }
+    nlohmann::ordered_json schema = parse_json<nlohmann::ordered_json>(body_text, "request body");
+    for (const std::string& key : path) schema = nlohmann::ordered_json(schema[key]);
+    return schema;
+}
+
 /// response_format into p.json_mode and p.json_schema: {"type": "text"}, {"type": "json_object"}
 /// (JSON mode; llama-server's "schema" member beside it taken as a schema), or OpenAI's
 /// {"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}}.
@@ -228,18 +241,73 @@ void read_response_format(const json& body, std::string_view body_text, Completi
     if (path.empty()) return;
     const std::string where = path.back() == "schema" && path.size() == 3 ? "json_schema.schema" : "schema";
     try {
-        nlohmann::ordered_json schema;
-        if (body_text.empty()) {
-            const json* s = &body;
-            for (const std::string& key : path) s = &(*s)[key];
-            schema = *s;
-        } else {
-            schema = parse_json<nlohmann::ordered_json>(body_text, "request body");
-            for (const std::string& key : path) schema = nlohmann::ordered_json(schema[key]);
-        }
-        p.json_schema = std::make_shared<const JsonSchema>(schema);
+        p.json_schema = std::make_shared<const JsonSchema>(ordered_schema(body, body_text, path));
     } catch (const JsonSchemaError& e) {
         bad("response_format", where + " " + e.what());
+    }
+}
+
+/// `text` as a pattern that matches it literally.
+std::string regex_literal(const std::string& text) {
+    std::string out;
+    for (const char c : text) {
+        if (std::string_view("\\^$.|?*+()[]{}/").find(c) != std::string_view::npos) out += '\\';
+        out += c;
+    }
+    return out;
+}
+
+/// vLLM's structured outputs into p.regex (or p.json_mode and p.json_schema): {"structured_outputs":
+/// {"regex": R}}, {"choice": [texts]} or {"json": schema} (vLLM 0.12 on), or the fields those
+/// replaced, guided_regex, guided_choice and guided_json. The whole output matches the regex, is
+/// one of the choices, or is a JSON object of the schema. One constraint per request.
+void read_structured_outputs(const json& body, std::string_view body_text, CompletionParams& p) {
+    std::vector<std::vector<std::string>> found;  // paths to the constraints given
+    if (const json* so = field(body, "structured_outputs")) {
+        if (!so->is_object()) bad("structured_outputs", fmt::format("expected an object, got {}", type_name(*so)));
+        for (const auto& [key, value] : so->items()) {
+            if (key != "regex" && key != "choice" && key != "json")
+                bad("structured_outputs." + key, "is not supported (regex, choice and json are)");
+            if (!value.is_null()) found.push_back({"structured_outputs", key});
+        }
+    }
+    for (const char* key : {"guided_regex", "guided_choice", "guided_json"})
+        if (field(body, key)) found.push_back({key});
+    if (found.empty()) return;
+    const std::string name = found[0].size() == 2 ? found[0][0] + "." + found[0][1] : found[0][0];
+    if (found.size() > 1 || p.json_mode)
+        bad(name, "one output constraint per request (structured_outputs' regex, choice or json, a guided_ field, or response_format)");
+    const json* v = &body;
+    for (const std::string& key : found[0]) v = &(*v)[key];
+    const std::string kind = found[0].back().substr(found[0].back().rfind('_') + 1);  // regex, choice, json
+    if (kind == "json") {
+        try {
+            p.json_schema = std::make_shared<const JsonSchema>(
+                v->is_string() ? parse_json<nlohmann::ordered_json>(v->get<std::string>(), name) : ordered_schema(body, body_text, found[0]));
+        } catch (const JsonSchemaError& e) {
+            bad(name, e.what());
+        } catch (const Error& e) {
+            bad(name, e.what());
+        }
+        p.json_mode = true;
+        return;
+    }
+    std::string pattern;
+    if (kind == "regex") {
+        pattern = string(*v, name.c_str());
+    } else {
+        if (!v->is_array() || v->empty()) bad(name, "expected a non-empty array of strings");
+        for (const json& c : *v) {
+            if (!c.is_string()) bad(name, fmt::format("expected strings, got {}", type_name(c)));
+            pattern += (pattern.empty() ? "" : "|") + regex_literal(c.get<std::string>());
+        }
+        if (pattern.size() > RegexDfa::kMaxPatternBytes)
+            bad(name, fmt::format("the choices take more than {} bytes as a pattern", RegexDfa::kMaxPatternBytes));
+    }
+    try {
+        p.regex = std::make_shared<const RegexDfa>(pattern, RegexDfa::Match::whole, std::bitset<256>().set());
+    } catch (const RegexError& e) {
+        bad(name, e.what());
     }
 }
 
@@ -250,7 +318,8 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
     static const std::set<std::string> common = {
         "model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "user", "n",
         "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "id_slot", "keep_slot", "cache_salt",
-        "top_k", "min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n", "response_format"};
+        "top_k", "min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n", "response_format",
+        "structured_outputs", "guided_regex", "guided_choice", "guided_json"};
     static const std::set<std::string> completions_only = {"prompt", "echo", "best_of", "suffix"};
     static const std::set<std::string> chat_only = {"messages", "top_logprobs", "max_completion_tokens"};
     refuse_unknown_fields(body, [&](const std::string& key) {
@@ -320,8 +389,10 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
             fmt::format("{} prompts x {} = {} is {} choices: at most {} per request", p.prompts.size(),
                         p.best_of > p.n ? "best_of" : "n", p.best_of, n_choices, limits.max_choices));
     read_response_format(body, body_text, p);
-    if (p.json_mode && (p.id_slot >= 0 || p.keep_slot))
-        bad(p.id_slot >= 0 ? "id_slot" : "keep_slot", "JSON mode (response_format json_object or json_schema) does not continue or park a sequence");
+    read_structured_outputs(body, body_text, p);
+    if ((p.json_mode || p.regex) && (p.id_slot >= 0 || p.keep_slot))
+        bad(p.id_slot >= 0 ? "id_slot" : "keep_slot",
+            "an output constraint (response_format json_object or json_schema, structured_outputs) does not continue or park a sequence");
     if (n_choices > 1 && (p.id_slot >= 0 || p.keep_slot))
         bad(p.id_slot >= 0 ? "id_slot" : "keep_slot", "takes one choice (one prompt, n = 1)");
     return p;

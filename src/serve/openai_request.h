@@ -15,6 +15,7 @@
 
 #include "serve/chat_template.h"
 #include "serve/json_schema.h"
+#include "serve/regex_dfa.h"
 #include "serve/logit_processing.h"
 
 namespace aqpim::serve {
@@ -78,6 +79,7 @@ struct CompletionParams {
     bool keep_slot = false;             ///< aqpim: park the finished sequence in its slot
     bool json_mode = false;             ///< response_format {"type": "json_object"} or "json_schema"
     std::shared_ptr<const JsonSchema> json_schema;  ///< response_format json_schema's schema (null: any object)
+    std::shared_ptr<const RegexDfa> regex;  ///< structured_outputs regex or choice: the whole output matches it
     /// vLLM's: the KV store shares stored prefixes only between requests with the same salt (a
     /// tenant's secret keeps its prompts' blocks, and their timing, to itself)
     std::string cache_salt;

@@ -1,5 +1,5 @@
 #pragma once
-// The rule mask_json must keep, checked the slow way: a token is kept when its whole text continues
+// The rule mask_guided must keep, checked the slow way: a token is kept when its whole text continues
 // the state (tried on a copy), EOS when the text is complete or nothing else is kept. Shared by the
 // tests of JSON mode's and the schemas' recognizers.
 
@@ -24,14 +24,14 @@ inline std::vector<std::string> with_random_texts(std::vector<std::string> texts
     return texts;
 }
 
-/// mask_json at `state` against trying every token whole; `after` names the state in failures.
+/// mask_guided at `state` against trying every token whole; `after` names the state in failures.
 /// Returns the number of tokens other than EOS that continue it.
 template <class Prefix>
-int expect_mask_keeps_every_continuation(const Prefix& state, const serve::JsonVocabulary& vocab,
+int expect_mask_keeps_every_continuation(const Prefix& state, const serve::GuideVocabulary& vocab,
                                          const std::vector<std::string>& texts, std::int32_t eos, const std::string& after) {
     const int n_vocab = int(texts.size());
     std::vector<float> logits(texts.size(), 1.0f);
-    serve::mask_json(state, vocab, logits.data(), n_vocab, -1e30f);
+    serve::mask_guided(state, vocab, logits.data(), n_vocab, -1e30f);
     int kept = 0;
     for (int t = 0; t < n_vocab; ++t) {
         if (t == eos) continue;

@@ -1,4 +1,4 @@
-// JSON mode's recognizer (JsonPrefix) and token mask (mask_json): every JSON object is read to
+// JSON mode's recognizer (JsonPrefix) and token mask (mask_guided): every JSON object is read to
 // completion byte by byte, exactly the texts nlohmann::json accepts as one object are (within the
 // depth and whitespace bounds), and the mask lets through exactly the tokens that continue the text.
 
@@ -131,11 +131,11 @@ TEST(JsonConstraint, AgreesWithNlohmannOnObjectsAndTheirOneByteMutations) {
 }
 
 TEST(JsonConstraint, MaskLetsThroughExactlyTheContinuationsThenOnlyEos) {
-    const serve::JsonVocabulary v({"{", "}", "\"a\"", ":", "1", "x", " ", "", "{\"b\":"}, 7);
+    const serve::GuideVocabulary v({"{", "}", "\"a\"", ":", "1", "x", " ", "", "{\"b\":"}, 7);
     const float drop = -1e30f;
     auto allowed = [&](const JsonPrefix& state) {
         std::vector<float> logits(v.size(), 0.0f);
-        serve::mask_json(state, v, logits.data(), int(logits.size()), drop);
+        serve::mask_guided(state, v, logits.data(), int(logits.size()), drop);
         std::string ids;
         for (std::size_t t = 0; t < logits.size(); ++t)
             if (logits[t] != drop) ids += char('0' + t);
@@ -169,7 +169,7 @@ TEST(JsonConstraint, TheTrieMaskEqualsTryingEveryTokenWhole) {
     const std::vector<std::string> texts = test::with_random_texts(
         {"", "", "{", "{", "\"", "\": ", "tr", "true", "true}", "1", "12", "1.5e3,", " ", "\n  "}, rng, bytes, 600, 5);
     const std::int32_t eos = 1;
-    const serve::JsonVocabulary v(texts, eos);
+    const serve::GuideVocabulary v(texts, eos);
     int states = 0, kept_total = 0;
     for (int doc = 0; doc < 30; ++doc) {
         const std::string text = random_value(rng, 0).dump(doc % 2 ? -1 : 1);
