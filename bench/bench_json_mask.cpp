@@ -9,7 +9,8 @@
 // and three more (3: a key matched against the listed names; 4: inside a string with a maxLength;
 // 5: inside a string with a `pattern`, whose tokens are walked through the trie, no shortcut).
 // BM_MaskRegex: a whole-output regex (structured_outputs' regex and choice): 0 inside a sentence
-// pattern's word, 1 at the start of four choices. BM_CompileRegex: the pattern into its automaton
+// pattern's word, 1 at the start of four choices; both read their state's cached token set, whose
+// first filling BM_MaskRegexFirstVisit times. BM_CompileRegex: the pattern into its automaton
 // (0 a date, 1 an e-mail address, 2 the sentence, 3 64 words as choices), once per request.
 //   BM_MaskJson/<vocab>/<state>   items/s = tokens tried per second; time = one step of one sequence
 
@@ -140,6 +141,20 @@ serve::RegexPrefix regex_state(int which) {
 
 void BM_MaskRegex(benchmark::State& st) { time_mask(st, regex_state); }
 
+/// A state's first mask: the walk of the trie that fills its DfaTokenCache entry (BM_MaskRegex and
+/// the pattern row of BM_MaskJsonSchema time the later ones, which read the entry).
+void BM_MaskRegexFirstVisit(benchmark::State& st) {
+    const int n_vocab = int(st.range(0));
+    const serve::GuideVocabulary v = vocabulary(n_vocab);
+    const serve::RegexPrefix p = regex_state(0);
+    const serve::AutomatonAt a = p.automaton();
+    for (auto _ : st) {
+        serve::DfaTokenCache cache;
+        benchmark::DoNotOptimize(cache.tokens_from(*a.dfa, a.state, v));
+    }
+    st.SetItemsProcessed(st.iterations() * n_vocab);
+}
+
 void BM_CompileRegex(benchmark::State& st) {
     const std::string p = pattern(int(st.range(0)));
     std::size_t states = 0;
@@ -177,6 +192,7 @@ void BM_MaskEachToken(benchmark::State& st) {
 BENCHMARK(BM_MaskJson)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskJsonSchema)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2, 3, 4, 5}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskRegex)->ArgsProduct({{4096, 32000, 128256}, {0, 1}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MaskRegexFirstVisit)->Arg(4096)->Arg(32000)->Arg(128256)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CompileRegex)->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskEachToken)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SampleSameVocab)->Arg(4096)->Arg(32000)->Arg(128256)->Unit(benchmark::kMicrosecond);

@@ -28,6 +28,10 @@ void write_seeds(const std::filesystem::path& dir) {
          R"("c":{"type":["integer","null"],"maximum":-3,"exclusiveMaximum":true}}})",
          R"({"a":-39,"b":100,"c":null})"},
         {R"({"type":"object"})", "{\"a\":[1,{\"b\":null}],\"c\":\"\\u00e9\\ud83d\\ude00\"}"},
+        {R"({"type":"object","properties":{"x":{"type":"number","minimum":-1.5,"exclusiveMaximum":2.25},"t":{"minimum":0.1}}})",
+         R"({"x":2.2499,"t":3})"},
+        {R"({"type":"object","properties":{"d":{"type":"string","pattern":"^\\d{4}-\\d{2}$"},"e":{"pattern":"a\"b|\\\\n"}}})",
+         R"({"d":"2026-12","e":"xa\"b"})"},
     };
     int i = 0;
     for (const auto& [schema, text] : seeds)

@@ -4,7 +4,7 @@
 # SECONDS are wall seconds; with AQPIM_FUZZ_BUDGET=cpu they are the fuzzer's CPU seconds (a campaign
 # of "20 CPU-minutes per target" on a shared machine: the fuzzer runs until it has had them).
 # TARGET is a fuzz/fuzz_TARGET.cpp name (gguf, safetensors, llama2c, vocab, presets, kv_trace,
-# kv_scheme, pq_file, kv_state, openai_request, kv_block, json_schema); default all, 30 s each. Corpora grow in
+# kv_scheme, pq_file, kv_state, openai_request, kv_block, json_schema, regex); default all, 30 s each. Corpora grow in
 # fuzz-corpus/TARGET (ignored by git), seeded at run time from ../shared (or $AQPIM_SHARED),
 # presets/, hand-written requests and the `aqpim` command's own output (synth, convert,
 # run --trace/--save-state: $AQPIM, else build/bin/aqpim, else $build/bin/aqpim).
@@ -112,6 +112,8 @@ seed() {
         AQPIM_FUZZ_WRITE_SEEDS=$dir nice -n 19 "$build/fuzz/fuzz_kv_block" >/dev/null 2>&1 || true ;;
     json_schema)
         AQPIM_FUZZ_WRITE_SEEDS=$dir nice -n 19 "$build/fuzz/fuzz_json_schema" >/dev/null 2>&1 || true ;;
+    regex)
+        AQPIM_FUZZ_WRITE_SEEDS=$dir nice -n 19 "$build/fuzz/fuzz_regex" >/dev/null 2>&1 || true ;;
     kv_state)
         if have_aqpim && have models/stories260K; then
             for kv in f16 f32 int8 q4_0 kivi2 pq:calib=8 pq:calib=8,cb=int8 pq:calib=8,cb=f16 turbo qjl; do
@@ -134,6 +136,10 @@ seed() {
 {"prompt":["a","b"],"n":2,"stream":true,"response_format":{"type":"json_object"}}
 {"prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":"c","strict":true,"schema":{"type":"object","properties":{"a":{"type":"string","maxLength":4},"b":{"anyOf":[{"type":"integer"},{"type":"null"}]},"c":{"$ref":"#/$defs/c"}},"required":["a"],"$defs":{"c":{"enum":["x",1]}}}}}}
 {"prompt":"x","response_format":{"type":"json_object","schema":{"type":"object","additionalProperties":{"type":"array","items":{"type":"boolean"},"maxItems":3}}}}
+{"prompt":"x","structured_outputs":{"regex":"[A-Z][a-z]+( [a-z]+){1,4}[.!]"}}
+{"prompt":"x","guided_choice":["yes","no","perhaps (so)"],"n":2}
+{"prompt":"x","structured_outputs":{"json":{"type":"object","properties":{"d":{"type":"string","pattern":"^\\d{4}-\\d{2}$"}}}}}
+{"prompt":"x","guided_json":"{\"type\":\"object\"}","guided_regex":null}
 BODIES
         printf 'tokenize%s%s' "$sep" '{"prompt":"Once upon","add_special_tokens":false}' > "$dir/tokenize0"
         printf 'tokenize%s%s' "$sep" '{"content":"Once upon","add_special":true,"model":"m"}' > "$dir/tokenize1"
@@ -154,7 +160,8 @@ for t in $targets; do
     seed "$t" "$seeds"
     dict=()
     case $t in gguf) dict=(-dict=fuzz/gguf.dict) ;; safetensors|vocab|presets|kv_trace) dict=(-dict=fuzz/json.dict) ;;
-        kv_scheme) dict=(-dict=fuzz/kv_scheme.dict) ;; openai_request|json_schema) dict=(-dict=fuzz/openai.dict) ;; esac
+        kv_scheme) dict=(-dict=fuzz/kv_scheme.dict) ;; openai_request|json_schema) dict=(-dict=fuzz/openai.dict) ;;
+        regex) dict=(-dict=fuzz/regex.dict) ;; esac
     log=fuzz-corpus/$t.log starved=fuzz-corpus/$t-starved
     mkdir -p "$starved"
     set +e

@@ -186,13 +186,66 @@ GuideVocabulary::GuideVocabulary(std::vector<std::string> texts, std::int32_t eo
     }
 }
 
+std::size_t DfaTokenCache::bytes() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return bytes_;
+}
+
+const std::uint64_t* DfaTokenCache::tokens_from(const RegexDfa& dfa, std::int32_t state, const GuideVocabulary& vocab) {
+    const std::size_t words = (vocab.size() + 63) / 64;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (vocab_ != &vocab) sets_.clear(), bytes_ = 0, vocab_ = &vocab;
+        if (const auto it = sets_.find(state); it != sets_.end()) return it->second.get();
+        if (bytes_ + words * 8 > kMaxBytes) return nullptr;
+    }
+    auto bits = std::make_unique<std::uint64_t[]>(words);  // zeroed
+    std::vector<std::pair<std::int32_t, std::int32_t>> stack = {{0, state}};  // trie node, automaton state
+    while (!stack.empty()) {
+        const auto [node, at] = stack.back();
+        stack.pop_back();
+        for (std::int32_t c = vocab.trie_[std::size_t(node)].first_child; c >= 0; c = vocab.trie_[std::size_t(c)].next_sibling) {
+            const GuideVocabulary::Node& child = vocab.trie_[std::size_t(c)];
+            const std::int32_t next = dfa.next(at, child.byte);
+            if (next == RegexDfa::kDead) continue;
+            for (std::uint32_t i = child.tokens_begin; i < child.tokens_end; ++i) {
+                const std::int32_t t = vocab.tokens_[i];
+                bits[std::size_t(t) / 64] |= std::uint64_t(1) << (t % 64);
+            }
+            if (child.first_child >= 0) stack.emplace_back(c, next);
+        }
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    if (vocab_ != &vocab || bytes_ + words * 8 > kMaxBytes) return nullptr;  // another thread filled it meanwhile
+    auto [it, added] = sets_.emplace(state, std::move(bits));
+    if (added) bytes_ += words * 8;
+    return it->second.get();
+}
+
 template <class Prefix>
 void mask_guided(const Prefix& state, const GuideVocabulary& vocab, float* logits, int n_vocab, float drop) {
     thread_local std::vector<unsigned char> allowed;
     thread_local std::vector<std::pair<std::int32_t, Prefix>> stack;
     allowed.assign(std::size_t(n_vocab), 0);
     bool any = false;
-    if (const std::int64_t room = state.string_room(); room >= 0) {
+    const AutomatonAt a = state.automaton();
+    const std::uint64_t* cached = a.dfa && !state.complete() ? a.dfa->token_cache().tokens_from(*a.dfa, a.state, vocab) : nullptr;
+    if (cached) {
+        const std::size_t n = std::min(std::size_t(n_vocab), vocab.size());
+        for (std::size_t w = 0; w < (n + 63) / 64; ++w)  // set bits only: a selective state costs little
+            for (std::uint64_t m = cached[w]; m; m &= m - 1) {
+                const std::size_t t = w * 64 + std::size_t(__builtin_ctzll(m));
+                if (t < n && std::int32_t(t) != vocab.eos_ && (!a.plain_only || vocab.plain_[t])) allowed[t] = 1, any = true;
+            }
+        if (a.plain_only)
+            for (const std::int32_t t : vocab.special_) {
+                Prefix next = state;
+                if (t < n_vocab && next.feed(vocab.texts_[std::size_t(t)])) {
+                    allowed[std::size_t(t)] = 1;
+                    any = true;
+                }
+            }
+    } else if (const std::int64_t room = state.string_room(); room >= 0) {
         const std::size_t n = std::min(std::size_t(n_vocab), vocab.plain_.size());
         if (room == kAnyLength)
             for (std::size_t t = 0; t < n; ++t) allowed[t] = vocab.plain_[t];

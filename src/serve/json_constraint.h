@@ -6,6 +6,9 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,6 +16,17 @@
 #include "serve/json_bytes.h"
 
 namespace aqpim::serve {
+
+class RegexDfa;
+
+/// Where a recognizer reads its next bytes through an automaton alone (RegexPrefix; a `pattern`'s
+/// string of JsonSchemaPrefix, whose plain tokens only): the mask then takes the tokens the
+/// automaton reads from `state` from the automaton's DfaTokenCache.
+struct AutomatonAt {
+    const RegexDfa* dfa = nullptr;  ///< nullptr: not here
+    std::int32_t state = 0;
+    bool plain_only = false;        ///< inside a JSON string: tokens with '"', '\\' or a control byte are tried whole
+};
 
 /// string_room() of a string without a length bound (JsonPrefix, JsonSchemaPrefix).
 inline constexpr std::int64_t kAnyLength = std::numeric_limits<std::int64_t>::max();
@@ -37,6 +51,7 @@ public:
     /// Inside a string, after no backslash, any text without '"', '\\' or a byte below 0x20
     /// continues it: kAnyLength there, -1 elsewhere (mask_guided's shortcut).
     std::int64_t string_room() const { return mode_ == Mode::string ? kAnyLength : -1; }
+    AutomatonAt automaton() const { return {}; }
 
 private:
     enum class Mode : std::uint8_t {
@@ -86,6 +101,7 @@ public:
 private:
     template <class Prefix>
     friend void mask_guided(const Prefix&, const GuideVocabulary&, float*, int, float);
+    friend class DfaTokenCache;
     struct Node {
         std::int32_t first_child = -1, next_sibling = -1;
         std::uint32_t tokens_begin = 0, tokens_end = 0;  ///< the tokens whose text ends here: tokens_[begin, end)
@@ -104,11 +120,30 @@ private:
     std::vector<std::int32_t> special_;
 };
 
+/// Per automaton state, the tokens whose whole text the automaton reads from it without a dead
+/// step (a bit per token), found by one walk of the vocabulary's trie the first time the state is
+/// masked: a regex's later steps in that state cost a pass over the bits instead of the walk.
+/// Thread-safe (sequences of one request are masked on several threads). Holds at most
+/// kMaxBytes of sets; past that a state is walked each time (tokens_from returns nullptr).
+class DfaTokenCache {
+public:
+    static constexpr std::size_t kMaxBytes = std::size_t(256) << 10;  ///< 16 states at 128K tokens, 512 at 4096
+
+    const std::uint64_t* tokens_from(const RegexDfa& dfa, std::int32_t state, const GuideVocabulary& vocab);
+    std::size_t bytes() const;
+
+private:
+    mutable std::mutex mu_;
+    const GuideVocabulary* vocab_ = nullptr;  ///< the sets are this vocabulary's
+    std::unordered_map<std::int32_t, std::unique_ptr<std::uint64_t[]>> sets_;
+    std::size_t bytes_ = 0;
+};
+
 /// Sets every token that cannot come next to `drop`: a token whose text would not continue
 /// `state`, or has no text; EOS unless `state` can end there; every other token once it is
 /// complete (nothing may follow). When nothing else is left, EOS stays. `Prefix` is JsonPrefix,
 /// JsonSchemaPrefix (json_schema.h) or RegexPrefix (regex_dfa.h): a copyable recognizer with
-/// feed, complete, can_end and string_room.
+/// feed, complete, can_end, string_room and automaton.
 template <class Prefix>
 void mask_guided(const Prefix& state, const GuideVocabulary& vocab, float* logits, int n_vocab, float drop);
 

@@ -3,7 +3,9 @@
 #include "serve/json_schema.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 #include <utility>
 
@@ -337,7 +339,7 @@ int JsonSchema::compile_typed(const Json& s, const std::string& type, const std:
     } else if (type == "number" || type == "integer") {
         n.kind = type == "number" ? Kind::number : Kind::integer;
         n.first = number_first();
-        integer_bounds(s, where, n);
+        number_bounds(s, where, n);
     } else {
         n.kind = Kind::literal;
         n.texts = type == "boolean" ? std::vector<std::string>{"true", "false"} : std::vector<std::string>{"null"};
@@ -348,27 +350,47 @@ int JsonSchema::compile_typed(const Json& s, const std::string& type, const std:
     return add(std::move(n), where);
 }
 
-void JsonSchema::integer_bounds(const Json& s, const std::string& where, Node& n) {
+void JsonSchema::number_bounds(const Json& s, const std::string& where, Node& n) {
     const char* keys[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
     bool any = false;
     for (const char* k : keys) any = any || s.contains(k);
     if (!any) return;
-    if (n.kind == Kind::number)
-        throw JsonSchemaError(where, "minimum and maximum bound an \"integer\" here, not a \"number\"");
-    // Integers within the bounds: minimum m -> ceil(m), exclusiveMinimum x -> floor(x) + 1 (draft 4's
-    // boolean form: minimum made exclusive), and the same downwards. In integers, exactly: a JSON
-    // integer as it is, a float rounded first (a double past 2^53 is an integer already).
+    // The values within the bounds, on the grid of what is written (1e-18 for a number, 1 for an
+    // integer), in units of 1e-18, exactly: minimum m -> m rounded up to the grid, exclusiveMinimum x
+    // -> the next grid point above x (draft 4's boolean form: minimum made exclusive), and the same
+    // downwards. A JSON integer is exact; a float is read through its shortest decimal form.
     using Wide = __int128;
-    const Wide huge = Wide(1) << 100, limit = Wide(100000000000000000);  // 1e17
-    const auto integral = [&](const char* key, bool round_up) -> Wide {
+    const Wide scale = kBoundScale, huge = Wide(1) << 120, limit = Wide(100000000000000000) * scale;  // 1e17
+    const Wide grid = n.kind == Kind::integer ? scale : 1;
+    const auto floor_div = [](Wide a, Wide b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); };
+    const auto scaled = [&](const char* key, bool round_up) -> Wide {  // the keyword's value x 1e18
         const Json& v = s[key];
         if (!v.is_number()) throw JsonSchemaError(where + "/" + key, "expected a number");
-        if (v.is_number_unsigned()) return Wide(v.get<std::uint64_t>());
-        if (v.is_number_integer()) return Wide(v.get<std::int64_t>());
+        if (v.is_number_unsigned()) return Wide(v.get<std::uint64_t>()) * scale;
+        if (v.is_number_integer()) return Wide(v.get<std::int64_t>()) * scale;
         const double d = v.get<double>();
         if (!std::isfinite(d)) throw JsonSchemaError(where + "/" + key, "expected a finite number");
-        const double r = round_up ? std::ceil(d) : std::floor(d);
-        return std::fabs(r) > 1e30 ? (r > 0 ? huge : -huge) : Wide(r);
+        if (std::fabs(d) > 1e20) return d > 0 ? huge : -huge;
+        char buf[64];
+        const auto end = std::to_chars(buf, buf + sizeof buf, d).ptr;  // shortest: "0.1", "1e-07", "-2.5e+19"
+        Wide mantissa = 0;
+        int exponent = 18, sign = 1;
+        bool point = false;
+        for (const char* c = buf; c < end; ++c) {
+            if (*c == '-') sign = -1;
+            else if (*c == '.') point = true;
+            else if (*c == 'e') exponent += std::atoi(c + 1), c = end - 1;
+            else mantissa = mantissa * 10 + (*c - '0'), exponent -= point;
+        }
+        mantissa *= sign;
+        if (exponent >= 0) {
+            for (int k = 0; k < exponent; ++k) mantissa *= 10;
+            return mantissa;
+        }
+        if (exponent < -36) return mantissa == 0 ? 0 : (round_up ? (mantissa > 0 ? 1 : 0) : (mantissa > 0 ? 0 : -1));
+        Wide p = 1;
+        for (int k = 0; k < -exponent; ++k) p *= 10;
+        return round_up ? -floor_div(-mantissa, p) : floor_div(mantissa, p);
     };
     Wide lo = -huge, hi = huge;
     for (const bool upper : {false, true}) {
@@ -378,18 +400,22 @@ void JsonSchema::integer_bounds(const Json& s, const std::string& where, Node& n
         Wide& bound = upper ? hi : lo;
         if (s.contains(plain)) {
             const bool open = draft4 && s[exclusive].get<bool>();
-            bound = upper ? (open ? integral(plain, true) - 1 : integral(plain, false))
-                          : (open ? integral(plain, false) + 1 : integral(plain, true));
+            bound = upper ? (open ? scaled(plain, true) - 1 : scaled(plain, false))
+                          : (open ? scaled(plain, false) + 1 : scaled(plain, true));
         }
         if (s.contains(exclusive) && !draft4)
-            bound = upper ? std::min(bound, integral(exclusive, true) - 1) : std::max(bound, integral(exclusive, false) + 1);
+            bound = upper ? std::min(bound, scaled(exclusive, true) - 1) : std::max(bound, scaled(exclusive, false) + 1);
     }
-    if (lo > hi) throw JsonSchemaError(where, "no integer lies within minimum and maximum");
+    lo = -floor_div(-lo, grid) * grid;  // onto the grid: up, and down
+    hi = floor_div(hi, grid) * grid;
     if (lo > limit || hi < -limit) throw JsonSchemaError(where, "bounds beyond +-1e17 are not supported");
+    if (lo > hi)
+        throw JsonSchemaError(where, std::string("no ") + (n.kind == Kind::integer ? "integer" : "number") +
+                                         " lies within minimum and maximum");
     n.has_lowest = lo >= -limit;
     n.has_highest = hi <= limit;
-    n.lowest = n.has_lowest ? std::int64_t(lo) : 0;
-    n.highest = n.has_highest ? std::int64_t(hi) : 0;
+    n.lowest = n.has_lowest ? lo : 0;
+    n.highest = n.has_highest ? hi : 0;
 }
 
 const std::bitset<256>& JsonSchema::pattern_writable() {
@@ -408,6 +434,8 @@ int JsonSchema::compile_pattern(const Json& s, const std::string& where) {
     if (s.contains("minLength") || s.contains("maxLength"))
         throw JsonSchemaError(where, "\"pattern\" beside \"minLength\" or \"maxLength\" is not supported (bound the "
                                      "length in the pattern: {n,m})");
+    if (patterns_.size() >= kMaxPatterns)
+        throw JsonSchemaError(where + "/pattern", "more than " + std::to_string(kMaxPatterns) + " patterns in one schema");
     try {
         patterns_.emplace_back(p.get<std::string>(), RegexDfa::Match::search, pattern_writable(), kMaxPatternWork - pattern_work_);
     } catch (const RegexError& e) {

@@ -39,9 +39,11 @@ public:
     static constexpr std::size_t kMaxLiterals = 64;       ///< values of one enum
     static constexpr std::size_t kMaxLiteralBytes = 1024; ///< one enum or const value as compact JSON, one property name
     static constexpr std::size_t kMaxNodes = 4096;        ///< compiled nodes (a $ref target compiles once)
+    static constexpr std::size_t kMaxPatterns = 32;  ///< `pattern`s (each with its DfaTokenCache of at most 256 KiB)
     static constexpr std::size_t kMaxPatternTableBytes = std::size_t(16) << 20;  ///< all `pattern` automata together
-    static constexpr std::uint64_t kMaxPatternWork = std::uint64_t(1) << 26;  ///< their determinization steps together
+    static constexpr std::uint64_t kMaxPatternWork = std::uint64_t(1) << 24;  ///< their determinization steps together
     /// Nodes every schema has first: any value, and any value of each JSON type (`any` starts one of them).
+    static constexpr std::int64_t kBoundScale = 1000000000000000000;  ///< 1e18: bounds in units of 1e-18
     static constexpr int kAny = 0, kAnyObject = 1, kAnyArray = 2, kAnyString = 3, kAnyNumber = 4, kAnyLiteral = 5;
 
     enum class Kind : std::uint8_t {
@@ -68,8 +70,11 @@ public:
         std::vector<std::string> texts;    ///< literal: the values as compact JSON
         std::vector<int> branches;         ///< choice
         std::bitset<256> first;            ///< the bytes a value of this node can start with
-        bool has_lowest = false, has_highest = false;  ///< integer: bounded below / above
-        std::int64_t lowest = 0, highest = 0;          ///< integer: the bounds, inclusive (|bound| <= 1e17)
+        bool has_lowest = false, has_highest = false;  ///< integer, number: bounded below / above
+        /// integer, number: the bounds, inclusive, times kBoundScale (|bound| <= 1e17): on the grid
+        /// of the values written (multiples of kBoundScale for an integer; 1e-18 for a number,
+        /// which is written with at most 18 fraction digits and no exponent when bounded)
+        __int128 lowest = 0, highest = 0;
         int pattern = -1;                  ///< string: its `pattern`'s automaton (-1: none)
         bool one_of = false;               ///< choice: from oneOf (no branch's type may be inferred)
         bool inferred = false;             ///< its type was inferred from its keywords (other types also valid)
@@ -94,7 +99,7 @@ private:
     int compile_ref(const std::string& ref, const std::string& where);
     int add(Node n, const std::string& where);
     void check_choices();
-    void integer_bounds(const nlohmann::ordered_json& s, const std::string& where, Node& n);
+    void number_bounds(const nlohmann::ordered_json& s, const std::string& where, Node& n);
     int compile_pattern(const nlohmann::ordered_json& s, const std::string& where);
 
     static constexpr int kMaxNesting = 256;  ///< schemas within schemas while compiling ($ref chains included)
@@ -131,6 +136,8 @@ public:
     /// Inside a string, after no backslash, a text without '"', '\\' or a byte below 0x20 continues
     /// it when it has at most this many characters (kAnyLength: no bound); -1 elsewhere.
     std::int64_t string_room() const;
+    /// Inside a `pattern`'s string, after no backslash: its automaton, plain tokens only.
+    AutomatonAt automaton() const;
 
 private:
     enum class Phase : std::uint8_t {
@@ -160,6 +167,8 @@ private:
         bool key;                 ///< string: a free object's key
         bool high_surrogate;      ///< string: a \\u escape of a high surrogate was read, its low half must come
         bool negative;            ///< number: after '-' (count: the integer digits' value, pos: their count)
+        std::uint8_t fraction_digits;  ///< bounded number: digits after the point (at most 18) ...
+        std::int64_t fraction;         ///< ... and their value
     };
 
     bool byte(unsigned char c);
@@ -167,7 +176,8 @@ private:
     bool push(Frame f);
     void value_done();
     bool in_number(Frame& f, unsigned char c);
-    bool integer_digit(Frame& f, unsigned char c);
+    bool number_feasible(const Frame& f) const;
+    bool number_within(const Frame& f) const;
     bool in_literal(Frame& f, unsigned char c);
     bool in_string_byte(Frame& f, unsigned char c);
     bool in_pattern_byte(Frame& f, unsigned char c, const RegexDfa& pattern);

@@ -9,22 +9,14 @@
 namespace aqpim::serve {
 namespace {
 
-/// Whether an integer whose sign is `negative` and whose first `digits` digits have the value
-/// `mag` can still end within node n's bounds: as it is, or with more digits. No digit yet (after
-/// '-'): any negative integer; a leading 0 takes no more digits.
-bool integer_feasible(bool negative, std::int64_t mag, int digits, const JsonSchema::Node& n) {
-    if (!n.has_lowest && !n.has_highest) return true;
-    using Wide = __int128;
-    const Wide lo = n.has_lowest ? Wide(n.lowest) : -(Wide(1) << 100), hi = n.has_highest ? Wide(n.highest) : Wide(1) << 100;
-    if (digits == 0) return lo <= -1;
-    if (digits > 18) return false;  // at least 1e18: past any bound (|bound| <= 1e17)
-    if (mag == 0) return lo <= 0 && 0 <= hi;
+using Wide = __int128;
+constexpr Wide kScale = JsonSchema::kBoundScale;
+constexpr Wide kUnbounded = Wide(1) << 120;
+
+Wide pow10(int k) {
     Wide p = 1;
-    for (int k = 0; digits + k <= 18; ++k, p *= 10) {
-        const Wide a = Wide(mag) * p, b = a + p - 1;  // the values with k more digits: [a, b] in magnitude
-        if ((negative ? -b : a) <= hi && (negative ? -a : b) >= lo) return true;
-    }
-    return false;
+    while (k-- > 0) p *= 10;
+    return p;
 }
 
 }  // namespace
@@ -51,6 +43,14 @@ std::int64_t JsonSchemaPrefix::string_room() const {
     if (f.phase != Phase::chars || f.high_surrogate || schema_->node(f.node).pattern >= 0) return -1;
     const std::int64_t max = schema_->node(f.node).max;
     return max < 0 ? kAnyLength : max - f.count;
+}
+
+AutomatonAt JsonSchemaPrefix::automaton() const {
+    if (depth_ == 0) return {};
+    const Frame& f = frames_[depth_ - 1];
+    const int pattern = schema_->node(f.node).pattern;
+    if (f.phase != Phase::chars || pattern < 0) return {};
+    return {&schema_->pattern(pattern), f.pattern_state, true};
 }
 
 bool JsonSchemaPrefix::push(Frame f) {
@@ -114,7 +114,8 @@ bool JsonSchemaPrefix::start_value(int node, unsigned char c) {
             f.number = json_number_start(c);
             f.negative = c == '-';
             if (!f.negative) f.count = c - '0', f.pos = 1;
-            if (!integer_feasible(f.negative, f.count, f.pos, n)) return false;
+            f.node = node;
+            if (!number_feasible(f)) return false;
             break;
         case JsonSchema::Kind::literal:
             f.phase = Phase::literal;
@@ -126,28 +127,63 @@ bool JsonSchemaPrefix::start_value(int node, unsigned char c) {
     return push(f);
 }
 
-bool JsonSchemaPrefix::in_number(Frame& f, unsigned char c) {
-    const bool integer_only = schema_->node(f.node).kind == JsonSchema::Kind::integer;
-    const JsonNumber before = f.number;
-    switch (json_number_step(f.number, c, integer_only)) {
-        case NumberStep::refused: return false;
-        case NumberStep::taken:  // a digit of the integer part feeds the bounds
-            return !json_digit(c) || (before != JsonNumber::minus && before != JsonNumber::integer) || integer_digit(f, c);
-        case NumberStep::ended: break;
-    }
+/// Whether a number whose bytes so far are in `f` can still end within its node's bounds: as it
+/// is, or with more digits (integer digits, then fraction digits for a number; at most 18 of each).
+bool JsonSchemaPrefix::number_feasible(const Frame& f) const {
     const JsonSchema::Node& n = schema_->node(f.node);
-    if (integer_only && (n.has_lowest || n.has_highest)) {  // ends here: its value itself must be within
-        const std::int64_t v = f.negative ? -f.count : f.count;
-        if (f.pos > 18 || (n.has_lowest && v < n.lowest) || (n.has_highest && v > n.highest)) return false;
+    if (!n.has_lowest && !n.has_highest) return true;
+    const Wide lo = n.has_lowest ? n.lowest : -kUnbounded, hi = n.has_highest ? n.highest : kUnbounded;
+    const bool integer = n.kind == JsonSchema::Kind::integer;
+    const auto hits = [&](Wide a, Wide b) {  // some magnitude in [a, b] (x 1e18), with f's sign, is within
+        return f.negative ? (-b <= hi && -a >= lo) : (a <= hi && b >= lo);
+    };
+    if (f.number == JsonNumber::minus) return lo <= -(integer ? kScale : 1);  // a digit must come: below zero
+    if (f.pos > 18) return false;  // at least 1e18: past any bound
+    if (f.number == JsonNumber::point || f.number == JsonNumber::fraction) {  // [m.f, m.f + one unit of its last digit)
+        const Wide unit = pow10(18 - f.fraction_digits), a = Wide(f.count) * kScale + Wide(f.fraction) * unit;
+        return hits(a, a + unit - 1);
     }
-    value_done();  // the number ended: c is read after it
-    return byte(c);
+    if (f.count == 0) return hits(0, integer ? 0 : kScale - 1);  // a leading 0 takes no more integer digits
+    for (int k = 0; f.pos + k <= 18; ++k) {
+        const Wide p = pow10(k), a = Wide(f.count) * p * kScale;  // k more integer digits, then any fraction: [m 10^k, (m + 1) 10^k)
+        if (hits(a, integer ? a + (p - 1) * kScale : a + p * kScale - 1)) return true;
+    }
+    return false;
 }
 
-bool JsonSchemaPrefix::integer_digit(Frame& f, unsigned char c) {
-    if (f.pos < 18) f.count = f.count * 10 + (c - '0');  // beyond 18 digits only their count matters
-    if (f.pos < 65535) ++f.pos;
-    return integer_feasible(f.negative, f.count, f.pos, schema_->node(f.node));
+/// A number read whole: its value within its node's bounds.
+bool JsonSchemaPrefix::number_within(const Frame& f) const {
+    const JsonSchema::Node& n = schema_->node(f.node);
+    if (!n.has_lowest && !n.has_highest) return true;
+    if (f.pos > 18) return false;
+    const Wide magnitude = Wide(f.count) * kScale + Wide(f.fraction) * pow10(18 - f.fraction_digits);
+    const Wide v = f.negative ? -magnitude : magnitude;
+    return (!n.has_lowest || v >= n.lowest) && (!n.has_highest || v <= n.highest);
+}
+
+bool JsonSchemaPrefix::in_number(Frame& f, unsigned char c) {
+    const JsonSchema::Node& n = schema_->node(f.node);
+    const bool bounded = n.has_lowest || n.has_highest;
+    if (bounded && (c == 'e' || c == 'E')) return false;  // a bounded number is written without an exponent
+    const JsonNumber before = f.number;
+    switch (json_number_step(f.number, c, n.kind == JsonSchema::Kind::integer)) {
+        case NumberStep::refused: return false;
+        case NumberStep::taken:
+            if (!bounded) return true;
+            if (json_digit(c) && (before == JsonNumber::point || before == JsonNumber::fraction)) {
+                if (f.fraction_digits >= 18) return false;
+                f.fraction = f.fraction * 10 + (c - '0');
+                ++f.fraction_digits;
+            } else if (json_digit(c)) {
+                if (f.pos < 18) f.count = f.count * 10 + (c - '0');  // beyond 18 digits only their count matters
+                if (f.pos < 65535) ++f.pos;
+            }
+            return number_feasible(f);
+        case NumberStep::ended: break;
+    }
+    if (!number_within(f)) return false;  // ends here: its value itself must be within
+    value_done();  // the number ended: c is read after it
+    return byte(c);
 }
 
 bool JsonSchemaPrefix::in_literal(Frame& f, unsigned char c) {

@@ -182,7 +182,11 @@ private:
 RegexError::RegexError(std::size_t offset, const std::string& message)
     : std::runtime_error("at byte " + std::to_string(offset) + " of the pattern: " + message) {}
 
-RegexDfa::RegexDfa(std::string_view pattern, Match match, const std::bitset<256>& writable, std::uint64_t max_work) {
+RegexDfa::RegexDfa(RegexDfa&&) noexcept = default;
+RegexDfa::~RegexDfa() = default;
+
+RegexDfa::RegexDfa(std::string_view pattern, Match match, const std::bitset<256>& writable, std::uint64_t max_work)
+    : token_cache_(std::make_unique<DfaTokenCache>()) {
     if (pattern.size() > kMaxPatternBytes)
         throw RegexError(kMaxPatternBytes, "the pattern is longer than " + std::to_string(kMaxPatternBytes) + " bytes");
     const regex::Tree tree = regex::parse(pattern, match == Match::search);

@@ -15,12 +15,17 @@
 #include <bitset>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "serve/json_constraint.h"
+
 namespace aqpim::serve {
+
+class DfaTokenCache;  // json_constraint.h
 
 /// A pattern the compiler refuses, or one too large for the limits below.
 class RegexError : public std::runtime_error {
@@ -32,8 +37,8 @@ class RegexDfa {
 public:
     static constexpr std::size_t kMaxPatternBytes = 4096;
     static constexpr int kMaxRepeat = 1000;              ///< n and m of {n,m}
-    static constexpr std::size_t kMaxNfaStates = 10000;  ///< before determinization (repetitions copy their operand)
-    static constexpr std::size_t kMaxStates = 2048;      ///< of the automaton
+    static constexpr std::size_t kMaxNfaStates = 100000;  ///< before determinization (repetitions copy their operand)
+    static constexpr std::size_t kMaxStates = 8192;      ///< of the automaton
     static constexpr std::int32_t kDead = -1;
 
     /// whole: the text must match the pattern from its first byte to its last (a `$`-free regex
@@ -46,7 +51,9 @@ public:
     /// `max_work` bounds the determinization's steps (a hostile pattern is refused, not slow).
     /// Throws RegexError when the pattern is refused or matches no writable text.
     RegexDfa(std::string_view pattern, Match match, const std::bitset<256>& writable,
-             std::uint64_t max_work = std::uint64_t(1) << 26);
+             std::uint64_t max_work = std::uint64_t(1) << 24);
+    RegexDfa(RegexDfa&&) noexcept;
+    ~RegexDfa();
 
     std::int32_t start() const { return start_; }
     /// The state after `byte`, or kDead when no match goes on with it.
@@ -59,6 +66,8 @@ public:
     std::size_t n_states() const { return accepting_.size(); }
     std::size_t table_bytes() const { return table_.size() * sizeof(std::int32_t); }
     std::uint64_t work() const { return work_; }  ///< steps the determinization took
+    /// The tokens each state reads (the mask's cache, filled as states are masked).
+    DfaTokenCache& token_cache() const { return *token_cache_; }
 
 private:
     unsigned char class_of_[256] = {};     ///< bytes that no transition tells apart share a class
@@ -67,6 +76,7 @@ private:
     std::vector<std::uint8_t> accepting_;  ///< [state]: bit 0 a match, bit 1 no byte leads on
     std::int32_t start_ = 0;
     std::uint64_t work_ = 0;
+    std::unique_ptr<DfaTokenCache> token_cache_;
 };
 
 /// Reads the output text byte by byte against a whole-text pattern (a recognizer for mask_guided,
@@ -86,6 +96,7 @@ public:
     bool complete() const { return dfa_->final(state_); }
     bool can_end() const { return dfa_->accepting(state_); }
     std::int64_t string_room() const { return -1; }
+    AutomatonAt automaton() const { return {dfa_, state_, false}; }
 
 private:
     const RegexDfa* dfa_;

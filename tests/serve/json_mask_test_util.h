@@ -1,7 +1,7 @@
 #pragma once
 // The rule mask_guided must keep, checked the slow way: a token is kept when its whole text continues
-// the state (tried on a copy), EOS when the text is complete or nothing else is kept. Shared by the
-// tests of JSON mode's and the schemas' recognizers.
+// the state (tried on a copy), EOS when the text can end there or nothing else is kept. Shared by
+// the tests of JSON mode's, the schemas' and the regexes' recognizers.
 
 #include <gtest/gtest.h>
 
@@ -40,7 +40,7 @@ int expect_mask_keeps_every_continuation(const Prefix& state, const serve::Guide
         kept += ok;
         EXPECT_EQ(logits[std::size_t(t)] == 1.0f, ok) << "token " << t << " '" << texts[std::size_t(t)] << "' after '" << after << "'";
     }
-    EXPECT_EQ(logits[std::size_t(eos)] == 1.0f, state.complete() || kept == 0) << "EOS after '" << after << "'";
+    EXPECT_EQ(logits[std::size_t(eos)] == 1.0f, state.can_end() || kept == 0) << "EOS after '" << after << "'";
     return kept;
 }
 

@@ -1,8 +1,8 @@
 // vLLM's structured outputs over HTTP (`structured_outputs: {"regex" | "choice" | "json"}` and the
 // older guided_regex / guided_choice / guided_json): the whole text matches the regex (a finished
 // one as std::regex_match says, a cut one a prefix of a match), is one of the choices, streamed as
-// whole; a schema's `pattern` shapes its strings; the same requests unconstrained do not match;
-// bad patterns and two constraints at once are refused naming the field.
+// whole; the same requests unconstrained do not match; a schema's `pattern` shapes its strings
+// and its bounds its numbers; bad patterns and two constraints at once are refused naming the field.
 
 #include <gtest/gtest.h>
 
@@ -87,7 +87,8 @@ TEST(HttpStructuredOutputs, JsonSchemasThroughStructuredOutputsAndPatterns) {
     test::TestServer s(m, test::small_engine());
     auto c = s.client();
     const std::string schema = R"({"type": "object", "properties": {"name": {"type": "string", "pattern": "^[A-Z][a-z]{1,8}$"},
-        "year": {"type": "string", "pattern": "^1[78][0-9]{2}$"}}, "required": ["name", "year"]})";
+        "year": {"type": "string", "pattern": "^1[78][0-9]{2}$"}, "height": {"type": "number", "minimum": 1.2, "maximum": 2.1}},
+        "required": ["name", "year", "height"]})";
     const serve::JsonSchema compiled(nlohmann::ordered_json::parse(schema));
     const std::regex name("^[A-Z][a-z]{1,8}$"), year("^1[78][0-9]{2}$");
     int finished = 0;
@@ -105,6 +106,7 @@ TEST(HttpStructuredOutputs, JsonSchemasThroughStructuredOutputsAndPatterns) {
         const json v = json::parse(text);
         EXPECT_TRUE(std::regex_match(v["name"].get<std::string>(), name)) << text;
         EXPECT_TRUE(std::regex_match(v["year"].get<std::string>(), year)) << text;
+        EXPECT_TRUE(v["height"].get<double>() >= 1.2 && v["height"].get<double>() <= 2.1) << text;
     }
     EXPECT_GE(finished, 3) << "120 tokens finish most of the objects";
 }
@@ -122,8 +124,8 @@ TEST(HttpStructuredOutputs, RefusesBadPatternsAndTwoConstraints) {
     json e = refused({{"structured_outputs", {{"regex", "a(?=b)"}}}});
     EXPECT_EQ(e["param"], "structured_outputs.regex");
     EXPECT_EQ(e["message"], "structured_outputs.regex: at byte 1 of the pattern: lookaround is not supported");
-    EXPECT_EQ(refused({{"guided_regex", "(a|b)*a(a|b){12}"}})["message"],
-              "guided_regex: at byte 0 of the pattern: the pattern needs more than 2048 automaton states");
+    EXPECT_EQ(refused({{"guided_regex", "(a|b)*a(a|b){13}"}})["message"],
+              "guided_regex: at byte 0 of the pattern: the pattern needs more than 8192 automaton states");
     EXPECT_EQ(refused({{"structured_outputs", {{"grammar", "root ::= \"a\""}}}})["param"], "structured_outputs.grammar");
     EXPECT_EQ(refused({{"guided_choice", json::array()}})["param"], "guided_choice");
     EXPECT_EQ(refused({{"guided_choice", {"a", 1}}})["param"], "guided_choice");

@@ -9,6 +9,7 @@
 #include <regex>
 #include <string>
 
+#include "serve/json_mask_test_util.h"
 #include "serve/regex_dfa.h"
 
 namespace aqpim {
@@ -165,8 +166,9 @@ TEST(RegexDfa, RefusesWhatItDoesNotImplementNamingWhere) {
         {"\\q", "unknown escape"},
         {"\\012", "octal"},
         {"\xff", "not valid UTF-8"},
-        {"(a{1000}){1000}", "more than 10000 automaton states"},
-        {"(a|b)*a(a|b){11}", "more than 2048 automaton states"},
+        {"(a{1000}){1000}", "more than 100000 automaton states"},
+        {"(a|b)*a(a|b){13}", "more than 8192 automaton states"},
+        {"(.{0,50}){0,50}", "too complex to compile"},
         {"[^\\s\\S]", "matches no text"},
     };
     for (const auto& c : cases) {
@@ -181,6 +183,38 @@ TEST(RegexDfa, RefusesWhatItDoesNotImplementNamingWhere) {
     // A small budget of determinization steps refuses a pattern that fits the state bound.
     EXPECT_THROW(RegexDfa("(a|b)*a(a|b){6}", RegexDfa::Match::whole, all_bytes(), 1000), RegexError);
     EXPECT_NO_THROW(RegexDfa("(a|b)*a(a|b){6}", RegexDfa::Match::whole, all_bytes()));
+}
+
+TEST(RegexDfa, MaskEqualsTryingEveryTokenWholeAndItsCacheTheWalk) {
+    std::mt19937 rng(9);
+    const std::vector<std::string> texts =
+        test::with_random_texts({"", "Cat", "herine", " was", " here", ".", "!", "C", "a", " ", "yes", "no", "ye"}, rng,
+                                "Cathernwsyo .!", 600, 5);
+    const std::int32_t eos = 0;
+    const serve::GuideVocabulary vocab(texts, eos);
+    const RegexDfa sentence("[A-Z][a-z]+( [a-z]+){1,3}[.!]", RegexDfa::Match::whole, all_bytes());
+    const std::string doc = "Catherine was here.";
+    int kept = 0;
+    for (int pass = 0; pass < 2; ++pass)  // the first pass fills the cache, the second reads it
+        for (std::size_t cut = 0; cut <= doc.size(); ++cut) {
+            serve::RegexPrefix state(sentence);
+            ASSERT_TRUE(state.feed(std::string_view(doc).substr(0, cut))) << cut;
+            kept += test::expect_mask_keeps_every_continuation(state, vocab, texts, eos, doc.substr(0, cut));
+        }
+    EXPECT_GT(kept, 300);
+    EXPECT_GT(sentence.token_cache().bytes(), 0u);
+    // A choice that nothing extends is complete: EOS alone; one that "yes" extends can end or go on.
+    const RegexDfa choice("ye|yes|no", RegexDfa::Match::whole, all_bytes());
+    for (const char* cut : {"", "y", "ye", "yes", "n", "no"}) {
+        serve::RegexPrefix state(choice);
+        ASSERT_TRUE(state.feed(cut));
+        test::expect_mask_keeps_every_continuation(state, vocab, texts, eos, cut);
+    }
+    serve::RegexPrefix yes(choice), ye(choice);
+    yes.feed("yes"), ye.feed("ye");
+    EXPECT_TRUE(yes.complete());
+    EXPECT_TRUE(ye.can_end());
+    EXPECT_FALSE(ye.complete());
 }
 
 }  // namespace

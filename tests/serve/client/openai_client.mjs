@@ -90,6 +90,23 @@ assert.deepEqual(Object.keys(parsed), ['name', 'mood', 'age'], `the schema's key
 assert.ok(['happy', 'sad'].includes(parsed.mood), `mood from the enum: ${parsed.mood}`);
 assert.ok(Number.isInteger(parsed.age) && typeof parsed.name === 'string', 'types');
 
+// vLLM's structured outputs as extra body fields (the client sends them as they are): a choice,
+// and a schema's `pattern`.
+const chosen = await client.chat.completions.create({
+  ...chatParams, max_tokens: 20, structured_outputs: { choice: ['Bath', 'Northanger Abbey', 'Fullerton'] },
+});
+assert.ok(['Bath', 'Northanger Abbey', 'Fullerton'].includes(chosen.choices[0].message.content),
+  `one of the choices: ${chosen.choices[0].message.content}`);
+assert.equal(chosen.choices[0].finish_reason, 'stop');
+const dated = await client.completions.create({
+  ...params, max_tokens: 120,
+  structured_outputs: { json: { type: 'object', properties: { year: { type: 'string', pattern: '^1[78]\\d\\d$' } }, required: ['year'] } },
+});
+if (dated.choices[0].finish_reason === 'stop')
+  assert.match(JSON.parse(dated.choices[0].text).year, /^1[78]\d\d$/, `the pattern holds: ${dated.choices[0].text}`);
+else
+  assert.ok(!/"year"\s*:\s*"(?!1)/.test(dated.choices[0].text), `a cut text still starts the year with 1: ${dated.choices[0].text}`);
+
 await assert.rejects(client.completions.create({ ...params, temperature: 5 }), (e) => {
   assert.ok(e instanceof OpenAI.BadRequestError, `a 400 BadRequestError, got ${e}`);
   assert.match(e.message, /temperature/);
