@@ -60,16 +60,19 @@ void check(const RegexDfa& d, const std::bitset<256>& writable) {
         }
         if (d.final(s) && leads_on) std::abort();
     }
-    for (std::size_t s = 0; s < n; ++s) live[s] = reached[s] && d.accepting(std::int32_t(s));
-    for (bool changed = true; changed;) {  // reached states from which a match is reached
-        changed = false;
-        for (std::size_t s = 0; s < n; ++s) {
-            if (!reached[s] || live[s]) continue;
-            for (int b = 0; b < 256 && !live[s]; ++b) {
-                const std::int32_t t = d.next(std::int32_t(s), static_cast<unsigned char>(b));
-                if (t != RegexDfa::kDead && live[std::size_t(t)]) live[s] = 1, changed = true;
-            }
-        }
+    std::vector<std::vector<std::int32_t>> into(n);  // backwards from the matches
+    for (std::size_t s = 0; s < n; ++s)
+        if (reached[s])
+            for (int b = 0; b < 256; ++b)
+                if (const std::int32_t t = d.next(std::int32_t(s), static_cast<unsigned char>(b)); t != RegexDfa::kDead)
+                    into[std::size_t(t)].push_back(std::int32_t(s));
+    for (std::size_t s = 0; s < n; ++s)
+        if (reached[s] && d.accepting(std::int32_t(s))) live[s] = 1, todo.push_back(std::int32_t(s));
+    while (!todo.empty()) {
+        const std::int32_t t = todo.back();
+        todo.pop_back();
+        for (const std::int32_t s : into[std::size_t(t)])
+            if (!live[std::size_t(s)]) live[std::size_t(s)] = 1, todo.push_back(s);
     }
     for (std::size_t s = 0; s < n; ++s)
         if (reached[s] && !live[s]) std::abort();  // a dead end the cut left

@@ -51,6 +51,7 @@ struct Engine::Impl {
         std::vector<ScoredToken> prompt_scores;  ///< prompt_logprobs: the prompt's tokens, scored by prefill rows
         std::vector<float> processed;      ///< the step's logits after the request's LogitProcessing (and JSON mode)
         OutputGuide guide;                 ///< the output constraint's reading of the text so far
+        std::vector<std::int32_t> guide_end_tokens;  ///< one-token stop sequences (an end of turn): kept where EOS is
         int n_prompt = 0, n_generated = 0;
         std::uint64_t reserve = 0;
         bool in_cache = false;

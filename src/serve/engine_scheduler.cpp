@@ -289,6 +289,9 @@ void Engine::Impl::start(Slot& s, Pending& p) {
     s.n_generated = 0;  // a parked sequence continued counts this request's tokens only
     s.first_generated = s.tokens.size();
     s.guide = s.request.regex ? OutputGuide(*s.request.regex) : OutputGuide(s.request.json_schema.get());
+    s.guide_end_tokens.clear();
+    for (const auto& seq : s.request.stop_sequences)
+        if (seq.size() == 1) s.guide_end_tokens.push_back(seq[0]);
     s.prompt_scores.clear();
     if (s.request.prompt_logprobs)
         for (std::size_t i = s.tokens.size() - std::size_t(s.n_prompt); i < s.tokens.size(); ++i)
@@ -422,7 +425,8 @@ TokenEvent Engine::Impl::draw(Slot& s, const float* lg) const {
         s.processed.assign(lg, lg + n_vocab);
         // The output constraint first: top_k and min_p then choose among the tokens it lets through
         // (their largest logit is never dropped), and the bias and penalties keep a dropped one at about -1e30.
-        if (s.request.guide_vocabulary) s.guide.mask(*s.request.guide_vocabulary, s.processed.data(), n_vocab, kDroppedLogit);
+        if (s.request.guide_vocabulary)
+            s.guide.mask(*s.request.guide_vocabulary, s.processed.data(), n_vocab, kDroppedLogit, s.guide_end_tokens);
         if (s.request.processing.active())
             apply_logit_processing(s.request.processing, s.tokens, s.first_generated, s.sampler->params().temperature,
                                    s.processed.data(), n_vocab);

@@ -195,9 +195,10 @@ const std::uint64_t* DfaTokenCache::tokens_from(const RegexDfa& dfa, std::int32_
     const std::size_t words = (vocab.size() + 63) / 64;
     {
         std::lock_guard<std::mutex> lk(mu_);
-        if (vocab_ != &vocab) sets_.clear(), bytes_ = 0, vocab_ = &vocab;
+        if (!vocab_) vocab_ = &vocab;
+        if (vocab_ != &vocab) return nullptr;  // the sets are another vocabulary's (and stay: others may read them)
         if (const auto it = sets_.find(state); it != sets_.end()) return it->second.get();
-        if (bytes_ + words * 8 > kMaxBytes) return nullptr;
+        if (budget_->load() < std::int64_t(words * 8)) return nullptr;
     }
     auto bits = std::make_unique<std::uint64_t[]>(words);  // zeroed
     std::vector<std::pair<std::int32_t, std::int32_t>> stack = {{0, state}};  // trie node, automaton state
@@ -216,14 +217,18 @@ const std::uint64_t* DfaTokenCache::tokens_from(const RegexDfa& dfa, std::int32_
         }
     }
     std::lock_guard<std::mutex> lk(mu_);
-    if (vocab_ != &vocab || bytes_ + words * 8 > kMaxBytes) return nullptr;  // another thread filled it meanwhile
-    auto [it, added] = sets_.emplace(state, std::move(bits));
-    if (added) bytes_ += words * 8;
-    return it->second.get();
+    if (const auto it = sets_.find(state); it != sets_.end()) return it->second.get();  // another thread filled it meanwhile
+    if (budget_->fetch_sub(std::int64_t(words * 8)) < std::int64_t(words * 8)) {
+        budget_->fetch_add(std::int64_t(words * 8));
+        return nullptr;
+    }
+    bytes_ += words * 8;
+    return sets_.emplace(state, std::move(bits)).first->second.get();
 }
 
 template <class Prefix>
-void mask_guided(const Prefix& state, const GuideVocabulary& vocab, float* logits, int n_vocab, float drop) {
+void mask_guided(const Prefix& state, const GuideVocabulary& vocab, float* logits, int n_vocab, float drop,
+                 const std::vector<std::int32_t>& end_tokens) {
     thread_local std::vector<unsigned char> allowed;
     thread_local std::vector<std::pair<std::int32_t, Prefix>> stack;
     allowed.assign(std::size_t(n_vocab), 0);
@@ -285,12 +290,15 @@ void mask_guided(const Prefix& state, const GuideVocabulary& vocab, float* logit
         }
     }
     const bool keep_eos = state.can_end() || !any;
+    if (keep_eos)  // an end of turn without text (a control token) ends the text as EOS does
+        for (const std::int32_t t : end_tokens)
+            if (t >= 0 && t < n_vocab && std::size_t(t) < vocab.size() && vocab.texts_[std::size_t(t)].empty()) allowed[std::size_t(t)] = 1;
     for (int t = 0; t < n_vocab; ++t)
         if (!allowed[std::size_t(t)] && !(t == vocab.eos_ && keep_eos)) logits[t] = drop;
 }
 
-template void mask_guided(const JsonPrefix&, const GuideVocabulary&, float*, int, float);
-template void mask_guided(const JsonSchemaPrefix&, const GuideVocabulary&, float*, int, float);
-template void mask_guided(const RegexPrefix&, const GuideVocabulary&, float*, int, float);
+template void mask_guided(const JsonPrefix&, const GuideVocabulary&, float*, int, float, const std::vector<std::int32_t>&);
+template void mask_guided(const JsonSchemaPrefix&, const GuideVocabulary&, float*, int, float, const std::vector<std::int32_t>&);
+template void mask_guided(const RegexPrefix&, const GuideVocabulary&, float*, int, float, const std::vector<std::int32_t>&);
 
 }  // namespace aqpim::serve

@@ -4,6 +4,7 @@
 // sampler draws, and EOS is allowed only once the object is complete (then it is the only token).
 // The vocabulary's trie and the mask serve every output constraint (output_guide.h).
 
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -86,6 +87,11 @@ private:
     JsonNumber number_ = JsonNumber::minus;
 };
 
+class GuideVocabulary;
+template <class Prefix>  // below, with its rules
+void mask_guided(const Prefix& state, const GuideVocabulary& vocab, float* logits, int n_vocab, float drop,
+                 const std::vector<std::int32_t>& end_tokens = {});
+
 /// Token texts for the mask, built once per server: each token's text as it reads after an
 /// ordinary token (a leading space kept: dropping it never turns a valid continuation invalid),
 /// and the texts as a trie, so that a prefix many tokens share is read once and a refused one
@@ -100,7 +106,7 @@ public:
 
 private:
     template <class Prefix>
-    friend void mask_guided(const Prefix&, const GuideVocabulary&, float*, int, float);
+    friend void mask_guided(const Prefix&, const GuideVocabulary&, float*, int, float, const std::vector<std::int32_t>&);
     friend class DfaTokenCache;
     struct Node {
         std::int32_t first_child = -1, next_sibling = -1;
@@ -123,12 +129,17 @@ private:
 /// Per automaton state, the tokens whose whole text the automaton reads from it without a dead
 /// step (a bit per token), found by one walk of the vocabulary's trie the first time the state is
 /// masked: a regex's later steps in that state cost a pass over the bits instead of the walk.
-/// Thread-safe (sequences of one request are masked on several threads). Holds at most
-/// kMaxBytes of sets; past that a state is walked each time (tokens_from returns nullptr).
+/// Thread-safe (sequences of one request are masked on several threads). Its sets take bytes
+/// from a budget (its own, or one shared with the other patterns of a schema: share_budget);
+/// past that a state is walked each time (tokens_from returns nullptr), as it is for any
+/// vocabulary but the first one it was asked about.
 class DfaTokenCache {
 public:
-    static constexpr std::size_t kMaxBytes = std::size_t(256) << 10;  ///< 16 states at 128K tokens, 512 at 4096
+    static constexpr std::int64_t kMaxBytes = std::int64_t(1) << 20;  ///< 64 states at 128K tokens, 2048 at 4096
 
+    DfaTokenCache() : budget_(std::make_shared<std::atomic<std::int64_t>>(kMaxBytes)) {}
+    /// Draw from `budget` (bytes left) from now on; call before the first tokens_from.
+    void share_budget(std::shared_ptr<std::atomic<std::int64_t>> budget) { budget_ = std::move(budget); }
     const std::uint64_t* tokens_from(const RegexDfa& dfa, std::int32_t state, const GuideVocabulary& vocab);
     std::size_t bytes() const;
 
@@ -137,14 +148,17 @@ private:
     const GuideVocabulary* vocab_ = nullptr;  ///< the sets are this vocabulary's
     std::unordered_map<std::int32_t, std::unique_ptr<std::uint64_t[]>> sets_;
     std::size_t bytes_ = 0;
+    std::shared_ptr<std::atomic<std::int64_t>> budget_;
 };
 
 /// Sets every token that cannot come next to `drop`: a token whose text would not continue
 /// `state`, or has no text; EOS unless `state` can end there; every other token once it is
-/// complete (nothing may follow). When nothing else is left, EOS stays. `Prefix` is JsonPrefix,
+/// complete (nothing may follow). When nothing else is left, EOS stays. `end_tokens` (a chat
+/// format's end of turn, which has no text) are kept wherever EOS is. `Prefix` is JsonPrefix,
 /// JsonSchemaPrefix (json_schema.h) or RegexPrefix (regex_dfa.h): a copyable recognizer with
 /// feed, complete, can_end, string_room and automaton.
 template <class Prefix>
-void mask_guided(const Prefix& state, const GuideVocabulary& vocab, float* logits, int n_vocab, float drop);
+void mask_guided(const Prefix& state, const GuideVocabulary& vocab, float* logits, int n_vocab, float drop,
+                 const std::vector<std::int32_t>& end_tokens);
 
 }  // namespace aqpim::serve

@@ -112,6 +112,8 @@ JsonSchema::JsonSchema(const Json& schema) : document_(&schema) {
     if (nodes_[std::size_t(root_)].kind != Kind::object)
         throw JsonSchemaError("", "the root must be an object schema ({\"type\": \"object\", ...})");
     check_choices();
+    const auto cache_budget = std::make_shared<std::atomic<std::int64_t>>(DfaTokenCache::kMaxBytes);
+    for (RegexDfa& p : patterns_) p.token_cache().share_budget(cache_budget);
     document_ = nullptr;
     refs_.clear();
     wheres_.clear();
@@ -439,7 +441,8 @@ int JsonSchema::compile_pattern(const Json& s, const std::string& where) {
     try {
         patterns_.emplace_back(p.get<std::string>(), RegexDfa::Match::search, pattern_writable(), kMaxPatternWork - pattern_work_);
     } catch (const RegexError& e) {
-        throw JsonSchemaError(where + "/pattern", e.what());
+        const bool shared = pattern_work_ > 0 && std::string_view(e.what()).find("too complex") != std::string_view::npos;
+        throw JsonSchemaError(where + "/pattern", std::string(e.what()) + (shared ? " (with the schema's other patterns)" : ""));
     }
     pattern_work_ += patterns_.back().work();
     pattern_bytes_ += patterns_.back().table_bytes();

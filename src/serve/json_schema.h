@@ -39,8 +39,8 @@ public:
     static constexpr std::size_t kMaxLiterals = 64;       ///< values of one enum
     static constexpr std::size_t kMaxLiteralBytes = 1024; ///< one enum or const value as compact JSON, one property name
     static constexpr std::size_t kMaxNodes = 4096;        ///< compiled nodes (a $ref target compiles once)
-    static constexpr std::size_t kMaxPatterns = 32;  ///< `pattern`s (each with its DfaTokenCache of at most 256 KiB)
-    static constexpr std::size_t kMaxPatternTableBytes = std::size_t(16) << 20;  ///< all `pattern` automata together
+    static constexpr std::size_t kMaxPatterns = 32;  ///< `pattern`s (their DfaTokenCaches share one budget)
+    static constexpr std::size_t kMaxPatternTableBytes = std::size_t(2) << 20;  ///< all `pattern` automata together
     static constexpr std::uint64_t kMaxPatternWork = std::uint64_t(1) << 24;  ///< their determinization steps together
     /// Nodes every schema has first: any value, and any value of each JSON type (`any` starts one of them).
     static constexpr std::int64_t kBoundScale = 1000000000000000000;  ///< 1e18: bounds in units of 1e-18

@@ -283,10 +283,10 @@ void read_structured_outputs(const json& body, std::string_view body_text, Compl
     if (kind == "json") {
         try {
             p.json_schema = std::make_shared<const JsonSchema>(
-                v->is_string() ? parse_json<nlohmann::ordered_json>(v->get<std::string>(), name) : ordered_schema(body, body_text, found[0]));
+                v->is_string() ? parse_json<nlohmann::ordered_json>(v->get<std::string>(), "the schema") : ordered_schema(body, body_text, found[0]));
         } catch (const JsonSchemaError& e) {
             bad(name, e.what());
-        } catch (const Error& e) {
+        } catch (const Error& e) {  // a schema given as text that is not JSON
             bad(name, e.what());
         }
         p.json_mode = true;

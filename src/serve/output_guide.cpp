@@ -16,8 +16,9 @@ bool OutputGuide::complete() const {
     return std::visit([](const auto& s) { return s.complete(); }, state_);
 }
 
-void OutputGuide::mask(const GuideVocabulary& vocab, float* logits, int n_vocab, float drop) const {
-    std::visit([&](const auto& s) { mask_guided(s, vocab, logits, n_vocab, drop); }, state_);
+void OutputGuide::mask(const GuideVocabulary& vocab, float* logits, int n_vocab, float drop,
+                       const std::vector<std::int32_t>& end_tokens) const {
+    std::visit([&](const auto& s) { mask_guided(s, vocab, logits, n_vocab, drop, end_tokens); }, state_);
 }
 
 }  // namespace aqpim::serve

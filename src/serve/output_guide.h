@@ -2,8 +2,10 @@
 // A sequence's output constraint (docs/serve.md "JSON mode", "JSON schemas", "Regular expressions
 // and choices"): the recognizer of its text so far, and the token mask it gives.
 
+#include <cstdint>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "serve/json_constraint.h"
 #include "serve/json_schema.h"
@@ -24,7 +26,8 @@ public:
     /// Nothing may follow: the request ends with `stop`.
     bool complete() const;
     /// mask_guided (json_constraint.h) with this guide's recognizer.
-    void mask(const GuideVocabulary& vocab, float* logits, int n_vocab, float drop) const;
+    void mask(const GuideVocabulary& vocab, float* logits, int n_vocab, float drop,
+              const std::vector<std::int32_t>& end_tokens = {}) const;
 
 private:
     std::variant<JsonPrefix, JsonSchemaPrefix, RegexPrefix> state_;

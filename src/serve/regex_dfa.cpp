@@ -6,7 +6,8 @@
 #include "serve/regex_dfa.h"
 
 #include <algorithm>
-#include <map>
+#include <functional>
+#include <unordered_map>
 #include <utility>
 
 #include "serve/regex_syntax.h"
@@ -86,7 +87,8 @@ public:
         int in, out;
     };
 
-    explicit Nfa(const regex::Tree& tree) : tree_(tree) {
+    /// `spend(n)` is charged a step per state and per edge (it throws past the budget).
+    Nfa(const regex::Tree& tree, const std::function<void(std::uint64_t)>& spend) : tree_(tree), spend_(spend) {
         const Fragment f = build(tree.root);
         start_ = f.in;
         final_ = f.out;
@@ -98,8 +100,9 @@ public:
 private:
     int add() {
         if (states_.size() >= RegexDfa::kMaxNfaStates)
-            throw RegexError(0, "the pattern needs more than " + std::to_string(RegexDfa::kMaxNfaStates) +
-                                    " automaton states (a repetition copies what it repeats)");
+            throw RegexError(RegexError::kNoOffset, "the pattern needs more than " + std::to_string(RegexDfa::kMaxNfaStates) +
+                                                        " automaton states (a repetition copies what it repeats)");
+        spend_(1);
         states_.emplace_back();
         return int(states_.size() - 1);
     }
@@ -114,12 +117,14 @@ private:
             }
             case regex::Node::Kind::chars: {
                 const int in = add(), out = add();
-                std::vector<ByteRanges> seqs;
-                for (const auto& [lo, hi] : n.chars) utf8_sequences(lo, hi, seqs);
-                for (const ByteRanges& seq : seqs) {
+                auto [it, added] = sequences_.try_emplace(index);  // once per node, however often it is copied
+                if (added)
+                    for (const auto& [lo, hi] : n.chars) utf8_sequences(lo, hi, it->second);
+                for (const ByteRanges& seq : it->second) {
                     int at = in;
                     for (std::size_t k = 0; k < seq.size(); ++k) {
                         const int to = k + 1 == seq.size() ? out : add();
+                        spend_(1);
                         states_[std::size_t(at)].edges.push_back({seq[k].first, seq[k].second, to});
                         at = to;
                     }
@@ -173,6 +178,8 @@ private:
     }
 
     const regex::Tree& tree_;
+    const std::function<void(std::uint64_t)>& spend_;
+    std::unordered_map<int, std::vector<ByteRanges>> sequences_;  ///< [chars node] its UTF-8 byte-range sequences
     std::vector<State> states_;
     int start_ = 0, final_ = 0;
 };
@@ -180,7 +187,7 @@ private:
 }  // namespace
 
 RegexError::RegexError(std::size_t offset, const std::string& message)
-    : std::runtime_error("at byte " + std::to_string(offset) + " of the pattern: " + message) {}
+    : std::runtime_error(offset == kNoOffset ? message : "at byte " + std::to_string(offset) + " of the pattern: " + message) {}
 
 RegexDfa::RegexDfa(RegexDfa&&) noexcept = default;
 RegexDfa::~RegexDfa() = default;
@@ -188,9 +195,14 @@ RegexDfa::~RegexDfa() = default;
 RegexDfa::RegexDfa(std::string_view pattern, Match match, const std::bitset<256>& writable, std::uint64_t max_work)
     : token_cache_(std::make_unique<DfaTokenCache>()) {
     if (pattern.size() > kMaxPatternBytes)
-        throw RegexError(kMaxPatternBytes, "the pattern is longer than " + std::to_string(kMaxPatternBytes) + " bytes");
+        throw RegexError(RegexError::kNoOffset, "the pattern is longer than " + std::to_string(kMaxPatternBytes) + " bytes");
+    const std::function<void(std::uint64_t)> spend = [&](std::uint64_t steps) {
+        work_ += steps;
+        if (work_ > max_work)
+            throw RegexError(RegexError::kNoOffset, "the pattern is too complex to compile (its automaton grows too large)");
+    };
     const regex::Tree tree = regex::parse(pattern, match == Match::search);
-    const Nfa nfa(tree);
+    const Nfa nfa(tree, spend);
     const auto& states = nfa.states();
 
     // Byte classes: a new class wherever an edge's range or the writable set begins or ends.
@@ -208,10 +220,6 @@ RegexDfa::RegexDfa(std::string_view pattern, Match match, const std::bitset<256>
     }
     n_classes_ = std::size_t(cls) + 1;
 
-    const auto spend = [&](std::uint64_t steps) {
-        work_ += steps;
-        if (work_ > max_work) throw RegexError(0, "the pattern is too complex to compile (its automaton grows too large)");
-    };
     std::vector<std::uint32_t> stamp(states.size(), 0);
     std::uint32_t stamp_now = 0;
     std::vector<int> stack;
@@ -232,13 +240,24 @@ RegexDfa::RegexDfa(std::string_view pattern, Match match, const std::bitset<256>
         return set;
     };
 
-    std::map<std::vector<int>, std::int32_t> ids;
+    struct SetHash {
+        std::size_t operator()(const std::vector<int>& v) const {
+            std::size_t h = v.size();
+            for (const int x : v) h = (h ^ std::size_t(x)) * 0x100000001b3ULL;
+            return h;
+        }
+    };
+    std::unordered_map<std::vector<int>, std::int32_t, SetHash> ids;
     std::vector<const std::vector<int>*> sets;
     const auto id_of = [&](std::vector<int> set) {
+        spend(set.size());  // hashed and compared once
         const auto [it, added] = ids.emplace(std::move(set), std::int32_t(sets.size()));
         if (added) {
             if (sets.size() >= kMaxStates)
-                throw RegexError(0, "the pattern needs more than " + std::to_string(kMaxStates) + " automaton states");
+                throw RegexError(RegexError::kNoOffset, "the pattern needs more than " + std::to_string(kMaxStates) + " automaton states");
+            if ((sets.size() + 1) * n_classes_ * sizeof(std::int32_t) > kMaxTableBytes)
+                throw RegexError(RegexError::kNoOffset, "the pattern's automaton needs more than " +
+                                                            std::to_string(kMaxTableBytes >> 20) + " MiB");
             sets.push_back(&it->first);
             accepting_.push_back(std::binary_search(it->first.begin(), it->first.end(), nfa.final_state()));
         }
@@ -273,7 +292,7 @@ RegexDfa::RegexDfa(std::string_view pattern, Match match, const std::bitset<256>
         for (const std::int32_t s : into[std::size_t(t)])
             if (!live[std::size_t(s)]) live[std::size_t(s)] = 1, todo.push_back(s);
     }
-    if (!live[std::size_t(start_)]) throw RegexError(0, "the pattern matches no text that can be written here");
+    if (!live[std::size_t(start_)]) throw RegexError(RegexError::kNoOffset, "the pattern matches no text that can be written here");
     for (std::size_t s = 0; s < n; ++s) {
         bool leads_on = false;
         for (std::size_t c = 0; c < n_classes_; ++c) {

@@ -30,6 +30,8 @@ class DfaTokenCache;  // json_constraint.h
 /// A pattern the compiler refuses, or one too large for the limits below.
 class RegexError : public std::runtime_error {
 public:
+    static constexpr std::size_t kNoOffset = ~std::size_t(0);  ///< a limit of the whole pattern, not of one place
+    /// "at byte OFFSET of the pattern: MESSAGE" (just MESSAGE with kNoOffset).
     RegexError(std::size_t offset, const std::string& message);
 };
 
@@ -37,8 +39,9 @@ class RegexDfa {
 public:
     static constexpr std::size_t kMaxPatternBytes = 4096;
     static constexpr int kMaxRepeat = 1000;              ///< n and m of {n,m}
-    static constexpr std::size_t kMaxNfaStates = 100000;  ///< before determinization (repetitions copy their operand)
+    static constexpr std::size_t kMaxNfaStates = 50000;   ///< before determinization (repetitions copy their operand)
     static constexpr std::size_t kMaxStates = 8192;      ///< of the automaton
+    static constexpr std::size_t kMaxTableBytes = std::size_t(2) << 20;  ///< its transition table: states x byte classes
     static constexpr std::int32_t kDead = -1;
 
     /// whole: the text must match the pattern from its first byte to its last (a `$`-free regex

@@ -177,12 +177,16 @@ private:
                 fail_at(open, "lookaround is not supported");
             if (s.substr(0, 2) != "?<") fail_at(open, "unknown group syntax '(?'");
             i_ += 2;
+            const std::size_t name = i_;
             while (!at_end() && peek() != '>') {
                 const char c = peek();
-                if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$')) fail("a group name holds letters, digits, '_' and '$'");
+                const bool first = i_ == name;
+                if (!(std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == '$' || (!first && std::isdigit(static_cast<unsigned char>(c)))))
+                    fail("a group name is a letter, '_' or '$', then those or digits");
                 ++i_;
             }
             if (at_end()) fail("missing '>' after a group name");
+            if (i_ == name) fail("an empty group name");
             ++i_;
         }
         if (++depth_ > kMaxGroupDepth) fail("groups nested deeper than " + std::to_string(kMaxGroupDepth));
@@ -249,8 +253,9 @@ private:
                     char32_t v = 0;
                     int digits = 0;
                     while (peek() != '}') {
-                        v = v * 16 + hex(1);
-                        if (++digits > 6 || v > kMaxCodePoint) fail("\\u{...} beyond U+10FFFF");
+                        v = v * 16 + hex(1);  // leading zeros are allowed: the value is bounded, not the digits
+                        ++digits;
+                        if (v > kMaxCodePoint) fail("\\u{...} beyond U+10FFFF");
                     }
                     if (digits == 0) fail("expected a hexadecimal digit");
                     ++i_;

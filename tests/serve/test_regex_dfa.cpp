@@ -166,10 +166,12 @@ TEST(RegexDfa, RefusesWhatItDoesNotImplementNamingWhere) {
         {"\\q", "unknown escape"},
         {"\\012", "octal"},
         {"\xff", "not valid UTF-8"},
-        {"(a{1000}){1000}", "more than 100000 automaton states"},
+        {"(a{1000}){1000}", "more than 50000 automaton states"},
         {"(a|b)*a(a|b){13}", "more than 8192 automaton states"},
-        {"(.{0,50}){0,50}", "too complex to compile"},
+        {"(.{0,40}){0,40}", "too complex to compile"},
         {"[^\\s\\S]", "matches no text"},
+        {"(?<>x)", "an empty group name"},
+        {"(?<1a>x)", "a group name is a letter"},
     };
     for (const auto& c : cases) {
         try {
@@ -180,6 +182,18 @@ TEST(RegexDfa, RefusesWhatItDoesNotImplementNamingWhere) {
         }
     }
     EXPECT_THROW(RegexDfa(std::string(RegexDfa::kMaxPatternBytes + 1, 'a'), RegexDfa::Match::whole, all_bytes()), RegexError);
+    // The transition table's bound: 64 odd bytes make about 130 byte classes, and 4096 states of
+    // (a|b)*a(a|b){12} then pass 2 MiB before the bound on states.
+    std::string odd = "[";
+    for (int b = 1; b < 128; b += 2) odd += "\\x" + std::string(1, "0123456789abcdef"[b / 16]) + "0123456789abcdef"[b % 16];
+    try {
+        RegexDfa(odd + "]|(a|b)*a(a|b){12}", RegexDfa::Match::whole, all_bytes());
+        ADD_FAILURE() << "a table past 2 MiB";
+    } catch (const RegexError& e) {
+        EXPECT_EQ(std::string(e.what()), "the pattern's automaton needs more than 2 MiB");
+    }
+    // \u{...} takes leading zeros (its value is bounded, not its digits).
+    EXPECT_TRUE(accepts(RegexDfa("\\u{0000041}", RegexDfa::Match::whole, all_bytes()), "A"));
     // A small budget of determinization steps refuses a pattern that fits the state bound.
     EXPECT_THROW(RegexDfa("(a|b)*a(a|b){6}", RegexDfa::Match::whole, all_bytes(), 1000), RegexError);
     EXPECT_NO_THROW(RegexDfa("(a|b)*a(a|b){6}", RegexDfa::Match::whole, all_bytes()));
@@ -209,6 +223,19 @@ TEST(RegexDfa, MaskEqualsTryingEveryTokenWholeAndItsCacheTheWalk) {
         serve::RegexPrefix state(choice);
         ASSERT_TRUE(state.feed(cut));
         test::expect_mask_keeps_every_continuation(state, vocab, texts, eos, cut);
+    }
+    // A chat format's end of turn (a control token: no text) is kept where EOS is, and only there.
+    const RegexDfa digits("[0-9]+", RegexDfa::Match::whole, all_bytes());
+    const std::vector<std::string> with_control = {"", "", "1", "2", "12", "x"};  // 0: EOS, 1: the end of turn
+    const serve::GuideVocabulary control_vocab(with_control, 0);
+    for (const char* cut : {"", "1", "12"}) {
+        serve::RegexPrefix state(digits);
+        ASSERT_TRUE(state.feed(cut));
+        std::vector<float> logits(with_control.size(), 1.0f);
+        serve::mask_guided(state, control_vocab, logits.data(), int(logits.size()), -1e30f, {1});
+        EXPECT_EQ(logits[1] == 1.0f, state.can_end()) << "after '" << cut << "'";
+        EXPECT_EQ(logits[0] == 1.0f, state.can_end()) << "EOS the same";
+        EXPECT_EQ(logits[2], 1.0f) << "digits go on";
     }
     serve::RegexPrefix yes(choice), ye(choice);
     yes.feed("yes"), ye.feed("ye");
