@@ -238,6 +238,11 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     auto release = [gone](bool success) {
         if (!success) gone();
     };
+    // Tool calls (chat with tools): a finished text that is a call is sent as message.tool_calls,
+    // finish_reason tool_calls (stop for a named function, as OpenAI answers a forced call).
+    const bool tools = p.tool_choice != CompletionParams::ToolChoice::none;
+    const char* tool_finish = p.tool_choice == CompletionParams::ToolChoice::named ? "stop" : "tool_calls";
+    auto call_id = [h = id_prefix, choices](std::size_t i) { return fmt::format("call_{}_{}_{}", h, choices[i].request_id, i); };
 
     if (!p.stream) {
         const std::int32_t eos = engine.options().eos_token;
@@ -278,7 +283,12 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                     tokens = std::move(all);
                     text = c.echo_text + text;
                 }
-                out.push_back({std::move(text), finish_name(fin), logprobs(tokens, 0)});
+                ChoiceText choice{std::move(text), finish_name(fin), logprobs(tokens, 0), nullptr};
+                if (tools && fin.finish == FinishReason::stop) {
+                    choice.tool_calls = tool_calls_of(choice.text, p.tool_names, call_id(std::size_t(&c - choices.data())));
+                    if (!choice.tool_calls.is_null()) choice.finish_reason = tool_finish;
+                }
+                out.push_back(std::move(choice));
                 if ((&c - choices.data()) % p.best_of == 0) usage.prompt_tokens += fin.n_prompt;  // a prompt once, whatever n
                 usage.completion_tokens += fin.n_generated;  // every sequence generated, as OpenAI counts best_of
             }
@@ -300,8 +310,24 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             std::size_t offset = 0;  ///< text sent so far (logprobs' text_offset)
             bool echo_due = false;
             bool done = false;
+            /// Tools: the text is held while it may still be a call (required, named: all of it;
+            /// auto: until its first non-space byte is not '{').
+            bool holding = false;
+            std::string held;
+            std::vector<TokenText> held_tokens;
         };
-        std::vector<Progress> progress(choices.size(), Progress{0, p.echo, false});
+        std::vector<Progress> progress(choices.size(), Progress{0, p.echo, false, tools, {}, {}});
+        // Sends what a choice holds as content.
+        auto flush = [&](std::size_t i) {
+            Progress& pr = progress[i];
+            pr.holding = false;
+            if (pr.held.empty() && !p.logprobs) return true;
+            const bool ok = send(sse_event(stream_chunk_json(h, i, pr.held, logprobs(pr.held_tokens, pr.offset), nullptr)));
+            pr.offset += pr.held.size();
+            pr.held.clear();
+            pr.held_tokens.clear();
+            return ok;
+        };
         if (chat)
             for (std::size_t i = 0; i < choices.size(); ++i)
                 if (!send(sse_event(stream_chunk_json(h, i, "", nullptr, nullptr, true)))) return gone();
@@ -327,7 +353,16 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                 Channel::Final fin;
                 const bool done = choices[i].channel->poll(got, fin);
                 if (!echo(i, done)) return gone();
-                for (const TextDelta& d : got) {
+                for (TextDelta& d : got) {
+                    if (pr.holding) {
+                        pr.held += d.text;
+                        for (TokenText& t : d.tokens) pr.held_tokens.push_back(std::move(t));
+                        const std::size_t first = pr.held.find_first_not_of(" \t\r\n");
+                        if (p.tool_choice == CompletionParams::ToolChoice::auto_call && first != std::string::npos &&
+                            pr.held[first] != '{' && !flush(i))
+                            return gone();
+                        continue;
+                    }
                     if (d.text.empty() && !p.logprobs) continue;
                     if (!send(sse_event(stream_chunk_json(h, i, d.text, logprobs(d.tokens, pr.offset), nullptr))))
                         return gone();
@@ -343,7 +378,17 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                 }
                 pr.done = true;
                 --n_open;
-                if (!send(sse_event(stream_chunk_json(h, i, "", nullptr, finish_name(fin))))) return gone();
+                const char* finish = finish_name(fin);
+                if (pr.holding) {
+                    const json calls = fin.finish == FinishReason::stop ? tool_calls_of(pr.held, p.tool_names, call_id(i)) : json(nullptr);
+                    if (!calls.is_null()) {
+                        if (!send(sse_event(stream_tool_calls_json(h, i, calls)))) return gone();
+                        finish = tool_finish;
+                    } else if (!flush(i)) {
+                        return gone();
+                    }
+                }
+                if (!send(sse_event(stream_chunk_json(h, i, "", nullptr, finish)))) return gone();
                 if (i % std::size_t(p.best_of) == 0) usage.prompt_tokens += fin.n_prompt;  // a prompt once, whatever n
                 usage.completion_tokens += fin.n_generated;
             }

@@ -24,7 +24,7 @@ const std::set<std::string>& refused_keywords() {
         "multipleOf", "not", "if",
         "then", "else", "prefixItems", "additionalItems", "contains", "minContains", "maxContains", "uniqueItems",
         "patternProperties", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
-        "minProperties", "maxProperties", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
+        "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
         "$recursiveRef", "contentSchema"};
     return k;
 }
@@ -34,7 +34,7 @@ const std::set<std::string>& refused_keywords() {
 /// intersect schemas: with another beside it, both would have to hold at once.
 const std::vector<std::string>& shaping_keywords() {
     static const std::vector<std::string> k = {"$ref", "allOf", "anyOf", "oneOf", "enum", "const", "type",
-                                               "properties", "required", "additionalProperties", "items",
+                                               "properties", "required", "additionalProperties", "minProperties", "maxProperties", "items",
                                                "minLength", "maxLength", "pattern", "minItems", "maxItems", "minimum", "maximum",
                                                "exclusiveMinimum", "exclusiveMaximum"};
     return k;
@@ -309,6 +309,13 @@ int JsonSchema::compile_typed(const Json& s, const std::string& type, const std:
                                                                    "(only listed properties are generated)");
                 it->required = true;
             }
+        }
+        if (s.contains("minProperties") || s.contains("maxProperties")) {  // only "exactly one of the listed"
+            const bool one = s.value("minProperties", Json()) == Json(1) && s.value("maxProperties", Json()) == Json(1);
+            if (!one || n.properties.empty() || s.contains("required"))
+                throw JsonSchemaError(where, "minProperties and maxProperties are supported only as both 1, with properties "
+                                             "and no required ones (exactly one of the listed properties)");
+            n.one_property = true;
         }
         if (s.contains("additionalProperties")) {
             const Json& extra = s["additionalProperties"];

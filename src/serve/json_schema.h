@@ -76,6 +76,7 @@ public:
         /// which is written with at most 18 fraction digits and no exponent when bounded)
         __int128 lowest = 0, highest = 0;
         int pattern = -1;                  ///< string: its `pattern`'s automaton (-1: none)
+        bool one_property = false;         ///< object: exactly one of the listed properties (min and maxProperties 1)
         bool one_of = false;               ///< choice: from oneOf (no branch's type may be inferred)
         bool inferred = false;             ///< its type was inferred from its keywords (other types also valid)
     };

@@ -73,7 +73,9 @@ void JsonSchemaPrefix::value_done() {
 }
 
 std::uint64_t JsonSchemaPrefix::allowed_keys(const Frame& f) const {
-    const auto& props = schema_->node(f.node).properties;
+    const JsonSchema::Node& n = schema_->node(f.node);
+    const auto& props = n.properties;
+    if (n.one_property) return f.count == 0 ? (props.size() == 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << props.size()) - 1) : 0;
     std::uint64_t bits = 0;
     for (std::size_t i = std::size_t(f.count); i < props.size(); ++i) {
         bits |= std::uint64_t(1) << i;
@@ -83,6 +85,7 @@ std::uint64_t JsonSchemaPrefix::allowed_keys(const Frame& f) const {
 }
 
 bool JsonSchemaPrefix::can_close_object(const Frame& f) const {
+    if (schema_->node(f.node).one_property) return f.count > 0;
     const auto& props = schema_->node(f.node).properties;
     for (std::size_t i = std::size_t(f.count); i < props.size(); ++i)
         if (props[i].required) return false;

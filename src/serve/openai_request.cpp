@@ -9,6 +9,7 @@
 #include "aqpim/error.h"
 #include "aqpim/json_integer.h"
 #include "aqpim/file_io.h"
+#include "serve/openai_fields.h"
 
 namespace aqpim::serve {
 
@@ -42,9 +43,9 @@ json parse_request_json(const std::string& body) {
     return j;
 }
 
-namespace {
+namespace fields {
 
-[[noreturn]] void bad(const std::string& param, const std::string& message) {
+void bad(const std::string& param, const std::string& message) {
     throw ApiError(400, param + ": " + message, param);
 }
 
@@ -82,6 +83,12 @@ std::string string(const json& v, const std::string& param) {
     if (!v.is_string()) bad(param, fmt::format("expected a string, got {}", type_name(v)));
     return v.get<std::string>();
 }
+
+}  // namespace fields
+
+namespace {
+
+using namespace fields;
 
 std::vector<std::int32_t> token_ids(const json& v, const RequestLimits& limits, const std::string& param) {
     std::vector<std::int32_t> ids;
@@ -138,12 +145,25 @@ void read_messages(const json& v, CompletionParams& p) {
         const std::string param = fmt::format("messages[{}]", i);
         if (!v[i].is_object()) bad(param, fmt::format("expected an object, got {}", type_name(v[i])));
         for (const auto& [key, value] : v[i].items())
-            if (key != "role" && key != "content" && key != "name") bad(param + "." + key, "unrecognized message field");
-        const json* role = field(v[i], "role");
+            if (key != "role" && key != "content" && key != "name" && key != "tool_calls" && key != "tool_call_id")
+                bad(param + "." + key, "unrecognized message field");
+        const json* role_field = field(v[i], "role");
+        if (!role_field) bad(param + ".role", "missing");
+        const std::string role = string(*role_field, param + ".role");
         const json* content = field(v[i], "content");
-        if (!role) bad(param + ".role", "missing");
-        if (!content) bad(param + ".content", "missing");
-        p.messages.push_back({string(*role, param + ".role"), message_content(*content, param + ".content")});
+        const json* calls = field(v[i], "tool_calls");
+        const json* call_id = field(v[i], "tool_call_id");
+        if (calls && role != "assistant") bad(param + ".tool_calls", "only an assistant message holds tool calls");
+        if (call_id && role != "tool") bad(param + ".tool_call_id", "only a tool message answers a call");
+        if (!content && !calls) bad(param + ".content", "missing");
+        std::string text = content ? message_content(*content, param + ".content") : "";
+        if (calls) text += (text.empty() ? "" : "\n") + tool_calls_text(*calls, param + ".tool_calls");
+        if (role == "tool") {  // a call's result: the user's turn in every format (docs/serve.md "Tool calls")
+            const std::string id = call_id ? string(*call_id, param + ".tool_call_id") : "";
+            p.messages.push_back({"user", "The result of the call" + (id.empty() ? std::string() : " " + id) + ":\n" + text});
+            continue;
+        }
+        p.messages.push_back({role, std::move(text)});
     }
 }
 
@@ -206,111 +226,6 @@ void check_neutral(const json& body) {
     if (const json* v = field(body, "suffix"); v && !string(*v, "suffix").empty()) bad("suffix", "is not supported");
 }
 
-/// The JSON schema at `path` in the body, its members in the order the client wrote them when
-/// `body_text` is given (nlohmann::json sorts them).
-nlohmann::ordered_json ordered_schema(const json& body, std::string_view body_text, const std::vector<std::string>& path) {
-    if (body_text.empty()) {
-        const json* s = &body;
-        for (const std::string& key : path) s = &(*s)[key];
-        return nlohmann::ordered_json(*s);
-    }
-    nlohmann::ordered_json schema = parse_json<nlohmann::ordered_json>(body_text, "request body");
-    for (const std::string& key : path) schema = nlohmann::ordered_json(schema[key]);
-    return schema;
-}
-
-/// response_format into p.json_mode and p.json_schema: {"type": "text"}, {"type": "json_object"}
-/// (JSON mode; llama-server's "schema" member beside it taken as a schema), or OpenAI's
-/// {"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}}.
-void read_response_format(const json& body, std::string_view body_text, CompletionParams& p) {
-    const json* v = field(body, "response_format");
-    if (!v) return;
-    const json* t = v->is_object() ? field(*v, "type") : nullptr;
-    const std::string type = t && t->is_string() ? t->get<std::string>() : "";
-    if (type != "text" && type != "json_object" && type != "json_schema")
-        bad("response_format", "expected {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": {\"schema\": ...}}");
-    p.json_mode = type != "text";
-    std::vector<std::string> path;  // to the schema within the body
-    if (type == "json_object" && field(*v, "schema")) path = {"response_format", "schema"};
-    if (type == "json_schema") {
-        const json* js = field(*v, "json_schema");
-        if (!js || !js->is_object() || !field(*js, "schema"))
-            bad("response_format", "json_schema: expected {\"name\": ..., \"schema\": {...}}");
-        path = {"response_format", "json_schema", "schema"};
-    }
-    if (path.empty()) return;
-    const std::string where = path.back() == "schema" && path.size() == 3 ? "json_schema.schema" : "schema";
-    try {
-        p.json_schema = std::make_shared<const JsonSchema>(ordered_schema(body, body_text, path));
-    } catch (const JsonSchemaError& e) {
-        bad("response_format", where + " " + e.what());
-    }
-}
-
-/// `text` as a pattern that matches it literally.
-std::string regex_literal(const std::string& text) {
-    std::string out;
-    for (const char c : text) {
-        if (std::string_view("\\^$.|?*+()[]{}/").find(c) != std::string_view::npos) out += '\\';
-        out += c;
-    }
-    return out;
-}
-
-/// vLLM's structured outputs into p.regex (or p.json_mode and p.json_schema): {"structured_outputs":
-/// {"regex": R}}, {"choice": [texts]} or {"json": schema} (vLLM 0.12 on), or the fields those
-/// replaced, guided_regex, guided_choice and guided_json. The whole output matches the regex, is
-/// one of the choices, or is a JSON object of the schema. One constraint per request.
-void read_structured_outputs(const json& body, std::string_view body_text, CompletionParams& p) {
-    std::vector<std::vector<std::string>> found;  // paths to the constraints given
-    if (const json* so = field(body, "structured_outputs")) {
-        if (!so->is_object()) bad("structured_outputs", fmt::format("expected an object, got {}", type_name(*so)));
-        for (const auto& [key, value] : so->items()) {
-            if (key != "regex" && key != "choice" && key != "json")
-                bad("structured_outputs." + key, "is not supported (regex, choice and json are)");
-            if (!value.is_null()) found.push_back({"structured_outputs", key});
-        }
-    }
-    for (const char* key : {"guided_regex", "guided_choice", "guided_json"})
-        if (field(body, key)) found.push_back({key});
-    if (found.empty()) return;
-    const std::string name = found[0].size() == 2 ? found[0][0] + "." + found[0][1] : found[0][0];
-    if (found.size() > 1 || p.json_mode)
-        bad(name, "one output constraint per request (structured_outputs' regex, choice or json, a guided_ field, or response_format)");
-    const json* v = &body;
-    for (const std::string& key : found[0]) v = &(*v)[key];
-    const std::string kind = found[0].back().substr(found[0].back().rfind('_') + 1);  // regex, choice, json
-    if (kind == "json") {
-        try {
-            p.json_schema = std::make_shared<const JsonSchema>(
-                v->is_string() ? parse_json<nlohmann::ordered_json>(v->get<std::string>(), "the schema") : ordered_schema(body, body_text, found[0]));
-        } catch (const JsonSchemaError& e) {
-            bad(name, e.what());
-        } catch (const Error& e) {  // a schema given as text that is not JSON
-            bad(name, e.what());
-        }
-        p.json_mode = true;
-        return;
-    }
-    std::string pattern;
-    if (kind == "regex") {
-        pattern = string(*v, name.c_str());
-    } else {
-        if (!v->is_array() || v->empty()) bad(name, "expected a non-empty array of strings");
-        for (const json& c : *v) {
-            if (!c.is_string()) bad(name, fmt::format("expected strings, got {}", type_name(c)));
-            pattern += (pattern.empty() ? "" : "|") + regex_literal(c.get<std::string>());
-        }
-        if (pattern.size() > RegexDfa::kMaxPatternBytes)
-            bad(name, fmt::format("the choices take more than {} bytes as a pattern", RegexDfa::kMaxPatternBytes));
-    }
-    try {
-        p.regex = std::make_shared<const RegexDfa>(pattern, RegexDfa::Match::whole, std::bitset<256>().set());
-    } catch (const RegexError& e) {
-        bad(name, e.what());
-    }
-}
-
 }  // namespace
 
 CompletionParams parse_completion_request(const json& body, bool chat, const RequestLimits& limits,
@@ -321,7 +236,8 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
         "top_k", "min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n", "response_format",
         "structured_outputs", "guided_regex", "guided_choice", "guided_json"};
     static const std::set<std::string> completions_only = {"prompt", "echo", "best_of", "suffix"};
-    static const std::set<std::string> chat_only = {"messages", "top_logprobs", "max_completion_tokens"};
+    static const std::set<std::string> chat_only = {"messages", "top_logprobs", "max_completion_tokens", "tools",
+                                                    "tool_choice", "parallel_tool_calls"};
     refuse_unknown_fields(body, [&](const std::string& key) {
         return common.count(key) || (chat ? chat_only : completions_only).count(key);
     });
@@ -388,11 +304,10 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
         bad(p.best_of > p.n ? "best_of" : "n",
             fmt::format("{} prompts x {} = {} is {} choices: at most {} per request", p.prompts.size(),
                         p.best_of > p.n ? "best_of" : "n", p.best_of, n_choices, limits.max_choices));
-    read_response_format(body, body_text, p);
-    read_structured_outputs(body, body_text, p);
-    if ((p.json_mode || p.regex) && (p.id_slot >= 0 || p.keep_slot))
+    read_output_constraints(body, body_text, p);
+    if ((p.json_mode || p.regex || p.tool_choice != CompletionParams::ToolChoice::none) && (p.id_slot >= 0 || p.keep_slot))
         bad(p.id_slot >= 0 ? "id_slot" : "keep_slot",
-            "an output constraint (response_format json_object or json_schema, structured_outputs) does not continue or park a sequence");
+            "an output constraint (response_format json_object or json_schema, structured_outputs, tools) does not continue or park a sequence");
     if (n_choices > 1 && (p.id_slot >= 0 || p.keep_slot))
         bad(p.id_slot >= 0 ? "id_slot" : "keep_slot", "takes one choice (one prompt, n = 1)");
     return p;

@@ -80,6 +80,11 @@ struct CompletionParams {
     bool json_mode = false;             ///< response_format {"type": "json_object"} or "json_schema"
     std::shared_ptr<const JsonSchema> json_schema;  ///< response_format json_schema's schema (null: any object)
     std::shared_ptr<const RegexDfa> regex;  ///< structured_outputs regex or choice: the whole output matches it
+    /// chat `tool_choice` (docs/serve.md "Tool calls"): none (no tools, or "none"), auto (the model
+    /// may answer with a call), required (it must call one of the tools), named (that one).
+    enum class ToolChoice : std::uint8_t { none, auto_call, required, named };
+    ToolChoice tool_choice = ToolChoice::none;
+    std::vector<std::string> tool_names;  ///< the functions a call may name
     /// vLLM's: the KV store shares stored prefixes only between requests with the same salt (a
     /// tenant's secret keeps its prompts' blocks, and their timing, to itself)
     std::string cache_salt;

@@ -63,7 +63,8 @@ json completion_json(const ResponseHeader& h, const std::vector<ChoiceText>& cho
     for (std::size_t i = 0; i < choices.size(); ++i) {
         const ChoiceText& c = choices[i];
         json choice = {{"index", i}, {"logprobs", c.logprobs}, {"finish_reason", c.finish_reason}};
-        if (h.chat) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+        if (h.chat && !c.tool_calls.is_null()) choice["message"] = {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", c.tool_calls}};
+        else if (h.chat) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
         else choice["text"] = c.text;
         j["choices"].push_back(std::move(choice));
     }
@@ -85,6 +86,18 @@ json stream_chunk_json(const ResponseHeader& h, std::size_t index, const std::st
         choice["text"] = text;
     }
     j["choices"] = json::array({choice});
+    return j;
+}
+
+json stream_tool_calls_json(const ResponseHeader& h, std::size_t index, const json& tool_calls) {
+    json calls = json::array();
+    for (std::size_t k = 0; k < tool_calls.size(); ++k) {
+        json c = tool_calls[k];
+        c["index"] = k;
+        calls.push_back(std::move(c));
+    }
+    json j = header_json(h, "chat.completion.chunk");
+    j["choices"] = json::array({{{"index", index}, {"logprobs", nullptr}, {"finish_reason", nullptr}, {"delta", {{"tool_calls", calls}}}}});
     return j;
 }
 

@@ -36,6 +36,7 @@ struct ChoiceText {
     std::string text;
     const char* finish_reason = "stop";
     nlohmann::json logprobs;  ///< null: none asked for
+    nlohmann::json tool_calls;  ///< chat: the call the text is (message.tool_calls, content null); null: none
 };
 
 /// The non-streaming response: a choice per prompt, index in order.
@@ -44,6 +45,12 @@ nlohmann::json completion_json(const ResponseHeader& h, const std::vector<Choice
 /// first chat chunk, delta {role: assistant}), finish_reason null unless given.
 nlohmann::json stream_chunk_json(const ResponseHeader& h, std::size_t index, const std::string& text,
                                  const nlohmann::json& logprobs, const char* finish_reason, bool role_only = false);
+/// A chat stream's chunk for choice `index` whose delta is a whole tool call (OpenAI's tool_calls
+/// delta, each call with its index, id, type and function).
+nlohmann::json stream_tool_calls_json(const ResponseHeader& h, std::size_t index, const nlohmann::json& tool_calls);
+/// The tool call a finished chat text holds when it is one JSON object {"name": one of `names`,
+/// "arguments": an object}: OpenAI's tool_calls array of it (`id` its id); null otherwise.
+nlohmann::json tool_calls_of(const std::string& text, const std::vector<std::string>& names, const std::string& id);
 /// The last chunk with stream_options.include_usage: no choices, the usage.
 nlohmann::json stream_usage_json(const ResponseHeader& h, const Usage& usage);
 /// "data: <json>\n\n" (invalid UTF-8 from byte tokens replaced, never an exception).

@@ -290,6 +290,20 @@ TEST(JsonSchema, PatternsMatchTheStringsDecodedText) {
     EXPECT_FALSE(whole(either, R"({"a":"y"})"));
 }
 
+TEST(JsonSchema, MinAndMaxPropertiesOneMeanExactlyOneOfTheListed) {
+    const JsonSchema s(Json::parse(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"null"}},
+        "minProperties":1,"maxProperties":1})"));
+    EXPECT_TRUE(whole(s, R"({"b":null})")) << "any one of them, not only the first";
+    EXPECT_TRUE(whole(s, R"({"a":1})"));
+    EXPECT_EQ(first_refused(s, "{}"), 1u);
+    EXPECT_EQ(first_refused(s, R"({"a":1,)"), 6u);
+    for (const char* other : {R"({"type":"object","properties":{"a":{}},"maxProperties":2})",
+                              R"({"type":"object","properties":{"a":{}},"minProperties":1})",
+                              R"({"type":"object","minProperties":1,"maxProperties":1})",
+                              R"({"type":"object","properties":{"a":{}},"required":["a"],"minProperties":1,"maxProperties":1})"})
+        EXPECT_THROW(JsonSchema(Json::parse(other)), JsonSchemaError) << other;
+}
+
 // ---- texts drawn from the recognizer, checked by a validator written separately -----------------
 
 /// Whether `v` is valid under `s` for the keywords the compiler implements ($ref resolved in `root`).

@@ -107,6 +107,22 @@ if (dated.choices[0].finish_reason === 'stop')
 else
   assert.ok(!/"year"\s*:\s*"(?!1)/.test(dated.choices[0].text), `a cut text still starts the year with 1: ${dated.choices[0].text}`);
 
+// A named tool call: the client reads message.tool_calls (its arguments a JSON text).
+const weather = {
+  type: 'function',
+  function: { name: 'get_weather', parameters: { type: 'object', properties: { town: { type: 'string', maxLength: 8 } }, required: ['town'] } },
+};
+const called = await client.chat.completions.create({
+  ...chatParams, max_tokens: 200, tools: [weather], tool_choice: { type: 'function', function: { name: 'get_weather' } },
+});
+if (called.choices[0].finish_reason === 'stop') {
+  const call = called.choices[0].message.tool_calls[0];
+  assert.equal(call.function.name, 'get_weather');
+  assert.equal(typeof JSON.parse(call.function.arguments).town, 'string', `arguments: ${call.function.arguments}`);
+} else {
+  assert.equal(called.choices[0].finish_reason, 'length');
+}
+
 await assert.rejects(client.completions.create({ ...params, temperature: 5 }), (e) => {
   assert.ok(e instanceof OpenAI.BadRequestError, `a 400 BadRequestError, got ${e}`);
   assert.match(e.message, /temperature/);

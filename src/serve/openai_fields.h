@@ -1,0 +1,40 @@
+#pragma once
+// Reading a request body's fields (openai_request.cpp and openai_constraints.cpp): each helper
+// returns the value or throws ApiError 400 naming the field and what is wrong with it.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "serve/openai_request.h"
+
+namespace aqpim::serve::fields {
+
+[[noreturn]] void bad(const std::string& param, const std::string& message);
+/// "null", "a boolean", "a number", "a string", "an array", "an object".
+const char* type_name(const nlohmann::json& v);
+/// A present, non-null field (nullptr if absent or null: OpenAI treats null as "not given").
+const nlohmann::json* field(const nlohmann::json& body, const char* name);
+double number(const nlohmann::json& v, const std::string& param, double lo, double hi);
+std::int64_t integer(const nlohmann::json& v, const std::string& param, std::int64_t lo, std::int64_t hi);
+bool boolean(const nlohmann::json& v, const std::string& param);
+std::string string(const nlohmann::json& v, const std::string& param);
+
+}  // namespace aqpim::serve::fields
+
+namespace aqpim::serve {
+
+/// response_format, vLLM's structured_outputs and guided_* fields, and a chat request's tools and
+/// tool_choice into p (json_mode, json_schema, regex, tool_choice, tool_names; the tools are
+/// described to the model in a system message of p.messages). At most one of them constrains the
+/// output. `body_text` as parse_completion_request takes it.
+void read_output_constraints(const nlohmann::json& body, std::string_view body_text, CompletionParams& p);
+
+/// An assistant message's tool_calls as the text the model writes for a call (one JSON object
+/// {"name", "arguments"} per line), for the chat prompt. Throws ApiError 400 naming `param`.
+std::string tool_calls_text(const nlohmann::json& tool_calls, const std::string& param);
+
+
+}  // namespace aqpim::serve

@@ -1,0 +1,160 @@
+// Tool calls over HTTP (chat `tools` and `tool_choice`, docs/serve.md "Tool calls"): a named or
+// required call comes back as message.tool_calls with arguments of the function's schema, streamed
+// as one tool_calls delta with the same call; "auto" on a model that writes prose answers with
+// content, streamed as whole; a conversation holding calls and their results is read; what is
+// wrong is refused naming the field.
+
+#include <gtest/gtest.h>
+
+#include "serve/http_test_util.h"
+
+namespace aqpim {
+namespace {
+
+using nlohmann::json;
+using test::post;
+
+const json kTools = json::parse(R"([
+  {"type": "function", "function": {"name": "get_weather", "description": "The weather in a town.",
+    "parameters": {"type": "object", "properties": {"town": {"type": "string", "maxLength": 16},
+      "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["town", "unit"]}}},
+  {"type": "function", "function": {"name": "send_letter", "parameters": {"type": "object",
+    "properties": {"to": {"type": "string", "maxLength": 12}}, "required": ["to"]}}}])");
+
+json chat(const json& extra) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "What is the weather in Bath?"}}}}, {"max_tokens", 300},
+                 {"temperature", 0.8}, {"tools", kTools}};
+    body.update(extra);
+    return body;
+}
+
+/// The streamed response's text, tool calls and finish reason.
+struct Streamed {
+    std::string content;
+    json tool_calls = json::array();
+    std::string finish;
+};
+
+Streamed stream(httplib::Client& c, json body) {
+    body["stream"] = true;
+    auto r = test::post_json(c, "/v1/chat/completions", body);
+    Streamed s;
+    EXPECT_TRUE(r && r->status == 200);
+    if (!r) return s;
+    for (const std::string& e : test::sse_data(r->body)) {
+        if (e == "[DONE]") continue;
+        const json choice = json::parse(e)["choices"][0];
+        const json& delta = choice["delta"];
+        s.content += delta.value("content", "");
+        if (delta.contains("tool_calls"))
+            for (const json& t : delta["tool_calls"]) s.tool_calls.push_back(t);
+        if (!choice["finish_reason"].is_null()) s.finish = choice["finish_reason"];
+    }
+    return s;
+}
+
+/// The tools' description makes a 300-token prompt: sequences of 1024 tokens.
+serve::EngineOptions tool_engine() {
+    serve::EngineOptions o = test::small_engine();
+    o.ctx = 1024;
+    return o;
+}
+
+TEST(HttpToolCalls, ANamedOrRequiredCallHasItsFunctionsArguments) {
+    const LoadedModel& m = test::austen_serve_model();
+    test::TestServer s(m, tool_engine());
+    auto c = s.client();
+    int called = 0;
+    for (int seed = 1; seed <= 4; ++seed) {
+        const json body = chat({{"seed", seed}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}});
+        const json choice = post(c, "/v1/chat/completions", body)["choices"][0];
+        if (choice["finish_reason"] == "length") {
+            EXPECT_TRUE(choice["message"]["content"].is_string()) << choice.dump();
+            continue;
+        }
+        ++called;
+        EXPECT_EQ(choice["finish_reason"], "stop") << "a forced call ends with stop, as OpenAI's";
+        EXPECT_TRUE(choice["message"]["content"].is_null());
+        const json call = choice["message"]["tool_calls"][0];
+        EXPECT_EQ(call["type"], "function");
+        EXPECT_EQ(call["function"]["name"], "get_weather");
+        EXPECT_EQ(call["id"].get<std::string>().rfind("call_", 0), 0u);
+        const json args = json::parse(call["function"]["arguments"].get<std::string>());
+        EXPECT_TRUE(args["town"].is_string() && args["town"].get<std::string>().size() <= 16 * 4) << args.dump();
+        EXPECT_TRUE(args["unit"] == "celsius" || args["unit"] == "fahrenheit") << args.dump();
+        // Streamed: one tool_calls delta holding the same call, no content.
+        const Streamed st = stream(c, body);
+        EXPECT_EQ(st.content, "");
+        ASSERT_EQ(st.tool_calls.size(), 1u);
+        EXPECT_EQ(st.tool_calls[0]["index"], 0);
+        EXPECT_EQ(st.tool_calls[0]["function"], call["function"]);
+        EXPECT_EQ(st.finish, "stop");
+    }
+    EXPECT_GE(called, 2) << "300 tokens finish most calls (a 13M model pads with the whitespace JSON allows)";
+    // required: one of the tools (either name), finish_reason tool_calls.
+    int required = 0;
+    for (int seed = 1; seed <= 4; ++seed) {
+        const json choice = post(c, "/v1/chat/completions", chat({{"seed", seed}, {"tool_choice", "required"}}))["choices"][0];
+        if (choice["finish_reason"] == "length") continue;
+        ++required;
+        EXPECT_EQ(choice["finish_reason"], "tool_calls");
+        const std::string name = choice["message"]["tool_calls"][0]["function"]["name"];
+        EXPECT_TRUE(name == "get_weather" || name == "send_letter") << name;
+        EXPECT_TRUE(json::parse(choice["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()).is_object());
+    }
+    EXPECT_GE(required, 2);
+}
+
+TEST(HttpToolCalls, AutoLeavesProseAsContentAndReadsAConversationWithCalls) {
+    const LoadedModel& m = test::austen_serve_model();
+    test::TestServer s(m, tool_engine());
+    auto c = s.client();
+    // austen-13m writes prose, not calls: "auto" (the default with tools) answers with content.
+    const json body = chat({{"seed", 3}, {"max_tokens", 30}});
+    const json choice = post(c, "/v1/chat/completions", body)["choices"][0];
+    EXPECT_TRUE(choice["message"]["content"].is_string());
+    EXPECT_FALSE(choice["message"].contains("tool_calls"));
+    EXPECT_NE(choice["finish_reason"], "tool_calls");
+    const Streamed st = stream(c, body);
+    EXPECT_EQ(st.content, choice["message"]["content"]) << "held only while it may be a call, then sent";
+    EXPECT_TRUE(st.tool_calls.empty());
+    // "none": the same request without tools in the prompt gives the text a request without tools gives.
+    json plain = body;
+    plain.erase("tools");
+    EXPECT_EQ(post(c, "/v1/chat/completions", chat({{"seed", 3}, {"max_tokens", 30}, {"tool_choice", "none"}}))["choices"][0]["message"]["content"],
+              post(c, "/v1/chat/completions", plain)["choices"][0]["message"]["content"]);
+    // A conversation with a call and its result, then the user: read and answered.
+    json turn = chat({{"seed", 1}, {"max_tokens", 8}});
+    turn["messages"] = json::parse(R"([
+      {"role": "user", "content": "Weather in Bath?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"town\": \"Bath\", \"unit\": \"celsius\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "Rain, 9 degrees."},
+      {"role": "user", "content": "Thank you."}])");
+    EXPECT_EQ(post(c, "/v1/chat/completions", turn)["object"], "chat.completion");
+}
+
+TEST(HttpToolCalls, RefusesWhatIsWrongNamingTheField) {
+    const LoadedModel& m = test::austen_serve_model();
+    test::TestServer s(m, tool_engine());
+    auto c = s.client();
+    const auto param = [&](const json& body) { return post(c, "/v1/chat/completions", body, 400)["error"]["param"]; };
+    json no_tools = chat({{"tool_choice", "required"}});
+    no_tools.erase("tools");
+    EXPECT_EQ(param(no_tools), "tool_choice");
+    EXPECT_EQ(param(chat({{"tool_choice", {{"type", "function"}, {"function", {{"name", "fly"}}}}}})), "tool_choice.function.name");
+    EXPECT_EQ(param(chat({{"tool_choice", "sometimes"}})), "tool_choice");
+    EXPECT_EQ(param(chat({{"tools", json::parse(R"([{"type": "function", "function": {"name": "a b"}}])")}})), "tools[0].function.name");
+    EXPECT_EQ(param(chat({{"tools", json::parse(R"([{"type": "retrieval"}])")}})), "tools[0].type");
+    EXPECT_EQ(param(chat({{"tools", json::parse(R"([{"type": "function", "function": {"name": "a", "parameters": {"type": "object", "properties": {"x": {"not": {}}}}}}])")},
+                          {"tool_choice", "required"}})),
+              "tools");
+    EXPECT_EQ(param(chat({{"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}})), "tool_choice");
+    json bad_call = chat(json::object());
+    bad_call["messages"] = json::parse(R"([{"role": "assistant", "tool_calls": [{"function": {"name": "x", "arguments": "{"}}]}])");
+    EXPECT_EQ(param(bad_call), "messages[0].tool_calls[0].function.arguments");
+    EXPECT_EQ(post(c, "/v1/completions", {{"prompt", "x"}, {"tools", kTools}}, 400)["error"]["param"], "tools");
+}
+
+}  // namespace
+}  // namespace aqpim
