@@ -141,6 +141,8 @@ seed() {
 {"prompt":"x","structured_outputs":{"json":{"type":"object","properties":{"d":{"type":"string","pattern":"^\\d{4}-\\d{2}$"}}}}}
 {"prompt":"x","guided_json":"{\"type\":\"object\"}","guided_regex":null}
 BODIES
+        printf 'chat%s%s' "$sep" '{"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"w","arguments":"{\"t\":\"Bath\"}"}}]},{"role":"tool","tool_call_id":"c1","content":"rain"}],"tools":[{"type":"function","function":{"name":"w","description":"d","parameters":{"type":"object","properties":{"t":{"type":"string","maxLength":8}},"required":["t"]}}},{"type":"function","function":{"name":"v"}}],"tool_choice":"required","parallel_tool_calls":false}' > "$dir/chat-tools"
+        printf 'chat%s%s' "$sep" '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"w"}}],"tool_choice":{"type":"function","function":{"name":"w"}}}' > "$dir/chat-tool-named"
         printf 'tokenize%s%s' "$sep" '{"prompt":"Once upon","add_special_tokens":false}' > "$dir/tokenize0"
         printf 'tokenize%s%s' "$sep" '{"content":"Once upon","add_special":true,"model":"m"}' > "$dir/tokenize1"
         printf 'detokenize%s%s' "$sep" '{"tokens":[1,2,3,511]}' > "$dir/detokenize0"

@@ -116,4 +116,16 @@ inline std::vector<std::string> sse_data(const std::string& body, bool* framing_
     return out;
 }
 
+/// A chat request streamed: its chunks' delta.content joined (a test failure if it is not a 200).
+inline std::string streamed_chat_content(httplib::Client& c, nlohmann::json body) {
+    body["stream"] = true;
+    auto r = post_json(c, "/v1/chat/completions", body);
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+    std::string content;
+    if (r)
+        for (const std::string& e : sse_data(r->body))
+            if (e != "[DONE]") content += nlohmann::json::parse(e)["choices"][0]["delta"].value("content", "");
+    return content;
+}
+
 }  // namespace aqpim::test

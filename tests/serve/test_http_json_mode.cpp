@@ -157,13 +157,7 @@ TEST(HttpJsonMode, AJsonSchemaShapesTheObject) {
                  {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "c"}, {"schema", json::parse(kCharacterSchema)}}}}}};
     const std::string whole = post(c, "/v1/chat/completions", chat)["choices"][0]["message"]["content"];
     EXPECT_TRUE(serve::JsonSchemaPrefix(sorted).feed(whole)) << whole;
-    chat["stream"] = true;
-    auto st = test::post_json(c, "/v1/chat/completions", chat);
-    ASSERT_TRUE(st && st->status == 200);
-    std::string streamed;
-    for (const std::string& e : test::sse_data(st->body))
-        if (e != "[DONE]") streamed += json::parse(e)["choices"][0]["delta"].value("content", "");
-    EXPECT_EQ(streamed, whole);
+    EXPECT_EQ(test::streamed_chat_content(c, chat), whole);
     // llama-server's form: a "schema" beside {"type": "json_object"}.
     const json llama = post(c, "/v1/completions", {{"prompt", "Catherine said"}, {"max_tokens", 60}, {"temperature", 0}, {"seed", 1},
                                                    {"response_format", {{"type", "json_object"}, {"schema", json::parse(kCharacterSchema)}}}});

@@ -50,13 +50,7 @@ TEST(HttpStructuredOutputs, TheWholeTextMatchesTheRegex) {
                  {"seed", 5}, {"structured_outputs", {{"regex", pattern}}}};
     const std::string whole = post(c, "/v1/chat/completions", chat)["choices"][0]["message"]["content"];
     EXPECT_TRUE(regex_prefix(dfa, whole)) << whole;
-    chat["stream"] = true;
-    auto st = test::post_json(c, "/v1/chat/completions", chat);
-    ASSERT_TRUE(st && st->status == 200);
-    std::string streamed;
-    for (const std::string& e : test::sse_data(st->body))
-        if (e != "[DONE]") streamed += json::parse(e)["choices"][0]["delta"].value("content", "");
-    EXPECT_EQ(streamed, whole);
+    EXPECT_EQ(test::streamed_chat_content(c, chat), whole);
 }
 
 TEST(HttpStructuredOutputs, AChoiceIsOneOfTheChoices) {
