@@ -242,7 +242,9 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     // finish_reason tool_calls (stop for a named function, as OpenAI answers a forced call).
     const bool tools = p.tool_choice != CompletionParams::ToolChoice::none;
     const char* tool_finish = p.tool_choice == CompletionParams::ToolChoice::named ? "stop" : "tool_calls";
-    auto call_id = [h = id_prefix, choices](std::size_t i) { return fmt::format("call_{}_{}_{}", h, choices[i].request_id, i); };
+    std::vector<std::uint64_t> request_ids;
+    for (const Choice& c : choices) request_ids.push_back(c.request_id);
+    auto call_id = [h = id_prefix, request_ids](std::size_t i) { return fmt::format("call_{}_{}_{}", h, request_ids[i], i); };
 
     if (!p.stream) {
         const std::int32_t eos = engine.options().eos_token;
@@ -382,7 +384,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                 if (pr.holding) {
                     const json calls = fin.finish == FinishReason::stop ? tool_calls_of(pr.held, p.tool_names, call_id(i)) : json(nullptr);
                     if (!calls.is_null()) {
-                        if (!send(sse_event(stream_tool_calls_json(h, i, calls)))) return gone();
+                        if (!send(sse_event(stream_tool_calls_json(h, i, calls, logprobs(pr.held_tokens, pr.offset))))) return gone();
                         finish = tool_finish;
                     } else if (!flush(i)) {
                         return gone();

@@ -250,7 +250,9 @@ int JsonSchema::compile_nested(const Json& s, const std::string& where) {
     }
     if (types.empty()) {  // the type from the keywords that only apply to one: a value of it is valid
         std::string type;
-        if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) type = "object";
+        if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties") ||
+            s.contains("minProperties") || s.contains("maxProperties"))
+            type = "object";
         else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) type = "array";
         else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) type = "string";
         else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||

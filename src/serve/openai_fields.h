@@ -3,8 +3,10 @@
 // returns the value or throws ApiError 400 naming the field and what is wrong with it.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -25,6 +27,28 @@ std::string string(const nlohmann::json& v, const std::string& param);
 }  // namespace aqpim::serve::fields
 
 namespace aqpim::serve {
+
+/// The request body with its objects' members in the order the client wrote them (nlohmann::json
+/// sorts them), read from its text once, when a schema needs it. With no text: the sorted order.
+/// A body holding an object of more than kMaxMembers members is refused first: ordered_json finds
+/// a member by a linear search, so reading such an object would cost the square of its size.
+class OrderedBody {
+public:
+    static constexpr std::size_t kMaxMembers = 1024;
+
+    OrderedBody(const nlohmann::json& body, std::string_view text);
+    /// The value at `path` (object keys and array indices), members in the written order.
+    nlohmann::ordered_json at(const std::vector<std::string>& path);
+
+private:
+    const nlohmann::ordered_json& whole();
+    const nlohmann::json& body_;
+    std::string_view text_;
+    std::optional<nlohmann::ordered_json> parsed_;
+};
+
+/// A chat request's tools and tool_choice into p (openai_tools.cpp, docs/serve.md "Tool calls").
+void read_tools(const nlohmann::json& body, OrderedBody& ordered, CompletionParams& p);
 
 /// response_format, vLLM's structured_outputs and guided_* fields, and a chat request's tools and
 /// tool_choice into p (json_mode, json_schema, regex, tool_choice, tool_names; the tools are

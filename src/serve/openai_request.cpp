@@ -141,12 +141,17 @@ std::string message_content(const json& v, const std::string& param) {
 
 void read_messages(const json& v, CompletionParams& p) {
     if (!v.is_array() || v.empty()) bad("messages", "expected a non-empty array of messages");
+    bool after_result = false;  // the last message was a tool's result
     for (std::size_t i = 0; i < v.size(); ++i) {
         const std::string param = fmt::format("messages[{}]", i);
         if (!v[i].is_object()) bad(param, fmt::format("expected an object, got {}", type_name(v[i])));
-        for (const auto& [key, value] : v[i].items())
-            if (key != "role" && key != "content" && key != "name" && key != "tool_calls" && key != "tool_call_id")
+        for (const auto& [key, value] : v[i].items()) {
+            // What a client echoes back of a response's message (a dumped message object): no prompt text.
+            const bool echoed = key == "refusal" || key == "annotations" || key == "audio" || key == "reasoning_content" ||
+                                (key == "function_call" && value.is_null());
+            if (key != "role" && key != "content" && key != "name" && key != "tool_calls" && key != "tool_call_id" && !echoed)
                 bad(param + "." + key, "unrecognized message field");
+        }
         const json* role_field = field(v[i], "role");
         if (!role_field) bad(param + ".role", "missing");
         const std::string role = string(*role_field, param + ".role");
@@ -158,12 +163,19 @@ void read_messages(const json& v, CompletionParams& p) {
         if (!content && !calls) bad(param + ".content", "missing");
         std::string text = content ? message_content(*content, param + ".content") : "";
         if (calls) text += (text.empty() ? "" : "\n") + tool_calls_text(*calls, param + ".tool_calls");
-        if (role == "tool") {  // a call's result: the user's turn in every format (docs/serve.md "Tool calls")
+        // A call's result is the user's turn in every format (docs/serve.md "Tool calls"), one turn
+        // with the results and the user message around it (formats that alternate need that).
+        const bool result = role == "tool";
+        if (result) {
             const std::string id = call_id ? string(*call_id, param + ".tool_call_id") : "";
-            p.messages.push_back({"user", "The result of the call" + (id.empty() ? std::string() : " " + id) + ":\n" + text});
-            continue;
+            text = "The result of the call" + (id.empty() ? std::string() : " " + id) + ":\n" + text;
         }
-        p.messages.push_back({role, std::move(text)});
+        if ((result || role == "user") && !p.messages.empty() && p.messages.back().role == "user" && (result || after_result)) {
+            p.messages.back().content += "\n\n" + text;
+        } else {
+            p.messages.push_back({result ? "user" : role, std::move(text)});
+        }
+        after_result = result;
     }
 }
 

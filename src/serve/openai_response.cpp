@@ -89,7 +89,7 @@ json stream_chunk_json(const ResponseHeader& h, std::size_t index, const std::st
     return j;
 }
 
-json stream_tool_calls_json(const ResponseHeader& h, std::size_t index, const json& tool_calls) {
+json stream_tool_calls_json(const ResponseHeader& h, std::size_t index, const json& tool_calls, const json& logprobs) {
     json calls = json::array();
     for (std::size_t k = 0; k < tool_calls.size(); ++k) {
         json c = tool_calls[k];
@@ -97,7 +97,7 @@ json stream_tool_calls_json(const ResponseHeader& h, std::size_t index, const js
         calls.push_back(std::move(c));
     }
     json j = header_json(h, "chat.completion.chunk");
-    j["choices"] = json::array({{{"index", index}, {"logprobs", nullptr}, {"finish_reason", nullptr}, {"delta", {{"tool_calls", calls}}}}});
+    j["choices"] = json::array({{{"index", index}, {"logprobs", logprobs}, {"finish_reason", nullptr}, {"delta", {{"tool_calls", calls}}}}});
     return j;
 }
 

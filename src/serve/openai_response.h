@@ -46,8 +46,9 @@ nlohmann::json completion_json(const ResponseHeader& h, const std::vector<Choice
 nlohmann::json stream_chunk_json(const ResponseHeader& h, std::size_t index, const std::string& text,
                                  const nlohmann::json& logprobs, const char* finish_reason, bool role_only = false);
 /// A chat stream's chunk for choice `index` whose delta is a whole tool call (OpenAI's tool_calls
-/// delta, each call with its index, id, type and function).
-nlohmann::json stream_tool_calls_json(const ResponseHeader& h, std::size_t index, const nlohmann::json& tool_calls);
+/// delta, each call with its index, id, type and function), with the logprobs of its text.
+nlohmann::json stream_tool_calls_json(const ResponseHeader& h, std::size_t index, const nlohmann::json& tool_calls,
+                                      const nlohmann::json& logprobs);
 /// The tool call a finished chat text holds when it is one JSON object {"name": one of `names`,
 /// "arguments": an object}: OpenAI's tool_calls array of it (`id` its id); null otherwise.
 nlohmann::json tool_calls_of(const std::string& text, const std::vector<std::string>& names, const std::string& id);

@@ -148,7 +148,7 @@ TEST(HttpToolCalls, RefusesWhatIsWrongNamingTheField) {
     EXPECT_EQ(param(chat({{"tools", json::parse(R"([{"type": "retrieval"}])")}})), "tools[0].type");
     EXPECT_EQ(param(chat({{"tools", json::parse(R"([{"type": "function", "function": {"name": "a", "parameters": {"type": "object", "properties": {"x": {"not": {}}}}}}])")},
                           {"tool_choice", "required"}})),
-              "tools");
+              "tools[0].function.parameters");
     EXPECT_EQ(param(chat({{"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}})), "tool_choice");
     json bad_call = chat(json::object());
     bad_call["messages"] = json::parse(R"([{"role": "assistant", "tool_calls": [{"function": {"name": "x", "arguments": "{"}}]}])");

@@ -261,7 +261,7 @@ TEST(OpenAiRequest, NamesWhatIsWrong) {
     expect({{"prompt", "x"}, {"messages", json::array()}}, false, "messages", "Unrecognized");
     expect({{"messages", {{{"role", "user"}}}}}, true, "messages[0].content", "missing");
     expect({{"messages", {{{"role", "user"}, {"content", "x"}, {"tool_calls", 1}}}}}, true, "messages[0].tool_calls", "only an assistant message");
-    expect({{"messages", {{{"role", "user"}, {"content", "x"}, {"refusal", 1}}}}}, true, "messages[0].refusal", "unrecognized");
+    expect({{"messages", {{{"role", "user"}, {"content", "x"}, {"weight", 1}}}}}, true, "messages[0].weight", "unrecognized");
     expect({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}}, true, "top_logprobs", "logprobs: true");
     expect({{"prompt", "x"}, {"logprobs", 21}}, false, "logprobs", "outside");
     expect({{"prompt", "x"}, {"cache_salt", ""}}, false, "cache_salt", "1 to 256 bytes");

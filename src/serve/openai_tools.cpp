@@ -1,0 +1,214 @@
+// Tool calls on /v1/chat/completions (openai_fields.h, docs/serve.md "Tool calls"): the tools
+// described to the model, a required or named call kept to its function's parameters by the JSON
+// schema mask, calls and their results in the conversation, and a finished answer read as a call.
+
+#include <algorithm>
+#include <cctype>
+
+#include "aqpim/file_io.h"
+#include "serve/openai_fields.h"
+#include "serve/openai_response.h"
+
+namespace aqpim::serve {
+
+using nlohmann::json;
+using OrderedJson = nlohmann::ordered_json;
+using namespace fields;
+
+namespace {
+
+constexpr std::size_t kMaxTools = 128;  ///< OpenAI's limit
+
+/// A tool's name as OpenAI allows it: 1-64 of a-z, A-Z, 0-9, '_' and '-'.
+bool tool_name_ok(const std::string& name) {
+    if (name.empty() || name.size() > 64) return false;
+    for (const char c : name)
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
+    return true;
+}
+
+/// Local references ("#/$defs/U") of a schema moved to `at` within the call's schema point where
+/// they pointed in the tool's own parameters.
+void move_refs(OrderedJson& schema, const std::string& at) {
+    if (schema.is_object())
+        for (auto& [key, value] : schema.items()) {
+            if (key == "$ref" && value.is_string() && value.get<std::string>().rfind('#', 0) == 0)
+                value = "#" + at + value.get<std::string>().substr(1);
+            else move_refs(value, at);
+        }
+    else if (schema.is_array())
+        for (OrderedJson& e : schema) move_refs(e, at);
+}
+
+}  // namespace
+
+/// tools and tool_choice (chat). A call is the JSON object {"name": N, "arguments": A} the model
+/// writes as its whole answer: tool_choice "required" or a named function keep the output one
+/// ({N: A} when one of several is required), "auto" leaves it free and reads a finished answer
+/// that is one as a call, "none" leaves the tools out of the prompt.
+void read_tools(const json& body, OrderedBody& ordered, CompletionParams& p) {
+    const json* tools = field(body, "tools");
+    const json* choice = field(body, "tool_choice");
+    if (const json* v = field(body, "parallel_tool_calls")) (void)boolean(*v, "parallel_tool_calls");  // one call at most
+    if (!tools) {
+        if (choice && !(choice->is_string() && choice->get<std::string>() == "none")) bad("tool_choice", "needs tools");
+        return;
+    }
+    if (!p.chat) bad("tools", "are a chat request's");
+    if (!tools->is_array() || tools->empty() || tools->size() > kMaxTools)
+        bad("tools", fmt::format("expected an array of 1 to {} tools", kMaxTools));
+    std::vector<bool> has_parameters;
+    for (std::size_t i = 0; i < tools->size(); ++i) {
+        const std::string at = fmt::format("tools[{}]", i);
+        const json& t = (*tools)[i];
+        if (!t.is_object()) bad(at, fmt::format("expected an object, got {}", type_name(t)));
+        const json* type = field(t, "type");
+        if (!type || string(*type, at + ".type") != "function") bad(at + ".type", "only \"function\" tools are supported");
+        const json* fn = field(t, "function");
+        if (!fn || !fn->is_object()) bad(at + ".function", "expected {\"name\": ..., \"parameters\": {...}}");
+        for (const auto& [key, value] : fn->items())
+            if (key != "name" && key != "description" && key != "parameters" && key != "strict")
+                bad(at + ".function." + key, "unrecognized");
+        const json* name = field(*fn, "name");
+        if (!name) bad(at + ".function.name", "missing");
+        const std::string n = string(*name, at + ".function.name");
+        if (!tool_name_ok(n)) bad(at + ".function.name", "1 to 64 of a-z, A-Z, 0-9, '_' and '-'");
+        if (std::find(p.tool_names.begin(), p.tool_names.end(), n) != p.tool_names.end())
+            bad(at + ".function.name", "\"" + n + "\" names two tools");
+        p.tool_names.push_back(n);
+        if (const json* d = field(*fn, "description")) (void)string(*d, at + ".function.description");
+        const json* params = field(*fn, "parameters");
+        if (params && !params->is_object()) bad(at + ".function.parameters", "expected a JSON schema object");
+        has_parameters.push_back(params && !params->empty());  // {} is any object
+        if (const json* s = field(*fn, "strict")) (void)boolean(*s, at + ".function.strict");
+    }
+    // tool_choice: "none", "auto" (the default with tools), "required" or {"type": "function", "function": {"name": N}}.
+    std::string named;
+    if (!choice || (choice->is_string() && choice->get<std::string>() == "auto")) {
+        p.tool_choice = CompletionParams::ToolChoice::auto_call;
+    } else if (choice->is_string() && choice->get<std::string>() == "none") {
+        p.tool_choice = CompletionParams::ToolChoice::none;
+        p.tool_names.clear();
+        return;
+    } else if (choice->is_string() && choice->get<std::string>() == "required") {
+        p.tool_choice = CompletionParams::ToolChoice::required;
+    } else if (choice->is_object() && (!field(*choice, "type") || *field(*choice, "type") == "function") &&
+               field(*choice, "function") && field(*choice, "function")->is_object() && field(*field(*choice, "function"), "name")) {
+        named = string(*field(*field(*choice, "function"), "name"), "tool_choice.function.name");
+        if (std::find(p.tool_names.begin(), p.tool_names.end(), named) == p.tool_names.end())
+            bad("tool_choice.function.name", "\"" + named + "\" is not among the tools");
+        p.tool_choice = CompletionParams::ToolChoice::named;
+    } else {
+        bad("tool_choice", "expected \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    const std::vector<std::string>& names = p.tool_names;
+    const bool keyed = p.tool_choice == CompletionParams::ToolChoice::required && names.size() > 1;
+    if (keyed && names.size() > JsonSchema::kMaxProperties)
+        bad("tools", fmt::format("tool_choice \"required\" takes at most {} tools", JsonSchema::kMaxProperties));
+    const auto parameters = [&](std::size_t i) {  // as written; any object when none are given
+        return has_parameters[i] ? ordered.at({"tools", std::to_string(i), "function", "parameters"}) : OrderedJson{{"type", "object"}};
+    };
+    // The tools in the prompt, their members in the written order: after the system message's
+    // text, or as one. A call is written {"name": N, "arguments": A}, or {N: A} where one of
+    // several functions is required (the schema compiler cannot choose the arguments' schema by a
+    // name already written; it can by the key).
+    OrderedJson listed = OrderedJson::array();
+    for (std::size_t i = 0; i < tools->size(); ++i) {
+        OrderedJson shown = {{"name", names[i]}};
+        if (const json* d = field(*field((*tools)[i], "function"), "description")) shown["description"] = *d;
+        if (has_parameters[i]) shown["parameters"] = parameters(i);
+        listed.push_back(std::move(shown));
+    }
+    const std::string described =
+        "You can call these functions (each with a JSON Schema of its arguments):\n" + listed.dump() +
+        (keyed ? "\nTo call one, answer with only a JSON object: {the function's name: an object of its arguments}."
+               : "\nTo call one, answer with only a JSON object: {\"name\": the function's name, \"arguments\": an object of its arguments}.");
+    if (!p.messages.empty() && p.messages[0].role == "system") p.messages[0].content += "\n\n" + described;
+    else p.messages.insert(p.messages.begin(), {"system", described});
+    if (p.tool_choice == CompletionParams::ToolChoice::auto_call) return;
+    if (p.json_mode || p.regex)
+        bad("tool_choice", "one output constraint per request: a required or named tool call, or response_format / structured_outputs");
+    // The call's schema: {"name": N, "arguments": N's parameters}, or exactly one {N: N's parameters}.
+    OrderedJson schema = OrderedJson::object(), properties = OrderedJson::object();
+    schema["type"] = "object";
+    std::vector<std::size_t> called;  // the tools whose parameters the schema holds
+    if (!keyed) {
+        const std::string n = named.empty() ? names[0] : named;
+        called.push_back(std::size_t(std::find(names.begin(), names.end(), n) - names.begin()));
+        properties["name"] = {{"const", n}};
+        properties["arguments"] = parameters(called[0]);
+        move_refs(properties["arguments"], "/properties/arguments");
+        schema["properties"] = std::move(properties);
+        schema["required"] = {"name", "arguments"};
+    } else {
+        for (std::size_t i = 0; i < names.size(); ++i) {
+            called.push_back(i);
+            properties[names[i]] = parameters(i);
+            move_refs(properties[names[i]], "/properties/" + names[i]);
+        }
+        schema["properties"] = std::move(properties);
+        schema["minProperties"] = 1;
+        schema["maxProperties"] = 1;
+    }
+    const std::string param = called.size() == 1 ? fmt::format("tools[{}].function.parameters", called[0]) : "tools";
+    std::shared_ptr<const JsonSchema> compiled;
+    try {
+        compiled = std::make_shared<const JsonSchema>(schema);
+    } catch (const JsonSchemaError& e) {
+        bad(param, std::string("the call's schema ") + e.what());
+    }
+    // A call's arguments are an object (OpenAI's rule): a schema that admits other values would
+    // let the model write a call no client reads as one.
+    const JsonSchema::Node& root = compiled->node(compiled->root());
+    for (std::size_t k = keyed ? 0 : 1; k < root.properties.size(); ++k)
+        if (compiled->node(root.properties[k].node).kind != JsonSchema::Kind::object)
+            bad(keyed ? fmt::format("tools[{}].function.parameters", called[k]) : param, "must describe an object (\"type\": \"object\")");
+    p.json_schema = std::move(compiled);
+    p.json_mode = true;
+}
+
+std::string tool_calls_text(const json& tool_calls, const std::string& param) {
+    if (!tool_calls.is_array()) bad(param, fmt::format("expected an array, got {}", type_name(tool_calls)));
+    std::string text;
+    for (std::size_t i = 0; i < tool_calls.size(); ++i) {
+        const std::string at = fmt::format("{}[{}]", param, i);
+        const json& c = tool_calls[i];
+        const json* fn = c.is_object() ? field(c, "function") : nullptr;
+        if (!fn || !fn->is_object() || !field(*fn, "name"))
+            bad(at, "expected {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+        OrderedJson call = {{"name", string(*field(*fn, "name"), at + ".function.name")}, {"arguments", OrderedJson::object()}};
+        if (const json* a = field(*fn, "arguments")) {
+            const std::string args = string(*a, at + ".function.arguments");  // OpenAI's: a JSON text ("" none)
+            try {
+                if (!args.empty()) call["arguments"] = parse_json<OrderedJson>(args, at + ".function.arguments");
+            } catch (const Error& e) {
+                bad(at + ".function.arguments", e.what());
+            }
+        }
+        if (i) text += '\n';
+        text += call.dump();
+    }
+    return text;
+}
+
+json tool_calls_of(const std::string& text, const std::vector<std::string>& names, const std::string& id) {
+    OrderedJson v;
+    try {
+        v = parse_json<OrderedJson>(text, "a tool call");  // nesting bounded, as every JSON the server reads
+    } catch (const Error&) {
+        return nullptr;
+    }
+    std::string name;
+    OrderedJson arguments;
+    if (v.is_object() && v.size() == 2 && v.contains("name") && v["name"].is_string() && v.contains("arguments") &&
+        v["arguments"].is_object())
+        name = v["name"], arguments = v["arguments"];
+    else if (v.is_object() && v.size() == 1 && v.begin().value().is_object())  // {N: A}
+        name = v.begin().key(), arguments = v.begin().value();
+    else
+        return nullptr;
+    if (std::find(names.begin(), names.end(), name) == names.end()) return nullptr;
+    return json::array({{{"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments.dump()}}}}});
+}
+
+}  // namespace aqpim::serve

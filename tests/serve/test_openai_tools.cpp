@@ -1,0 +1,142 @@
+// Tool calls as the request parser reads them (serve/openai_tools.cpp): the call's schema keeps
+// a function's own `$defs` references, refuses parameters that do not describe an object, keys one
+// of several required functions by name; calls and results in the conversation become turns
+// (results merged with the user's turn around them, the calls' members in the written order);
+// echoed response fields are taken; a finished text is read as a call in both forms; a body with
+// an object too large to read in order is refused.
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "serve/json_schema.h"
+#include "serve/openai_request.h"
+#include "serve/openai_response.h"
+
+namespace aqpim {
+namespace {
+
+using nlohmann::json;
+
+serve::RequestLimits limits() {
+    serve::RequestLimits l;
+    l.n_vocab = 512;
+    return l;
+}
+
+/// The parsed chat request of `text` (read as the server reads it: the text kept for its order).
+serve::CompletionParams chat(const std::string& text) {
+    return serve::parse_completion_request(json::parse(text), true, limits(), text);
+}
+
+/// The ApiError's param a chat request gets ("" if none).
+std::string refused(const std::string& text) {
+    try {
+        chat(text);
+    } catch (const serve::ApiError& e) {
+        return e.param();
+    }
+    return "";
+}
+
+bool whole(const serve::JsonSchema& s, const std::string& text) {
+    serve::JsonSchemaPrefix p(s);
+    return p.feed(text) && p.complete();
+}
+
+const std::string kUser = R"("messages": [{"role": "user", "content": "x"}])";
+
+TEST(OpenAiTools, TheCallsSchemaKeepsTheFunctionsParameters) {
+    // A function's $defs (pydantic's nested models) are found where the call's schema holds them.
+    const serve::CompletionParams p = chat("{" + kUser + R"(, "tools": [{"type": "function", "function": {"name": "f",
+        "parameters": {"type": "object", "$defs": {"U": {"enum": ["c", "f"]}}, "properties": {"u": {"$ref": "#/$defs/U"}},
+        "required": ["u"]}}}], "tool_choice": {"type": "function", "function": {"name": "f"}}})");
+    ASSERT_TRUE(p.json_schema);
+    EXPECT_EQ(p.tool_choice, serve::CompletionParams::ToolChoice::named);
+    EXPECT_TRUE(whole(*p.json_schema, R"({"name":"f","arguments":{"u":"c"}})"));
+    EXPECT_FALSE(whole(*p.json_schema, R"({"name":"f","arguments":{"u":"x"}})"));
+    EXPECT_FALSE(whole(*p.json_schema, R"({"name":"g","arguments":{"u":"c"}})"));
+    // {} parameters: any object.
+    const serve::CompletionParams any = chat("{" + kUser + R"(, "tools": [{"type": "function", "function": {"name": "f",
+        "parameters": {}}}], "tool_choice": "required"})");
+    EXPECT_TRUE(whole(*any.json_schema, R"({"name":"f","arguments":{"k":[1]}})"));
+    // Several functions, one required: {N: A}, exactly one key, A of that function.
+    const serve::CompletionParams keyed = chat("{" + kUser + R"(, "tools": [
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}},
+        {"type": "function", "function": {"name": "g", "parameters": {"type": "object", "$defs": {"B": {"type": "boolean"}},
+          "properties": {"b": {"$ref": "#/$defs/B"}}}}}], "tool_choice": "required"})");
+    EXPECT_TRUE(whole(*keyed.json_schema, R"({"g":{"b":true}})"));
+    EXPECT_TRUE(whole(*keyed.json_schema, R"({"f":{"a":3}})"));
+    EXPECT_FALSE(whole(*keyed.json_schema, R"({"g":{"b":3}})"));
+    serve::JsonSchemaPrefix two(*keyed.json_schema);
+    EXPECT_FALSE(two.feed(R"({"f":{"a":3},)")) << "one call";
+    // Parameters that admit values other than objects are refused, naming the tool.
+    EXPECT_EQ(refused("{" + kUser + R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}],
+        "tool_choice": "required"})"),
+              "tools[0].function.parameters");
+    EXPECT_EQ(refused("{" + kUser + R"(, "tools": [{"type": "function", "function": {"name": "f"}},
+        {"type": "function", "function": {"name": "g", "parameters": {"anyOf": [{"type": "object"}, {"type": "null"}]}}}],
+        "tool_choice": "required"})"),
+              "tools[1].function.parameters");
+    EXPECT_EQ(refused("{" + kUser + R"(, "tools": [{"type": "function", "function": {"name": "f"}}],
+        "tool_choice": {"type": "retrieval", "function": {"name": "f"}}})"),
+              "tool_choice");
+}
+
+TEST(OpenAiTools, CallsAndResultsBecomeTurns) {
+    const serve::CompletionParams p = chat(R"({"messages": [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": null, "refusal": null, "annotations": [], "function_call": null, "tool_calls": [
+          {"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{\"town\": \"Bath\", \"at\": 9}"}},
+          {"id": "c2", "type": "function", "function": {"name": "w", "arguments": ""}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "rain"},
+        {"role": "tool", "tool_call_id": "c2", "content": "sun"},
+        {"role": "user", "content": "Thanks."}],
+      "tools": [{"type": "function", "function": {"name": "w", "description": "weather"}}]})");
+    ASSERT_EQ(p.messages.size(), 4u);
+    EXPECT_EQ(p.messages[0].role, "system");
+    EXPECT_NE(p.messages[0].content.find(R"("name":"w","description":"weather")"), std::string::npos) << p.messages[0].content;
+    EXPECT_EQ(p.messages[2].role, "assistant");
+    EXPECT_EQ(p.messages[2].content, "{\"name\":\"w\",\"arguments\":{\"town\":\"Bath\",\"at\":9}}\n{\"name\":\"w\",\"arguments\":{}}")
+        << "the members in the order written";
+    EXPECT_EQ(p.messages[3].role, "user");
+    EXPECT_EQ(p.messages[3].content, "The result of the call c1:\nrain\n\nThe result of the call c2:\nsun\n\nThanks.")
+        << "one user turn: formats that alternate turns take it";
+    EXPECT_EQ(p.tool_choice, serve::CompletionParams::ToolChoice::auto_call);
+    EXPECT_FALSE(p.json_schema) << "auto: the output is free";
+}
+
+TEST(OpenAiTools, AFinishedTextIsReadAsACallInEitherForm) {
+    const std::vector<std::string> names = {"w", "v"};
+    const json a = serve::tool_calls_of(R"( {"name": "w", "arguments": {"z": 1, "a": [true]}})", names, "call_1");
+    ASSERT_TRUE(a.is_array());
+    EXPECT_EQ(a[0]["id"], "call_1");
+    EXPECT_EQ(a[0]["function"]["name"], "w");
+    EXPECT_EQ(a[0]["function"]["arguments"], R"({"z":1,"a":[true]})") << "the written order";
+    EXPECT_EQ(serve::tool_calls_of(R"({"v": {}})", names, "x")[0]["function"]["name"], "v");
+    EXPECT_TRUE(serve::tool_calls_of(R"({"name": "u", "arguments": {}})", names, "x").is_null()) << "not a tool";
+    EXPECT_TRUE(serve::tool_calls_of(R"({"name": "w", "arguments": 3})", names, "x").is_null());
+    EXPECT_TRUE(serve::tool_calls_of("It is raining.", names, "x").is_null());
+    EXPECT_TRUE(serve::tool_calls_of(std::string(5000, '[') + std::string(5000, ']'), names, "x").is_null()) << "deep: not read";
+}
+
+TEST(OpenAiTools, SchemasRefuseWhatTheyCannotKeep) {
+    // minProperties and maxProperties other than both 1 are refused, typed or not (never dropped).
+    EXPECT_THROW(serve::JsonSchema(nlohmann::ordered_json::parse(R"({"type":"object","properties":{"a":{"minProperties":2}}})")),
+                 serve::JsonSchemaError);
+    // A body with an object too large to read in written order is refused when a schema needs it.
+    json body = {{"prompt", "x"}, {"response_format", {{"type", "json_object"}, {"schema", {{"type", "object"}}}}}};
+    for (int i = 0; i < 1025; ++i) body["padding"]["k" + std::to_string(i)] = 0;
+    body.erase("padding");
+    json padded = body;
+    for (int i = 0; i < 1025; ++i) padded["response_format"]["schema"]["x" + std::to_string(i)] = 0;
+    try {
+        serve::parse_completion_request(padded, false, limits(), padded.dump());
+        ADD_FAILURE() << "an object of 1025 members";
+    } catch (const serve::ApiError& e) {
+        EXPECT_EQ(e.param(), "request body");
+    }
+    EXPECT_NO_THROW(serve::parse_completion_request(body, false, limits(), body.dump()));
+}
+
+}  // namespace
+}  // namespace aqpim
