@@ -116,6 +116,14 @@ inline std::vector<std::string> sse_data(const std::string& body, bool* framing_
     return out;
 }
 
+/// POST a body given as text (so that the server reads its members in the written order): the
+/// response's first choice (an empty object after a test failure).
+inline nlohmann::json first_choice_of_text(httplib::Client& c, const std::string& path, const std::string& body) {
+    auto r = c.Post(path.c_str(), body, "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+    return r && r->status == 200 ? nlohmann::json::parse(r->body)["choices"][0] : nlohmann::json::object();
+}
+
 /// A chat request streamed: its chunks' delta.content joined (a test failure if it is not a 200).
 inline std::string streamed_chat_content(httplib::Client& c, nlohmann::json body) {
     body["stream"] = true;
