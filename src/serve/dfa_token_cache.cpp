@@ -21,21 +21,14 @@ const std::uint64_t* DfaTokenCache::tokens_from(const RegexDfa& dfa, std::int32_
         if (budget_->load() < std::int64_t(words * 8)) return nullptr;
     }
     auto bits = std::make_unique<std::uint64_t[]>(words);  // zeroed
-    std::vector<std::pair<std::int32_t, std::int32_t>> stack = {{0, state}};  // trie node, automaton state
-    while (!stack.empty()) {
-        const auto [node, at] = stack.back();
-        stack.pop_back();
-        for (std::int32_t c = vocab.trie_[std::size_t(node)].first_child; c >= 0; c = vocab.trie_[std::size_t(c)].next_sibling) {
-            const GuideVocabulary::Node& child = vocab.trie_[std::size_t(c)];
-            const std::int32_t next = dfa.next(at, child.byte);
-            if (next == RegexDfa::kDead) continue;
-            for (std::uint32_t i = child.tokens_begin; i < child.tokens_end; ++i) {
-                const std::int32_t t = vocab.tokens_[i];
-                bits[std::size_t(t) / 64] |= std::uint64_t(1) << (t % 64);
-            }
-            if (child.first_child >= 0) stack.emplace_back(c, next);
-        }
-    }
+    std::vector<std::pair<std::int32_t, std::int32_t>> stack;  // trie node, automaton state
+    vocab.walk(
+        state,
+        [&](std::int32_t& at, unsigned char b) {
+            at = dfa.next(at, b);
+            return at != RegexDfa::kDead;
+        },
+        [&](std::int32_t t) { bits[std::size_t(t) / 64] |= std::uint64_t(1) << (t % 64); }, stack);
     std::lock_guard<std::mutex> lk(mu_);
     if (const auto it = sets_.find(state); it != sets_.end()) return it->second.get();  // another thread filled it meanwhile
     if (budget_->fetch_sub(std::int64_t(words * 8)) < std::int64_t(words * 8)) {

@@ -193,6 +193,16 @@ void mask_guided(const Prefix& state, const GuideVocabulary& vocab, float* logit
     thread_local std::vector<std::pair<std::int32_t, Prefix>> stack;
     allowed.assign(std::size_t(n_vocab), 0);
     bool any = false;
+    const auto keep = [&](std::int32_t t) {
+        if (t < n_vocab && t != vocab.eos_) allowed[std::size_t(t)] = 1, any = true;
+    };
+    // Inside a JSON string the plain tokens are known (a shortcut); the others are tried whole.
+    const auto try_special = [&] {
+        for (const std::int32_t t : vocab.special_) {
+            Prefix next = state;
+            if (t < n_vocab && next.feed(vocab.texts_[std::size_t(t)])) keep(t);
+        }
+    };
     const AutomatonAt a = state.automaton();
     const std::uint64_t* cached = a.dfa && !state.complete() ? a.dfa->token_cache().tokens_from(*a.dfa, a.state, vocab) : nullptr;
     if (cached) {
@@ -202,14 +212,7 @@ void mask_guided(const Prefix& state, const GuideVocabulary& vocab, float* logit
                 const std::size_t t = w * 64 + std::size_t(__builtin_ctzll(m));
                 if (t < n && std::int32_t(t) != vocab.eos_ && (!a.plain_only || vocab.plain_[t])) allowed[t] = 1, any = true;
             }
-        if (a.plain_only)
-            for (const std::int32_t t : vocab.special_) {
-                Prefix next = state;
-                if (t < n_vocab && next.feed(vocab.texts_[std::size_t(t)])) {
-                    allowed[std::size_t(t)] = 1;
-                    any = true;
-                }
-            }
+        if (a.plain_only) try_special();
     } else if (const std::int64_t room = state.string_room(); room >= 0) {
         const std::size_t n = std::min(std::size_t(n_vocab), vocab.plain_.size());
         if (room == kAnyLength)
@@ -217,37 +220,10 @@ void mask_guided(const Prefix& state, const GuideVocabulary& vocab, float* logit
         else
             for (std::size_t t = 0; t < n; ++t) allowed[t] = vocab.plain_[t] && vocab.chars_[t] <= room;
         any = std::find(allowed.begin(), allowed.begin() + std::ptrdiff_t(n), 1) != allowed.begin() + std::ptrdiff_t(n);
-        for (const std::int32_t t : vocab.special_) {
-            Prefix next = state;
-            if (t < n_vocab && next.feed(vocab.texts_[std::size_t(t)])) {
-                allowed[std::size_t(t)] = 1;
-                any = true;
-            }
-        }
+        try_special();
     } else if (!state.complete()) {
-        // Depth first from the root: a node's state is its parent's fed the edge's byte; a refused
-        // byte prunes the subtree.
-        stack.clear();
-        stack.emplace_back(0, state);
-        while (!stack.empty()) {
-            const auto [node, at] = stack.back();
-            stack.pop_back();
-            for (std::int32_t c = vocab.trie_[std::size_t(node)].first_child; c >= 0;
-                 c = vocab.trie_[std::size_t(c)].next_sibling) {
-                const GuideVocabulary::Node& child = vocab.trie_[std::size_t(c)];
-                Prefix next = at;
-                const char b = static_cast<char>(child.byte);
-                if (!next.feed(std::string_view(&b, 1))) continue;
-                for (std::uint32_t i = child.tokens_begin; i < child.tokens_end; ++i) {
-                    const std::int32_t t = vocab.tokens_[i];
-                    if (t < n_vocab && t != vocab.eos_) {
-                        allowed[std::size_t(t)] = 1;
-                        any = true;
-                    }
-                }
-                if (child.first_child >= 0) stack.emplace_back(c, next);
-            }
-        }
+        vocab.walk(state, [](Prefix& s, unsigned char b) { const char c = char(b); return s.feed(std::string_view(&c, 1)); }, keep,
+                   stack);
     }
     const bool keep_eos = state.can_end() || !any;
     if (keep_eos)  // an end of turn without text (a control token) ends the text as EOS does

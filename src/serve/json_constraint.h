@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -103,11 +104,29 @@ public:
     std::int32_t eos() const { return eos_; }
     std::size_t size() const { return texts_.size(); }
     const std::string& text(std::int32_t t) const { return texts_[std::size_t(t)]; }
+    /// Depth first over the texts' trie from `start`: a node's state is its parent's after
+    /// `step(state, byte)` (false: the byte is refused, and with it every token under the node);
+    /// `take(token)` for each token whose whole text was read. `stack` is scratch.
+    template <class State, class Step, class Take>
+    void walk(const State& start, Step step, Take take, std::vector<std::pair<std::int32_t, State>>& stack) const {
+        stack.clear();
+        stack.emplace_back(0, start);
+        while (!stack.empty()) {
+            const auto [node, at] = stack.back();
+            stack.pop_back();
+            for (std::int32_t c = trie_[std::size_t(node)].first_child; c >= 0; c = trie_[std::size_t(c)].next_sibling) {
+                const Node& child = trie_[std::size_t(c)];
+                State next = at;
+                if (!step(next, child.byte)) continue;
+                for (std::uint32_t i = child.tokens_begin; i < child.tokens_end; ++i) take(tokens_[i]);
+                if (child.first_child >= 0) stack.emplace_back(c, next);
+            }
+        }
+    }
 
 private:
     template <class Prefix>
     friend void mask_guided(const Prefix&, const GuideVocabulary&, float*, int, float, const std::vector<std::int32_t>&);
-    friend class DfaTokenCache;
     struct Node {
         std::int32_t first_child = -1, next_sibling = -1;
         std::uint32_t tokens_begin = 0, tokens_end = 0;  ///< the tokens whose text ends here: tokens_[begin, end)
