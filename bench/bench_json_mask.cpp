@@ -7,11 +7,14 @@
 // the mask without its trie (BM_MaskEachToken: every token's text tried whole, as it was first built).
 // BM_MaskJsonSchema: the same with a JSON schema's recognizer (json_schema.h), in those three states
 // and three more (3: a key matched against the listed names; 4: inside a string with a maxLength;
-// 5: inside a string with a `pattern`, whose tokens are walked through the trie, no shortcut).
+// 5: inside a string with a `pattern`, its tokens read from the automaton's cache; 6: inside a
+// string of `format: email`, whose 254-character bound has each cached token tried whole).
 // BM_MaskRegex: a whole-output regex (structured_outputs' regex and choice): 0 inside a sentence
 // pattern's word, 1 at the start of four choices; both read their state's cached token set, whose
 // first filling BM_MaskRegexFirstVisit times. BM_CompileRegex: the pattern into its automaton
 // (0 a date, 1 an e-mail address, 2 the sentence, 3 64 words as choices), once per request.
+// BM_CompileFormat: a schema of one string of each enforced `format` (json_formats.h, in its
+// order: 0 date-time ... 9 uri), its automaton and, for email and hostname, its length table.
 //   BM_MaskJson/<vocab>/<state>   items/s = tokens tried per second; time = one step of one sequence
 
 #include <benchmark/benchmark.h>
@@ -22,6 +25,7 @@
 
 #include "aqpim/sampler.h"
 #include "serve/json_constraint.h"
+#include "serve/json_formats.h"
 #include "serve/json_schema.h"
 #include "serve/regex_dfa.h"
 
@@ -92,7 +96,8 @@ void BM_MaskJson(benchmark::State& st) { time_mask(st, state); }
 const serve::JsonSchema& character_schema() {
     static const serve::JsonSchema s(nlohmann::ordered_json::parse(R"({"type": "object", "properties": {
         "name": {"type": "string"}, "age": {"type": "integer"}, "nickname": {"type": "string", "maxLength": 40},
-        "mood": {"enum": ["happy", "sad", "indifferent"]}, "email": {"type": "string", "pattern": "^[a-z]+@[a-z]+\\.[a-z]{2,4}$"}},
+        "mood": {"enum": ["happy", "sad", "indifferent"]}, "email": {"type": "string", "pattern": "^[a-z]+@[a-z]+\\.[a-z]{2,4}$"},
+        "contact": {"type": "string", "format": "email"}},
         "required": ["name", "age"]})"));
     return s;
 }
@@ -101,7 +106,7 @@ serve::JsonSchemaPrefix schema_state(int which) {
     serve::JsonSchemaPrefix p(character_schema());
     const char* texts[] = {"", "{\"name\": \"Catherine Morland, who", "{\"name\": \"Catherine\", \"age\":",
                            "{\"name\": \"Catherine\", \"age\": 17, \"", "{\"name\": \"C\", \"age\": 17, \"nickname\": \"Cat",
-                           "{\"name\": \"C\", \"age\": 17, \"email\": \"cath"};
+                           "{\"name\": \"C\", \"age\": 17, \"email\": \"cath", "{\"name\": \"C\", \"age\": 17, \"contact\": \"cath"};
     p.feed(texts[which]);
     return p;
 }
@@ -166,6 +171,20 @@ void BM_CompileRegex(benchmark::State& st) {
     st.counters["states"] = double(states);
 }
 
+void BM_CompileFormat(benchmark::State& st) {
+    const serve::JsonFormat& f = serve::json_formats()[std::size_t(st.range(0))];
+    const nlohmann::ordered_json schema = {{"type", "object"},
+                                           {"properties", {{"v", {{"type", "string"}, {"format", std::string(f.name)}}}}}};
+    std::size_t states = 0;
+    for (auto _ : st) {
+        const serve::JsonSchema s(schema);
+        states = s.pattern(0).n_states();
+        benchmark::DoNotOptimize(states);
+    }
+    st.SetLabel(std::string(f.name));
+    st.counters["states"] = double(states);
+}
+
 void BM_SampleSameVocab(benchmark::State& st) {
     const int n_vocab = int(st.range(0));
     std::mt19937 gen(3);
@@ -190,10 +209,11 @@ void BM_MaskEachToken(benchmark::State& st) {
 }
 
 BENCHMARK(BM_MaskJson)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_MaskJsonSchema)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2, 3, 4, 5}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MaskJsonSchema)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2, 3, 4, 5, 6}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskRegex)->ArgsProduct({{4096, 32000, 128256}, {0, 1}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskRegexFirstVisit)->Arg(4096)->Arg(32000)->Arg(128256)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CompileRegex)->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CompileFormat)->DenseRange(0, 9)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskEachToken)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SampleSameVocab)->Arg(4096)->Arg(32000)->Arg(128256)->Unit(benchmark::kMicrosecond);
 

@@ -32,6 +32,10 @@ void write_seeds(const std::filesystem::path& dir) {
          R"({"x":2.2499,"t":3})"},
         {R"({"type":"object","properties":{"d":{"type":"string","pattern":"^\\d{4}-\\d{2}$"},"e":{"pattern":"a\"b|\\\\n"}}})",
          R"({"d":"2026-12","e":"xa\"b"})"},
+        {R"({"type":"object","properties":{"w":{"type":"string","format":"date-time"},"h":{"type":"string","format":"hostname","maxLength":9},)"
+         R"("p":{"type":"string","pattern":"^(ab)+$","minLength":3,"maxLength":7},"i":{"type":"string","format":"ipv6"},)"
+         R"("m":{"type":"integer","multipleOf":2.5,"maximum":100},"c":{"type":"number","multipleOf":0.01}}})",
+         R"({"w":"2024-02-29T23:59:59.5+01:00","h":"a.b-c.de","p":"abab","i":"fe80::1","m":95,"c":-1.25})"},
     };
     int i = 0;
     for (const auto& [schema, text] : seeds)

@@ -148,7 +148,7 @@ GuideVocabulary::GuideVocabulary(std::vector<std::string> texts, std::int32_t eo
             chars += (static_cast<unsigned char>(ch) & 0xC0) != 0x80;
         }
         chars_[t] = std::uint16_t(std::min<std::size_t>(chars, 65535));
-        if (plain) plain_[t] = 1;
+        if (plain) plain_[t] = 1, longest_plain_ = std::max<std::int64_t>(longest_plain_, chars_[t]);
         else special_.push_back(std::int32_t(t));
     }
     // Insert the texts in sorted order: each shares with the previous one exactly the path of
@@ -206,11 +206,17 @@ void mask_guided(const Prefix& state, const GuideVocabulary& vocab, float* logit
     const AutomatonAt a = state.automaton();
     const std::uint64_t* cached = a.dfa && !state.complete() ? a.dfa->token_cache().tokens_from(*a.dfa, a.state, vocab) : nullptr;
     if (cached) {
+        const bool recheck = a.exact_within < vocab.longest_plain_;
         const std::size_t n = std::min(std::size_t(n_vocab), vocab.size());
         for (std::size_t w = 0; w < (n + 63) / 64; ++w)  // set bits only: a selective state costs little
             for (std::uint64_t m = cached[w]; m; m &= m - 1) {
                 const std::size_t t = w * 64 + std::size_t(__builtin_ctzll(m));
-                if (t < n && std::int32_t(t) != vocab.eos_ && (!a.plain_only || vocab.plain_[t])) allowed[t] = 1, any = true;
+                if (t >= n || std::int32_t(t) == vocab.eos_ || (a.plain_only && !vocab.plain_[t])) continue;
+                if (recheck) {
+                    Prefix next = state;
+                    if (!next.feed(vocab.texts_[t])) continue;
+                }
+                allowed[t] = 1, any = true;
             }
         if (a.plain_only) try_special();
     } else if (const std::int64_t room = state.string_room(); room >= 0) {

@@ -28,6 +28,9 @@ struct AutomatonAt {
     const RegexDfa* dfa = nullptr;  ///< nullptr: not here
     std::int32_t state = 0;
     bool plain_only = false;        ///< inside a JSON string: tokens with '"', '\\' or a control byte are tried whole
+    /// The recognizer admits every text the automaton reads up to this many characters (a
+    /// length bound admits fewer beyond): a cached token of more is tried whole.
+    std::int64_t exact_within = std::numeric_limits<std::int64_t>::max();
 };
 
 /// string_room() of a string without a length bound (JsonPrefix, JsonSchemaPrefix).
@@ -142,6 +145,7 @@ private:
     /// (`chars_`: UTF-8 code points, counted as JsonSchemaPrefix counts them; at most 65535).
     std::vector<unsigned char> plain_;
     std::vector<std::uint16_t> chars_;
+    std::int64_t longest_plain_ = 0;  ///< the most chars_ of a plain token
     std::vector<std::int32_t> special_;
 };
 

@@ -2,6 +2,8 @@
 
 #include "serve/json_schema.h"
 
+#include "serve/json_formats.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -17,11 +19,11 @@ using Json = nlohmann::ordered_json;
 namespace {
 
 /// Keywords that constrain a value and are not implemented: refused, never ignored. Unknown
-/// keywords and annotations (title, description, default, examples, format, ...) are ignored, as
-/// JSON Schema ignores what it does not know (`format` is an annotation in draft 2020-12).
+/// keywords and annotations (title, description, default, examples, a `format` not in
+/// json_formats(), ...) are ignored, as JSON Schema ignores what it does not know.
 const std::set<std::string>& refused_keywords() {
     static const std::set<std::string> k = {
-        "multipleOf", "not", "if",
+        "not", "if",
         "then", "else", "prefixItems", "additionalItems", "contains", "minContains", "maxContains", "uniqueItems",
         "patternProperties", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
         "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
@@ -36,7 +38,7 @@ const std::vector<std::string>& shaping_keywords() {
     static const std::vector<std::string> k = {"$ref", "allOf", "anyOf", "oneOf", "enum", "const", "type",
                                                "properties", "required", "additionalProperties", "minProperties", "maxProperties", "items",
                                                "minLength", "maxLength", "pattern", "minItems", "maxItems", "minimum", "maximum",
-                                               "exclusiveMinimum", "exclusiveMaximum"};
+                                               "exclusiveMinimum", "exclusiveMaximum", "multipleOf"};
     return k;
 }
 
@@ -116,6 +118,7 @@ JsonSchema::JsonSchema(const Json& schema) : document_(&schema) {
     for (RegexDfa& p : patterns_) p.token_cache().share_budget(cache_budget);
     document_ = nullptr;
     refs_.clear();
+    pattern_ids_.clear();
     wheres_.clear();
     wheres_.shrink_to_fit();
 }
@@ -187,6 +190,8 @@ int JsonSchema::compile_nested(const Json& s, const std::string& where) {
         for (const std::string& k : shaping_keywords())
             if (k != by && k != also_allowed && s.contains(k))
                 throw JsonSchemaError(where, "\"" + k + "\" beside \"" + by + "\" is not supported");
+        if (s.contains("format") && s["format"].is_string() && find_json_format(s["format"].get<std::string>()))
+            throw JsonSchemaError(where, "\"format\" beside \"" + by + "\" is not supported");
     };
     if (s.contains("$ref")) {
         shaped_beside("$ref");
@@ -256,7 +261,7 @@ int JsonSchema::compile_nested(const Json& s, const std::string& where) {
         else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) type = "array";
         else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) type = "string";
         else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
-                 s.contains("exclusiveMaximum"))
+                 s.contains("exclusiveMaximum") || s.contains("multipleOf"))
             type = "integer";
         else return kAny;
         const int node = compile_typed(s, type, where);
@@ -346,7 +351,7 @@ int JsonSchema::compile_typed(const Json& s, const std::string& type, const std:
         n.first = bytes_of("\"");
         n.min = bound("minLength", 0);
         n.max = bound("maxLength", -1);
-        if (s.contains("pattern")) n.pattern = compile_pattern(s, where);
+        compile_text_automaton(s, where, n);
     } else if (type == "number" || type == "integer") {
         n.kind = type == "number" ? Kind::number : Kind::integer;
         n.first = number_first();
@@ -362,7 +367,7 @@ int JsonSchema::compile_typed(const Json& s, const std::string& type, const std:
 }
 
 void JsonSchema::number_bounds(const Json& s, const std::string& where, Node& n) {
-    const char* keys[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    const char* keys[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "multipleOf"};
     bool any = false;
     for (const char* k : keys) any = any || s.contains(k);
     if (!any) return;
@@ -427,6 +432,27 @@ void JsonSchema::number_bounds(const Json& s, const std::string& where, Node& n)
     n.has_highest = hi <= limit;
     n.lowest = n.has_lowest ? lo : 0;
     n.highest = n.has_highest ? hi : 0;
+    if (!s.contains("multipleOf")) return;
+    // multipleOf, exactly: on the 1e-18 grid (a float through its shortest decimal form), an
+    // integer's the least common multiple with 1 (above 1e17 only 0 is a multiple within the range
+    // a number is written in, and so any such step stands for all).
+    const std::string at = where + "/multipleOf";
+    const Json& m = s["multipleOf"];
+    if (!m.is_number() || !(m.get<double>() > 0)) throw JsonSchemaError(at, "expected a number above 0");
+    Wide step = scaled("multipleOf", false);
+    if (step == 0 || step != scaled("multipleOf", true))
+        throw JsonSchemaError(at, "a multipleOf with more than 18 fraction digits is not supported");
+    step = std::min(step, limit + 1);
+    if (n.kind == Kind::integer) {
+        Wide a = step, b = scale;  // gcd
+        while (b != 0) a = std::exchange(b, a % b);
+        step = step / a > (limit + 1) / scale ? limit + 1 : step / a * scale;
+    }
+    n.multiple = step;
+    const Wide lowest = std::max(lo, -limit), highest = std::min(hi, limit);
+    if (floor_div(highest, step) * step < lowest)
+        throw JsonSchemaError(where, std::string("no ") + (n.kind == Kind::integer ? "integer" : "number") +
+                                         " within the bounds is a multiple of multipleOf");
 }
 
 const std::bitset<256>& JsonSchema::pattern_writable() {
@@ -439,25 +465,57 @@ const std::bitset<256>& JsonSchema::pattern_writable() {
     return b;
 }
 
-int JsonSchema::compile_pattern(const Json& s, const std::string& where) {
-    const Json& p = s["pattern"];
-    if (!p.is_string()) throw JsonSchemaError(where + "/pattern", "expected a string");
-    if (s.contains("minLength") || s.contains("maxLength"))
-        throw JsonSchemaError(where, "\"pattern\" beside \"minLength\" or \"maxLength\" is not supported (bound the "
-                                     "length in the pattern: {n,m})");
-    if (patterns_.size() >= kMaxPatterns)
-        throw JsonSchemaError(where + "/pattern", "more than " + std::to_string(kMaxPatterns) + " patterns in one schema");
+void JsonSchema::compile_text_automaton(const Json& s, const std::string& where, Node& n) {
+    const JsonFormat* format = nullptr;
+    if (s.contains("format") && s["format"].is_string()) format = find_json_format(s["format"].get<std::string>());
+    if (s.contains("pattern") && format)
+        throw JsonSchemaError(where, "\"pattern\" beside the format \"" + std::string(format->name) + "\" is not supported");
+    std::string at;
+    if (s.contains("pattern")) {
+        at = where + "/pattern";
+        if (!s["pattern"].is_string()) throw JsonSchemaError(at, "expected a string");
+        n.pattern = compile_pattern(s["pattern"].get<std::string>(), RegexDfa::Match::search, at);
+    } else if (format) {
+        at = where + "/format";
+        n.pattern = compile_pattern(format->regex, RegexDfa::Match::whole, at);
+    } else {
+        return;
+    }
+    // A length bound beside it: the states from which a match of an admissible length goes on.
+    std::int64_t max = n.max;
+    if (format && format->max_chars >= 0) max = max < 0 ? format->max_chars : std::min(max, format->max_chars);
+    if ((n.min == 0 && max < 0) || (max >= 0 && n.min > max)) return;  // no bound, or one the caller refuses
     try {
-        patterns_.emplace_back(p.get<std::string>(), RegexDfa::Match::search, pattern_writable(), kMaxPatternWork - pattern_work_);
+        lengths_.emplace_back(patterns_[std::size_t(n.pattern)], n.min, max, kMaxPatternWork - pattern_work_);
+    } catch (const RegexError& e) {
+        throw JsonSchemaError(at, std::string(e.what()) + " (with minLength " + std::to_string(n.min) +
+                                      (max >= 0 ? ", maxLength " + std::to_string(max) : std::string()) + ")");
+    }
+    n.lengths = int(lengths_.size() - 1);
+    pattern_work_ += lengths_.back().work();
+    pattern_bytes_ += lengths_.back().bytes();
+    if (pattern_bytes_ > kMaxPatternTableBytes)
+        throw JsonSchemaError(at, "the schema's patterns need more than " + std::to_string(kMaxPatternTableBytes >> 20) +
+                                      " MiB of automata and length tables");
+}
+
+int JsonSchema::compile_pattern(std::string_view source, RegexDfa::Match match, const std::string& where) {
+    const auto key = std::make_pair(std::string(source), match);
+    if (const auto it = pattern_ids_.find(key); it != pattern_ids_.end()) return it->second;
+    if (patterns_.size() >= kMaxPatterns)
+        throw JsonSchemaError(where, "more than " + std::to_string(kMaxPatterns) + " patterns and formats in one schema");
+    try {
+        patterns_.emplace_back(source, match, pattern_writable(), kMaxPatternWork - pattern_work_);
     } catch (const RegexError& e) {
         const bool shared = pattern_work_ > 0 && std::string_view(e.what()).find("too complex") != std::string_view::npos;
-        throw JsonSchemaError(where + "/pattern", std::string(e.what()) + (shared ? " (with the schema's other patterns)" : ""));
+        throw JsonSchemaError(where, std::string(e.what()) + (shared ? " (with the schema's other patterns)" : ""));
     }
     pattern_work_ += patterns_.back().work();
     pattern_bytes_ += patterns_.back().table_bytes();
     if (pattern_bytes_ > kMaxPatternTableBytes)
-        throw JsonSchemaError(where + "/pattern", "the schema's patterns need more than " +
-                                                    std::to_string(kMaxPatternTableBytes >> 20) + " MiB of automata");
+        throw JsonSchemaError(where, "the schema's patterns need more than " + std::to_string(kMaxPatternTableBytes >> 20) +
+                                         " MiB of automata");
+    pattern_ids_[key] = int(patterns_.size() - 1);
     return int(patterns_.size() - 1);
 }
 

@@ -24,6 +24,7 @@
 
 #include "serve/json_constraint.h"
 #include "serve/regex_dfa.h"
+#include "serve/regex_lengths.h"
 
 namespace aqpim::serve {
 
@@ -39,9 +40,9 @@ public:
     static constexpr std::size_t kMaxLiterals = 64;       ///< values of one enum
     static constexpr std::size_t kMaxLiteralBytes = 1024; ///< one enum or const value as compact JSON, one property name
     static constexpr std::size_t kMaxNodes = 4096;        ///< compiled nodes (a $ref target compiles once)
-    static constexpr std::size_t kMaxPatterns = 32;  ///< `pattern`s (their DfaTokenCaches share one budget)
-    static constexpr std::size_t kMaxPatternTableBytes = std::size_t(2) << 20;  ///< all `pattern` automata together
-    static constexpr std::uint64_t kMaxPatternWork = std::uint64_t(1) << 24;  ///< their determinization steps together
+    static constexpr std::size_t kMaxPatterns = 32;  ///< distinct `pattern`s and `format`s (their DfaTokenCaches share one budget)
+    static constexpr std::size_t kMaxPatternTableBytes = std::size_t(2) << 20;  ///< their automata and length tables together
+    static constexpr std::uint64_t kMaxPatternWork = std::uint64_t(1) << 24;  ///< their determinization and length tables' steps together
     /// Nodes every schema has first: any value, and any value of each JSON type (`any` starts one of them).
     static constexpr std::int64_t kBoundScale = 1000000000000000000;  ///< 1e18: bounds in units of 1e-18
     static constexpr int kAny = 0, kAnyObject = 1, kAnyArray = 2, kAnyString = 3, kAnyNumber = 4, kAnyLiteral = 5;
@@ -50,7 +51,7 @@ public:
         any,      ///< any JSON value
         object,   ///< `properties` in order, or free keys whose values are `extra`
         array,    ///< `items`, between min and max of them
-        string,   ///< between min and max characters (code points; an escape is one), or matching `pattern`
+        string,   ///< between min and max characters (code points; an escape is one), matching `pattern` or `format`
         number,
         integer,
         literal,  ///< one of `texts` exactly (enum, const, boolean, null)
@@ -75,7 +76,14 @@ public:
         /// of the values written (multiples of kBoundScale for an integer; 1e-18 for a number,
         /// which is written with at most 18 fraction digits and no exponent when bounded)
         __int128 lowest = 0, highest = 0;
-        int pattern = -1;                  ///< string: its `pattern`'s automaton (-1: none)
+        /// integer, number: `multipleOf` times kBoundScale (an integer's: the least common multiple
+        /// with kBoundScale), at most 1e17 x kBoundScale + 1; 0: none. Exact: a number with one is
+        /// written as a bounded one is.
+        __int128 multiple = 0;
+        /// integer, number: written without an exponent, its value checked exactly (bounds or a multiple)
+        bool exact() const { return has_lowest || has_highest || multiple > 0; }
+        int pattern = -1;                  ///< string: its `pattern`'s or `format`'s automaton (-1: none)
+        int lengths = -1;                  ///< string with an automaton and a length bound: its RegexLengths (-1: none)
         bool one_property = false;         ///< object: exactly one of the listed properties (min and maxProperties 1)
         bool one_of = false;               ///< choice: from oneOf (no branch's type may be inferred)
         bool inferred = false;             ///< its type was inferred from its keywords (other types also valid)
@@ -88,6 +96,7 @@ public:
     const Node& node(int i) const { return nodes_[std::size_t(i)]; }
     int root() const { return root_; }
     const RegexDfa& pattern(int i) const { return patterns_[std::size_t(i)]; }
+    const RegexLengths& lengths(int i) const { return lengths_[std::size_t(i)]; }
     /// The bytes a JSON string's text can hold: all but the control bytes JSON has no short escape
     /// for (a pattern's string is written with its characters as they are, '"' and '\\' escaped).
     static const std::bitset<256>& pattern_writable();
@@ -101,7 +110,8 @@ private:
     int add(Node n, const std::string& where);
     void check_choices();
     void number_bounds(const nlohmann::ordered_json& s, const std::string& where, Node& n);
-    int compile_pattern(const nlohmann::ordered_json& s, const std::string& where);
+    void compile_text_automaton(const nlohmann::ordered_json& s, const std::string& where, Node& n);
+    int compile_pattern(std::string_view source, RegexDfa::Match match, const std::string& where);
 
     static constexpr int kMaxNesting = 256;  ///< schemas within schemas while compiling ($ref chains included)
 
@@ -112,7 +122,9 @@ private:
     std::vector<std::string> wheres_;                   ///< [node] where it was compiled (error messages)
     int nesting_ = 0;
     std::vector<Node> nodes_;
+    std::map<std::pair<std::string, RegexDfa::Match>, int> pattern_ids_;  ///< (source, match) -> patterns_ index
     std::vector<RegexDfa> patterns_;
+    std::vector<RegexLengths> lengths_;
     std::size_t pattern_bytes_ = 0;
     std::uint64_t pattern_work_ = 0;
     int root_ = -1;
@@ -137,7 +149,7 @@ public:
     /// Inside a string, after no backslash, a text without '"', '\\' or a byte below 0x20 continues
     /// it when it has at most this many characters (kAnyLength: no bound); -1 elsewhere.
     std::int64_t string_room() const;
-    /// Inside a `pattern`'s string, after no backslash: its automaton, plain tokens only.
+    /// Inside a `pattern`'s or `format`'s string, after no backslash: its automaton, plain tokens only.
     AutomatonAt automaton() const;
 
 private:
@@ -181,7 +193,7 @@ private:
     bool number_within(const Frame& f) const;
     bool in_literal(Frame& f, unsigned char c);
     bool in_string_byte(Frame& f, unsigned char c);
-    bool in_pattern_byte(Frame& f, unsigned char c, const RegexDfa& pattern);
+    bool in_pattern_byte(Frame& f, unsigned char c, const JsonSchema::Node& n);
     bool in_key_text(Frame& f, unsigned char c);
     bool can_close_object(const Frame& f) const;
     std::uint64_t allowed_keys(const Frame& f) const;

@@ -19,6 +19,16 @@ Wide pow10(int k) {
     return p;
 }
 
+Wide floor_div(Wide a, Wide b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
+
+/// Whether some value in [a, b] (x 1e18) is within the node's bounds and a multiple of its multipleOf.
+bool admits_some(const JsonSchema::Node& n, Wide a, Wide b) {
+    if (n.has_lowest) a = std::max(a, n.lowest);
+    if (n.has_highest) b = std::min(b, n.highest);
+    if (a > b) return false;
+    return n.multiple == 0 || floor_div(b, n.multiple) * n.multiple >= a;
+}
+
 }  // namespace
 
 JsonSchemaPrefix& JsonSchemaPrefix::operator=(const JsonSchemaPrefix& o) {
@@ -50,7 +60,9 @@ AutomatonAt JsonSchemaPrefix::automaton() const {
     const Frame& f = frames_[depth_ - 1];
     const int pattern = schema_->node(f.node).pattern;
     if (f.phase != Phase::chars || pattern < 0) return {};
-    return {&schema_->pattern(pattern), f.pattern_state, true};
+    const int lengths = schema_->node(f.node).lengths;
+    return {&schema_->pattern(pattern), f.pattern_state, true,
+            lengths < 0 ? kAnyLength : schema_->lengths(lengths).exact_within(f.count)};
 }
 
 bool JsonSchemaPrefix::push(Frame f) {
@@ -134,13 +146,12 @@ bool JsonSchemaPrefix::start_value(int node, unsigned char c) {
 /// is, or with more digits (integer digits, then fraction digits for a number; at most 18 of each).
 bool JsonSchemaPrefix::number_feasible(const Frame& f) const {
     const JsonSchema::Node& n = schema_->node(f.node);
-    if (!n.has_lowest && !n.has_highest) return true;
-    const Wide lo = n.has_lowest ? n.lowest : -kUnbounded, hi = n.has_highest ? n.highest : kUnbounded;
+    if (!n.exact()) return true;
     const bool integer = n.kind == JsonSchema::Kind::integer;
-    const auto hits = [&](Wide a, Wide b) {  // some magnitude in [a, b] (x 1e18), with f's sign, is within
-        return f.negative ? (-b <= hi && -a >= lo) : (a <= hi && b >= lo);
+    const auto hits = [&](Wide a, Wide b) {  // some magnitude in [a, b] (x 1e18), with f's sign, is admitted
+        return f.negative ? admits_some(n, -b, -a) : admits_some(n, a, b);
     };
-    if (f.number == JsonNumber::minus) return lo <= -(integer ? kScale : 1);  // a digit must come: below zero
+    if (f.number == JsonNumber::minus) return admits_some(n, -kUnbounded, -(integer ? kScale : 1));  // a digit must come: below zero
     if (f.pos > 18) return false;  // at least 1e18: past any bound
     if (f.number == JsonNumber::point || f.number == JsonNumber::fraction) {  // [m.f, m.f + one unit of its last digit)
         const Wide unit = pow10(18 - f.fraction_digits), a = Wide(f.count) * kScale + Wide(f.fraction) * unit;
@@ -157,17 +168,17 @@ bool JsonSchemaPrefix::number_feasible(const Frame& f) const {
 /// A number read whole: its value within its node's bounds.
 bool JsonSchemaPrefix::number_within(const Frame& f) const {
     const JsonSchema::Node& n = schema_->node(f.node);
-    if (!n.has_lowest && !n.has_highest) return true;
+    if (!n.exact()) return true;
     if (f.pos > 18) return false;
     const Wide magnitude = Wide(f.count) * kScale + Wide(f.fraction) * pow10(18 - f.fraction_digits);
     const Wide v = f.negative ? -magnitude : magnitude;
-    return (!n.has_lowest || v >= n.lowest) && (!n.has_highest || v <= n.highest);
+    return admits_some(n, v, v);
 }
 
 bool JsonSchemaPrefix::in_number(Frame& f, unsigned char c) {
     const JsonSchema::Node& n = schema_->node(f.node);
-    const bool bounded = n.has_lowest || n.has_highest;
-    if (bounded && (c == 'e' || c == 'E')) return false;  // a bounded number is written without an exponent
+    const bool bounded = n.exact();
+    if (bounded && (c == 'e' || c == 'E')) return false;  // an exact number is written without an exponent
     const JsonNumber before = f.number;
     switch (json_number_step(f.number, c, n.kind == JsonSchema::Kind::integer)) {
         case NumberStep::refused: return false;
@@ -213,7 +224,7 @@ bool JsonSchemaPrefix::in_string_byte(Frame& f, unsigned char c) {
     // pair once. A \\u escape of a high surrogate must be followed by one of a low surrogate, and a
     // low one must follow a high one: a lone surrogate is RFC 8259 text that strict parsers refuse.
     const JsonSchema::Node& n = schema_->node(f.node);
-    if (n.pattern >= 0) return in_pattern_byte(f, c, schema_->pattern(n.pattern));
+    if (n.pattern >= 0) return in_pattern_byte(f, c, n);
     const auto one_more = [&] {
         if (n.max >= 0 && f.count >= n.max) return false;
         ++f.count;
@@ -260,13 +271,23 @@ bool JsonSchemaPrefix::in_string_byte(Frame& f, unsigned char c) {
     return (c & 0xC0) == 0x80 || one_more();  // UTF-8 continuation bytes continue a character
 }
 
-bool JsonSchemaPrefix::in_pattern_byte(Frame& f, unsigned char c, const RegexDfa& pattern) {
+bool JsonSchemaPrefix::in_pattern_byte(Frame& f, unsigned char c, const JsonSchema::Node& n) {
     // The string's characters step the automaton: a plain byte as it is, a short escape as the
     // byte it stands for; \\u escapes are not written here (every character has a shorter form).
+    // With a length bound, a step is taken only where a match of an admissible length goes on.
+    const RegexDfa& pattern = schema_->pattern(n.pattern);
+    const RegexLengths* lengths = n.lengths >= 0 ? &schema_->lengths(n.lengths) : nullptr;
+    const auto next_of = [&](unsigned char b, std::int32_t* state, std::int64_t* chars) {
+        *state = pattern.next(f.pattern_state, b);
+        *chars = f.count + ((b & 0xC0) != 0x80);  // a byte that begins a character counts it
+        return *state != RegexDfa::kDead && (!lengths || lengths->feasible(*state, *chars));
+    };
     const auto step = [&](unsigned char b) {
-        const std::int32_t next = pattern.next(f.pattern_state, b);
-        if (next == RegexDfa::kDead) return false;
-        f.pattern_state = next;
+        std::int32_t state;
+        std::int64_t chars;
+        if (!next_of(b, &state, &chars)) return false;
+        f.pattern_state = state;
+        f.count = chars;
         return true;
     };
     if (f.phase == Phase::escape) {
@@ -275,17 +296,19 @@ bool JsonSchemaPrefix::in_pattern_byte(Frame& f, unsigned char c, const RegexDfa
         return b >= 0 && step(static_cast<unsigned char>(b));
     }
     if (c == '"') {
-        if (!pattern.accepting(f.pattern_state)) return false;
+        if (!pattern.accepting(f.pattern_state) || (lengths && f.count < lengths->min_chars())) return false;
         value_done();
         return true;
     }
     if (c == '\\') {  // only when some escaped character leads on
-        for (const char e : {'"', '\\', '/', 'b', 'f', 'n', 'r', 't'})
-            if (pattern.next(f.pattern_state, static_cast<unsigned char>(json_short_escape(static_cast<unsigned char>(e)))) !=
-                RegexDfa::kDead) {
+        for (const char e : {'"', '\\', '/', 'b', 'f', 'n', 'r', 't'}) {
+            std::int32_t state;
+            std::int64_t chars;
+            if (next_of(static_cast<unsigned char>(json_short_escape(static_cast<unsigned char>(e))), &state, &chars)) {
                 f.phase = Phase::escape;
                 return true;
             }
+        }
         return false;
     }
     return c >= 0x20 && step(c);

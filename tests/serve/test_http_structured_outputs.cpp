@@ -2,7 +2,8 @@
 // older guided_regex / guided_choice / guided_json): the whole text matches the regex (a finished
 // one as std::regex_match says, a cut one a prefix of a match), is one of the choices, streamed as
 // whole; the same requests unconstrained do not match; a schema's `pattern` shapes its strings
-// and its bounds its numbers; bad patterns and two constraints at once are refused naming the field.
+// and its bounds its numbers; formats and length bounds beside a pattern shape strings; bad
+// patterns and two constraints at once are refused naming the field.
 
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include <set>
 
 #include "serve/http_test_util.h"
+#include "serve/json_formats.h"
 #include "serve/json_schema.h"
 #include "serve/regex_dfa.h"
 
@@ -101,6 +103,42 @@ TEST(HttpStructuredOutputs, JsonSchemasThroughStructuredOutputsAndPatterns) {
         EXPECT_TRUE(v["height"].get<double>() >= 1.2 && v["height"].get<double>() <= 2.1) << text;
     }
     EXPECT_GE(finished, 3) << "120 tokens finish most of the objects";
+}
+
+TEST(HttpStructuredOutputs, FormatsAndLengthBoundsShapeStrings) {
+    const LoadedModel& m = test::austen_serve_model();
+    test::TestServer s(m, test::small_engine());
+    auto c = s.client();
+    const json schema = json::parse(R"({"type": "object", "properties": {"when": {"type": "string", "format": "date"},
+        "host": {"type": "string", "format": "hostname", "maxLength": 12},
+        "code": {"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 4}}, "required": ["when", "host", "code"]})");
+    const serve::JsonSchema compiled(nlohmann::ordered_json::parse(schema.dump()));
+    const std::regex date(std::string(serve::find_json_format("date")->regex)),
+        host(std::string(serve::find_json_format("hostname")->regex)), code("^[a-z]{2,4}$");
+    int finished = 0;
+    for (int seed = 1; seed <= 4; ++seed) {
+        const json body = {{"messages", {{{"role", "user"}, {"content", "When and where?"}}}}, {"max_tokens", 150},
+                           {"temperature", 1.0}, {"seed", seed},
+                           {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "visit"}, {"schema", schema}}}}}};
+        const json choice = post(c, "/v1/chat/completions", body)["choices"][0];
+        const std::string text = choice["message"]["content"];
+        EXPECT_TRUE(serve::JsonSchemaPrefix(compiled).feed(text)) << text;
+        if (choice["finish_reason"] != "stop") continue;
+        ++finished;
+        const json v = json::parse(text);
+        EXPECT_TRUE(std::regex_match(v["when"].get<std::string>(), date)) << text;
+        const std::string h = v["host"];
+        EXPECT_TRUE(std::regex_match(h, host) && h.size() <= 12) << text;
+        EXPECT_TRUE(std::regex_match(v["code"].get<std::string>(), code)) << text;
+    }
+    EXPECT_GE(finished, 2) << "150 tokens finish most of the objects";
+    const json both = {{"type", "object"}, {"properties", {{"d", {{"type", "string"}, {"format", "date"}, {"pattern", "^2"}}}}}};
+    const json e = post(c, "/v1/completions",
+                        {{"prompt", "x"}, {"max_tokens", 4},
+                         {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "d"}, {"schema", both}}}}}},
+                        400)["error"];
+    EXPECT_NE(e["message"].get<std::string>().find("/properties/d: \"pattern\" beside the format \"date\""), std::string::npos)
+        << e.dump();
 }
 
 TEST(HttpStructuredOutputs, RefusesBadPatternsAndTwoConstraints) {

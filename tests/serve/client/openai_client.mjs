@@ -107,6 +107,24 @@ if (dated.choices[0].finish_reason === 'stop')
 else
   assert.ok(!/"year"\s*:\s*"(?!1)/.test(dated.choices[0].text), `a cut text still starts the year with 1: ${dated.choices[0].text}`);
 
+// A `format` and a `multipleOf` in a strict schema: a date JavaScript's Date reads back as the same
+// calendar day (2023-02-29 would read as 1 March), guests a multiple of 5 within the bounds.
+const booked = await client.chat.completions.create({
+  ...chatParams, max_tokens: 150,
+  response_format: { type: 'json_schema', json_schema: { name: 'booking', strict: true, schema: {
+    type: 'object',
+    properties: { day: { type: 'string', format: 'date' }, guests: { type: 'integer', multipleOf: 5, minimum: 0, maximum: 100 } },
+    required: ['day', 'guests'], additionalProperties: false } } },
+});
+const bookedText = booked.choices[0].message.content;
+if (booked.choices[0].finish_reason === 'stop') {
+  const b = JSON.parse(bookedText);
+  assert.equal(new Date(`${b.day}T00:00:00Z`).toISOString().slice(0, 10), b.day, `a real calendar day: ${bookedText}`);
+  assert.ok(Number.isInteger(b.guests) && b.guests % 5 === 0 && b.guests >= 0 && b.guests <= 100, `a multiple of 5: ${bookedText}`);
+} else {
+  assert.ok(!/"day"\s*:\s*"\d{4}-(?!0[1-9]|1[0-2])/.test(bookedText), `a cut text still holds a month: ${bookedText}`);
+}
+
 // A named tool call: the client reads message.tool_calls (its arguments a JSON text).
 const weather = {
   type: 'function',
