@@ -2,10 +2,14 @@
 // /v1/chat/completions through parse_request_json + parse_completion_request, then, for chat, the
 // messages rendered by render_chat as the server renders them, and a refusal serialized as the
 // server sends it (dump_json of ApiError::to_json); the bodies of /tokenize and /detokenize through
-// their parsers. Input: ENDPOINT SEP body, ENDPOINT one of `completions`, `chat`, `chat:FORMAT`
-// (FORMAT a --chat-template name; unknown names: plain), `tokenize` or `detokenize`.
+// their parsers; a model's finished answer read as tool calls (tool_calls_of: each call names a tool
+// and its arguments are a JSON object; an answer read as calls with no content before them may be
+// calls at each of its prefixes, as a stream holds it). Input: ENDPOINT SEP body, ENDPOINT one of
+// `completions`, `chat`, `chat:FORMAT` (FORMAT a --chat-template name; unknown names: plain),
+// `tokenize`, `detokenize` or `answer`.
 // An ApiError with a 4xx status is the expected refusal of a bad body (the server's answer); any
 // other status, exception or crash is a finding. Seeds: scripts/fuzz.sh.
+#include <algorithm>
 #include <cstdlib>
 
 #include "fuzz_input.h"
@@ -42,6 +46,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             const nlohmann::json body = parse_request_json(std::string(aqpim::fuzz::part(parts, 1)));
             if (endpoint == "tokenize") (void)parse_tokenize_request(body);
             else (void)parse_detokenize_request(body, limits);
+            return 0;
+        }
+        if (endpoint == "answer") {
+            const std::string text(aqpim::fuzz::part(parts, 1));
+            const std::vector<std::string> names = {"get_weather", "f"};
+            const ToolCallsRead read = tool_calls_of(text, names, "call_0", true);
+            if (read.calls.is_null()) return 0;
+            for (const nlohmann::json& c : read.calls) {
+                const std::string name = c.at("function").at("name");
+                if (std::find(names.begin(), names.end(), name) == names.end()) std::abort();
+                if (!nlohmann::json::parse(c.at("function").at("arguments").get<std::string>()).is_object()) std::abort();
+            }
+            if (read.content.empty())
+                for (std::size_t k = 0; k <= text.size(); k += 1 + text.size() / 64)
+                    if (!may_be_tool_calls(std::string_view(text).substr(0, k))) std::abort();
             return 0;
         }
         const std::string body(aqpim::fuzz::part(parts, 1));

@@ -149,7 +149,12 @@ BODIES
         for f in plain llama2 llama3 chatml mistral; do
             printf 'chat:%s%s%s' "$f" "$sep" '{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello"},{"role":"user","content":[{"type":"text","text":"Tell "},{"type":"text","text":"a story"}]}],"max_completion_tokens":8,"logprobs":true,"top_logprobs":3,"response_format":{"type":"text"}}' > "$dir/chat-$f"
         done
-        printf 'chat%s%s' "$sep" '{"messages":[{"role":"user","content":"caf\u00e9 \ud83d\ude42","name":"n"}],"max_tokens":4,"stream":true}' > "$dir/chat-unicode" ;;
+        printf 'chat%s%s' "$sep" '{"messages":[{"role":"user","content":"caf\u00e9 \ud83d\ude42","name":"n"}],"max_tokens":4,"stream":true}' > "$dir/chat-unicode"
+        # Finished answers read as tool calls (tool_calls_of), one per form.
+        printf 'answer%s%s' "$sep" 'Checking.<tool_call>{"name": "get_weather", "arguments": {"town": "Bath"}}</tool_call>
+<tool_call>{"name": "f", "arguments": {}}' > "$dir/answer-hermes"
+        printf 'answer%s%s' "$sep" '[TOOL_CALLS] [{"name": "f", "arguments": "{\"a\": 1}"}, {"get_weather": {}}]' > "$dir/answer-array"
+        printf 'answer%s%s' "$sep" '<|python_tag|>{"name": "get_weather", "parameters": {"town": "York"}}' > "$dir/answer-llama" ;;
     esac
     rm -rf "$tmp"
 }

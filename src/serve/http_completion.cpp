@@ -287,8 +287,13 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                 }
                 ChoiceText choice{std::move(text), finish_name(fin), logprobs(tokens, 0), nullptr};
                 if (tools && fin.finish == FinishReason::stop) {
-                    choice.tool_calls = tool_calls_of(choice.text, p.tool_names, call_id(std::size_t(&c - choices.data())));
-                    if (!choice.tool_calls.is_null()) choice.finish_reason = tool_finish;
+                    ToolCallsRead read = tool_calls_of(choice.text, p.tool_names, call_id(std::size_t(&c - choices.data())),
+                                                       p.parallel_tool_calls);
+                    if (!read.calls.is_null()) {
+                        choice.tool_calls = std::move(read.calls);
+                        choice.text = std::move(read.content);
+                        choice.finish_reason = tool_finish;
+                    }
                 }
                 out.push_back(std::move(choice));
                 if ((&c - choices.data()) % p.best_of == 0) usage.prompt_tokens += fin.n_prompt;  // a prompt once, whatever n
@@ -313,7 +318,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             bool echo_due = false;
             bool done = false;
             /// Tools: the text is held while it may still be a call (required, named: all of it;
-            /// auto: until its first non-space byte is not '{').
+            /// auto: while it may still be calls from its start, may_be_tool_calls).
             bool holding = false;
             std::string held;
             std::vector<TokenText> held_tokens;
@@ -359,9 +364,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                     if (pr.holding) {
                         pr.held += d.text;
                         for (TokenText& t : d.tokens) pr.held_tokens.push_back(std::move(t));
-                        const std::size_t first = pr.held.find_first_not_of(" \t\r\n");
-                        if (p.tool_choice == CompletionParams::ToolChoice::auto_call && first != std::string::npos &&
-                            pr.held[first] != '{' && !flush(i))
+                        if (p.tool_choice == CompletionParams::ToolChoice::auto_call && !may_be_tool_calls(pr.held) && !flush(i))
                             return gone();
                         continue;
                     }
@@ -382,9 +385,13 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                 --n_open;
                 const char* finish = finish_name(fin);
                 if (pr.holding) {
-                    const json calls = fin.finish == FinishReason::stop ? tool_calls_of(pr.held, p.tool_names, call_id(i)) : json(nullptr);
-                    if (!calls.is_null()) {
-                        if (!send(sse_event(stream_tool_calls_json(h, i, calls, logprobs(pr.held_tokens, pr.offset))))) return gone();
+                    const ToolCallsRead read = fin.finish == FinishReason::stop
+                                                   ? tool_calls_of(pr.held, p.tool_names, call_id(i), p.parallel_tool_calls)
+                                                   : ToolCallsRead{};
+                    if (!read.calls.is_null()) {
+                        if (!read.content.empty() && !send(sse_event(stream_chunk_json(h, i, read.content, nullptr, nullptr))))
+                            return gone();
+                        if (!send(sse_event(stream_tool_calls_json(h, i, read.calls, logprobs(pr.held_tokens, pr.offset))))) return gone();
                         finish = tool_finish;
                     } else if (!flush(i)) {
                         return gone();

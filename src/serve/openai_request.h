@@ -85,6 +85,7 @@ struct CompletionParams {
     enum class ToolChoice : std::uint8_t { none, auto_call, required, named };
     ToolChoice tool_choice = ToolChoice::none;
     std::vector<std::string> tool_names;  ///< the functions a call may name
+    bool parallel_tool_calls = true;      ///< an answer may hold several calls (auto); false: the first is kept
     /// vLLM's: the KV store shares stored prefixes only between requests with the same salt (a
     /// tenant's secret keeps its prompts' blocks, and their timing, to itself)
     std::string cache_salt;

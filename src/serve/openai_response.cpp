@@ -63,7 +63,8 @@ json completion_json(const ResponseHeader& h, const std::vector<ChoiceText>& cho
     for (std::size_t i = 0; i < choices.size(); ++i) {
         const ChoiceText& c = choices[i];
         json choice = {{"index", i}, {"logprobs", c.logprobs}, {"finish_reason", c.finish_reason}};
-        if (h.chat && !c.tool_calls.is_null()) choice["message"] = {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", c.tool_calls}};
+        if (h.chat && !c.tool_calls.is_null())
+            choice["message"] = {{"role", "assistant"}, {"content", c.text.empty() ? json(nullptr) : json(c.text)}, {"tool_calls", c.tool_calls}};
         else if (h.chat) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
         else choice["text"] = c.text;
         j["choices"].push_back(std::move(choice));

@@ -36,7 +36,7 @@ struct ChoiceText {
     std::string text;
     const char* finish_reason = "stop";
     nlohmann::json logprobs;  ///< null: none asked for
-    nlohmann::json tool_calls;  ///< chat: the call the text is (message.tool_calls, content null); null: none
+    nlohmann::json tool_calls;  ///< chat: the calls the text holds (message.tool_calls; `text` the content before them); null: none
 };
 
 /// The non-streaming response: a choice per prompt, index in order.
@@ -49,9 +49,21 @@ nlohmann::json stream_chunk_json(const ResponseHeader& h, std::size_t index, con
 /// delta, each call with its index, id, type and function), with the logprobs of its text.
 nlohmann::json stream_tool_calls_json(const ResponseHeader& h, std::size_t index, const nlohmann::json& tool_calls,
                                       const nlohmann::json& logprobs);
-/// The tool call a finished chat text holds when it is one JSON object {"name": one of `names`,
-/// "arguments": an object}: OpenAI's tool_calls array of it (`id` its id); null otherwise.
-nlohmann::json tool_calls_of(const std::string& text, const std::vector<std::string>& names, const std::string& id);
+/// A finished chat answer read as tool calls (docs/serve.md "Tool calls"): `calls`, OpenAI's
+/// tool_calls array (null: the answer is no call), and the content written before them.
+struct ToolCallsRead {
+    nlohmann::json calls;
+    std::string content;
+};
+/// The calls a finished answer holds, in the forms tool-calling models write: the whole answer a
+/// JSON call object ({"name": N, "arguments" or "parameters": A}, or {N: A}) or an array of them,
+/// after Llama 3.1's `<|python_tag|>` or Mistral's `[TOOL_CALLS]`; or content followed by Hermes'
+/// `<tool_call>CALL</tool_call>` blocks. Every N one of `names`, every A an object. Ids: `id`,
+/// then `id`_1, `id`_2, ...; with `parallel` false only the first call is kept.
+ToolCallsRead tool_calls_of(const std::string& text, const std::vector<std::string>& names, const std::string& id, bool parallel);
+/// Whether an answer that begins with `text` may still be calls of those forms from its start
+/// (a stream holds it until it cannot).
+bool may_be_tool_calls(std::string_view text);
 /// The last chunk with stream_options.include_usage: no choices, the usage.
 nlohmann::json stream_usage_json(const ResponseHeader& h, const Usage& usage);
 /// "data: <json>\n\n" (invalid UTF-8 from byte tokens replaced, never an exception).

@@ -49,7 +49,7 @@ void move_refs(OrderedJson& schema, const std::string& at) {
 void read_tools(const json& body, OrderedBody& ordered, CompletionParams& p) {
     const json* tools = field(body, "tools");
     const json* choice = field(body, "tool_choice");
-    if (const json* v = field(body, "parallel_tool_calls")) (void)boolean(*v, "parallel_tool_calls");  // one call at most
+    if (const json* v = field(body, "parallel_tool_calls")) p.parallel_tool_calls = boolean(*v, "parallel_tool_calls");
     if (!tools) {
         if (choice && !(choice->is_string() && choice->get<std::string>() == "none")) bad("tool_choice", "needs tools");
         return;
@@ -122,7 +122,10 @@ void read_tools(const json& body, OrderedBody& ordered, CompletionParams& p) {
     const std::string described =
         "You can call these functions (each with a JSON Schema of its arguments):\n" + listed.dump() +
         (keyed ? "\nTo call one, answer with only a JSON object: {the function's name: an object of its arguments}."
-               : "\nTo call one, answer with only a JSON object: {\"name\": the function's name, \"arguments\": an object of its arguments}.");
+               : "\nTo call one, answer with only a JSON object: {\"name\": the function's name, \"arguments\": an object of its arguments}." +
+                     std::string(p.tool_choice == CompletionParams::ToolChoice::auto_call && p.parallel_tool_calls
+                                     ? " To call several at once, answer with a JSON array of such objects."
+                                     : ""));
     if (!p.messages.empty() && p.messages[0].role == "system") p.messages[0].content += "\n\n" + described;
     else p.messages.insert(p.messages.begin(), {"system", described});
     if (p.tool_choice == CompletionParams::ToolChoice::auto_call) return;
@@ -191,24 +194,112 @@ std::string tool_calls_text(const json& tool_calls, const std::string& param) {
     return text;
 }
 
-json tool_calls_of(const std::string& text, const std::vector<std::string>& names, const std::string& id) {
-    OrderedJson v;
-    try {
-        v = parse_json<OrderedJson>(text, "a tool call");  // nesting bounded, as every JSON the server reads
-    } catch (const Error&) {
-        return nullptr;
-    }
+namespace {
+
+constexpr std::string_view kCallOpen = "<tool_call>", kCallClose = "</tool_call>";
+/// Written before a JSON call by Llama 3.1 (`<|python_tag|>`) and Mistral (`[TOOL_CALLS]`).
+constexpr std::string_view kCallMarkers[] = {"<|python_tag|>", "[TOOL_CALLS]"};
+
+std::string_view trimmed(std::string_view s) {
+    const std::size_t a = s.find_first_not_of(" \t\r\n");
+    if (a == std::string_view::npos) return {};
+    return s.substr(a, s.find_last_not_of(" \t\r\n") - a + 1);
+}
+
+using Call = std::pair<std::string, OrderedJson>;  // name, arguments
+
+/// One call object: {"name": N, "arguments" or "parameters": A} (A an object, or a JSON text of
+/// one) or {N: A}, N one of `names`.
+bool call_of(const OrderedJson& v, const std::vector<std::string>& names, std::vector<Call>& out) {
+    if (!v.is_object()) return false;
     std::string name;
     OrderedJson arguments;
-    if (v.is_object() && v.size() == 2 && v.contains("name") && v["name"].is_string() && v.contains("arguments") &&
-        v["arguments"].is_object())
-        name = v["name"], arguments = v["arguments"];
-    else if (v.is_object() && v.size() == 1 && v.begin().value().is_object())  // {N: A}
-        name = v.begin().key(), arguments = v.begin().value();
-    else
-        return nullptr;
-    if (std::find(names.begin(), names.end(), name) == names.end()) return nullptr;
-    return json::array({{{"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments.dump()}}}}});
+    const char* args_key = v.contains("arguments") ? "arguments" : "parameters";
+    if (v.size() == 2 && v.contains("name") && v["name"].is_string() && v.contains(args_key)) {
+        name = v["name"];
+        arguments = v[args_key];
+        if (arguments.is_string()) {
+            try {
+                arguments = parse_json<OrderedJson>(arguments.get<std::string>(), "a tool call's arguments");
+            } catch (const Error&) {
+                return false;
+            }
+        }
+    } else if (v.size() == 1) {
+        name = v.begin().key();
+        arguments = v.begin().value();
+    } else {
+        return false;
+    }
+    if (!arguments.is_object() || std::find(names.begin(), names.end(), name) == names.end()) return false;
+    out.emplace_back(std::move(name), std::move(arguments));
+    return true;
+}
+
+/// A JSON text that is one call object or an array of them.
+bool calls_of_json(std::string_view text, const std::vector<std::string>& names, std::vector<Call>& out) {
+    OrderedJson v;
+    try {
+        v = parse_json<OrderedJson>(std::string(text), "a tool call");  // nesting bounded, as every JSON the server reads
+    } catch (const Error&) {
+        return false;
+    }
+    if (!v.is_array()) return call_of(v, names, out);
+    if (v.empty()) return false;
+    for (const OrderedJson& e : v)
+        if (!call_of(e, names, out)) return false;
+    return true;
+}
+
+/// Hermes' form (Qwen, Hermes, chatml models): content, then <tool_call>CALL</tool_call> blocks
+/// with only whitespace between and after them (the last one's closing tag may be missing).
+bool calls_of_tags(std::string_view text, const std::vector<std::string>& names, std::vector<Call>& out, std::string& content) {
+    std::size_t at = text.find(kCallOpen);
+    if (at == std::string_view::npos) return false;
+    content = std::string(trimmed(text.substr(0, at)));
+    for (;;) {
+        const std::size_t body = at + kCallOpen.size(), close = text.find(kCallClose, body);
+        if (!calls_of_json(text.substr(body, close == std::string_view::npos ? std::string_view::npos : close - body), names, out))
+            return false;
+        if (close == std::string_view::npos) return true;
+        const std::size_t next = text.find_first_not_of(" \t\r\n", close + kCallClose.size());
+        if (next == std::string_view::npos) return true;
+        if (text.substr(next, kCallOpen.size()) != kCallOpen) return false;
+        at = next;
+    }
+}
+
+}  // namespace
+
+ToolCallsRead tool_calls_of(const std::string& text, const std::vector<std::string>& names, const std::string& id, bool parallel) {
+    std::vector<Call> calls;
+    std::string content;
+    std::string_view body = trimmed(text);
+    for (const std::string_view marker : kCallMarkers)
+        if (body.substr(0, marker.size()) == marker) body = trimmed(body.substr(marker.size()));
+    if (!calls_of_json(body, names, calls)) {
+        calls.clear();
+        if (!calls_of_tags(text, names, calls, content)) return {};
+    }
+    if (!parallel) calls.resize(1);  // at most one call: the first
+    json out = json::array();
+    for (std::size_t k = 0; k < calls.size(); ++k)
+        out.push_back({{"id", k ? fmt::format("{}_{}", id, k) : id},
+                       {"type", "function"},
+                       {"function", {{"name", calls[k].first}, {"arguments", calls[k].second.dump()}}}});
+    return {std::move(out), std::move(content)};
+}
+
+bool may_be_tool_calls(std::string_view text) {
+    const std::size_t first = text.find_first_not_of(" \t\r\n");
+    if (first == std::string_view::npos) return true;
+    const std::string_view rest = text.substr(first);
+    if (rest[0] == '{' || rest[0] == '[') return true;
+    for (const std::string_view start : {kCallOpen, kCallMarkers[0], kCallMarkers[1]}) {
+        const std::size_t n = std::min(rest.size(), start.size());
+        if (rest.substr(0, n) == start.substr(0, n)) return true;
+    }
+    return false;
 }
 
 }  // namespace aqpim::serve

@@ -1,8 +1,9 @@
 // Tool calls over HTTP (chat `tools` and `tool_choice`, docs/serve.md "Tool calls"): a named or
 // required call comes back as message.tool_calls with arguments of the function's schema, streamed
 // as one tool_calls delta with the same call; "auto" on a model that writes prose answers with
-// content, streamed as whole; a conversation holding calls and their results is read; what is
-// wrong is refused naming the field.
+// content, streamed as whole; several calls in Hermes' tags or as an array are read (content before
+// them kept); a conversation holding calls and their results is read; what is wrong is refused
+// naming the field.
 
 #include <gtest/gtest.h>
 
@@ -132,6 +133,42 @@ TEST(HttpToolCalls, AutoLeavesProseAsContentAndReadsAConversationWithCalls) {
       {"role": "tool", "tool_call_id": "call_1", "content": "Rain, 9 degrees."},
       {"role": "user", "content": "Thank you."}])");
     EXPECT_EQ(post(c, "/v1/chat/completions", turn)["object"], "chat.completion");
+}
+
+TEST(HttpToolCalls, AutoReadsSeveralCallsInTheFormsModelsWrite) {
+    const LoadedModel& m = test::austen_serve_model();
+    test::TestServer s(m, tool_engine());
+    auto c = s.client();
+    // austen-13m writes no calls of its own: a one-choice constraint (allowed beside "auto") makes it
+    // write what a tool-calling model would, and the server reads that answer as a model's.
+    const std::string hermes =
+        "Checking.<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"town\": \"Bath\", \"unit\": \"celsius\"}}</tool_call>\n"
+        "<tool_call>{\"name\": \"send_letter\", \"arguments\": {\"to\": \"Isabella\"}}</tool_call>";
+    const json choice = post(c, "/v1/chat/completions", chat({{"seed", 1}, {"guided_choice", {hermes}}}))["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "tool_calls");
+    EXPECT_EQ(choice["message"]["content"], "Checking.") << "the text before the calls";
+    const json& calls = choice["message"]["tool_calls"];
+    ASSERT_EQ(calls.size(), 2u) << choice.dump();
+    EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+    EXPECT_EQ(json::parse(calls[0]["function"]["arguments"].get<std::string>())["town"], "Bath");
+    EXPECT_EQ(calls[1]["function"]["name"], "send_letter");
+    EXPECT_NE(calls[0]["id"], calls[1]["id"]);
+    // An array (Mistral's form) streamed: held from its '[' and sent as one delta of both calls.
+    const std::string array = R"([{"name": "send_letter", "arguments": {"to": "Eleanor"}}, {"name": "get_weather", "parameters": {"town": "York", "unit": "celsius"}}])";
+    const Streamed st = stream(c, chat({{"seed", 1}, {"guided_choice", {array}}}));
+    EXPECT_EQ(st.finish, "tool_calls");
+    EXPECT_EQ(st.content, "");
+    ASSERT_EQ(st.tool_calls.size(), 2u);
+    EXPECT_EQ(st.tool_calls[1]["index"], 1);
+    EXPECT_EQ(st.tool_calls[1]["function"]["arguments"], R"({"town":"York","unit":"celsius"})");
+    // parallel_tool_calls false: the first call alone.
+    const json one = post(c, "/v1/chat/completions", chat({{"seed", 1}, {"guided_choice", {array}}, {"parallel_tool_calls", false}}));
+    EXPECT_EQ(one["choices"][0]["message"]["tool_calls"].size(), 1u);
+    // A call of a function not among the tools is content.
+    const std::string unknown = R"({"name": "fly", "arguments": {}})";
+    const json prose = post(c, "/v1/chat/completions", chat({{"seed", 1}, {"guided_choice", {unknown}}}))["choices"][0];
+    EXPECT_EQ(prose["message"]["content"], unknown);
+    EXPECT_EQ(prose["finish_reason"], "stop");
 }
 
 TEST(HttpToolCalls, RefusesWhatIsWrongNamingTheField) {

@@ -105,18 +105,50 @@ TEST(OpenAiTools, CallsAndResultsBecomeTurns) {
     EXPECT_FALSE(p.json_schema) << "auto: the output is free";
 }
 
-TEST(OpenAiTools, AFinishedTextIsReadAsACallInEitherForm) {
+TEST(OpenAiTools, AFinishedTextIsReadAsCallsInTheFormsModelsWrite) {
     const std::vector<std::string> names = {"w", "v"};
-    const json a = serve::tool_calls_of(R"( {"name": "w", "arguments": {"z": 1, "a": [true]}})", names, "call_1");
+    const auto calls = [&](const std::string& text, bool parallel = true) { return serve::tool_calls_of(text, names, "x", parallel); };
+    const json a = serve::tool_calls_of(R"( {"name": "w", "arguments": {"z": 1, "a": [true]}})", names, "call_1", true).calls;
     ASSERT_TRUE(a.is_array());
     EXPECT_EQ(a[0]["id"], "call_1");
     EXPECT_EQ(a[0]["function"]["name"], "w");
     EXPECT_EQ(a[0]["function"]["arguments"], R"({"z":1,"a":[true]})") << "the written order";
-    EXPECT_EQ(serve::tool_calls_of(R"({"v": {}})", names, "x")[0]["function"]["name"], "v");
-    EXPECT_TRUE(serve::tool_calls_of(R"({"name": "u", "arguments": {}})", names, "x").is_null()) << "not a tool";
-    EXPECT_TRUE(serve::tool_calls_of(R"({"name": "w", "arguments": 3})", names, "x").is_null());
-    EXPECT_TRUE(serve::tool_calls_of("It is raining.", names, "x").is_null());
-    EXPECT_TRUE(serve::tool_calls_of(std::string(5000, '[') + std::string(5000, ']'), names, "x").is_null()) << "deep: not read";
+    EXPECT_EQ(calls(R"({"v": {}})").calls[0]["function"]["name"], "v");
+    EXPECT_TRUE(calls(R"({"name": "u", "arguments": {}})").calls.is_null()) << "not a tool";
+    EXPECT_TRUE(calls(R"({"name": "w", "arguments": 3})").calls.is_null());
+    EXPECT_TRUE(calls("It is raining.").calls.is_null());
+    EXPECT_TRUE(calls(std::string(5000, '[') + std::string(5000, ']')).calls.is_null()) << "deep: not read";
+    // Llama 3.1's "parameters", after its python tag; arguments written as a JSON text.
+    const serve::ToolCallsRead llama = calls(R"(<|python_tag|>{"name": "v", "parameters": {"q": "x"}})");
+    ASSERT_EQ(llama.calls.size(), 1u);
+    EXPECT_EQ(llama.calls[0]["function"]["arguments"], R"({"q":"x"})");
+    EXPECT_EQ(calls(R"({"name": "w", "arguments": "{\"z\": 2}"})").calls[0]["function"]["arguments"], R"({"z":2})");
+    // Several calls: an array (Mistral's, after [TOOL_CALLS]), each its own id.
+    const json two = calls(R"([TOOL_CALLS] [{"name": "w", "arguments": {}}, {"name": "v", "arguments": {"k": 1}}])").calls;
+    ASSERT_EQ(two.size(), 2u);
+    EXPECT_EQ(two[0]["id"], "x");
+    EXPECT_EQ(two[1]["id"], "x_1");
+    EXPECT_EQ(two[1]["function"]["name"], "v");
+    EXPECT_EQ(calls(R"([{"name": "w", "arguments": {}}, {"name": "v", "arguments": {}}])", false).calls.size(), 1u)
+        << "parallel_tool_calls false: the first";
+    EXPECT_TRUE(calls(R"([{"name": "w", "arguments": {}}, 3])").calls.is_null()) << "every element a call";
+    EXPECT_TRUE(calls("[]").calls.is_null());
+    // Hermes' tags (Qwen, chatml models): content before them is the message's content.
+    const serve::ToolCallsRead hermes =
+        calls("Let me look.\n<tool_call>\n{\"name\": \"w\", \"arguments\": {\"z\": 1}}\n</tool_call>\n<tool_call>{\"name\": \"v\", "
+              "\"arguments\": {}}</tool_call>\n");
+    ASSERT_EQ(hermes.calls.size(), 2u);
+    EXPECT_EQ(hermes.content, "Let me look.");
+    EXPECT_EQ(hermes.calls[1]["function"]["name"], "v");
+    EXPECT_EQ(calls(R"(<tool_call>{"name": "w", "arguments": {}})").calls.size(), 1u) << "the last closing tag may be missing";
+    EXPECT_TRUE(calls(R"(<tool_call>{"name": "w", "arguments": {}}</tool_call> and then)").calls.is_null())
+        << "text after the calls: not a call";
+    EXPECT_TRUE(calls(R"(<tool_call>{"name": "w"}</tool_call>)").calls.is_null());
+    EXPECT_TRUE(calls(R"(<tool_call>{"name": "w", "arguments": {}}</tool_call><tool_call>nonsense</tool_call>)").calls.is_null());
+    // What a stream holds while it may still be calls.
+    for (const char* held : {"", "  ", " {\"na", "[", "<tool", "<tool_call>{", "<|python", "[TOOL_CALLS] ["})
+        EXPECT_TRUE(serve::may_be_tool_calls(held)) << held;
+    for (const char* held : {"It", " <b>", "<tool_cal!", "\"x\""}) EXPECT_FALSE(serve::may_be_tool_calls(held)) << held;
 }
 
 TEST(OpenAiTools, SchemasRefuseWhatTheyCannotKeep) {
