@@ -24,7 +24,7 @@ namespace {
 const std::set<std::string>& refused_keywords() {
     static const std::set<std::string> k = {
         "not", "if",
-        "then", "else", "prefixItems", "additionalItems", "contains", "minContains", "maxContains", "uniqueItems",
+        "then", "else", "contains", "minContains", "maxContains", "uniqueItems",
         "patternProperties", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
         "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
         "$recursiveRef", "contentSchema"};
@@ -36,7 +36,7 @@ const std::set<std::string>& refused_keywords() {
 /// intersect schemas: with another beside it, both would have to hold at once.
 const std::vector<std::string>& shaping_keywords() {
     static const std::vector<std::string> k = {"$ref", "allOf", "anyOf", "oneOf", "enum", "const", "type",
-                                               "properties", "required", "additionalProperties", "minProperties", "maxProperties", "items",
+                                               "properties", "required", "additionalProperties", "minProperties", "maxProperties", "items", "prefixItems", "additionalItems",
                                                "minLength", "maxLength", "pattern", "minItems", "maxItems", "minimum", "maximum",
                                                "exclusiveMinimum", "exclusiveMaximum", "multipleOf"};
     return k;
@@ -258,7 +258,7 @@ int JsonSchema::compile_nested(const Json& s, const std::string& where) {
         if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties") ||
             s.contains("minProperties") || s.contains("maxProperties"))
             type = "object";
-        else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) type = "array";
+        else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) type = "array";
         else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) type = "string";
         else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
                  s.contains("exclusiveMaximum") || s.contains("multipleOf"))
@@ -338,14 +338,26 @@ int JsonSchema::compile_typed(const Json& s, const std::string& type, const std:
     } else if (type == "array") {
         n.kind = Kind::array;
         n.first = bytes_of("[");
+        // A tuple: prefixItems (draft 2020-12) and then `items`, or draft 7's array of `items` and
+        // then `additionalItems`; the schema after the prefix may be false (no more items).
+        const bool draft7_tuple = s.contains("items") && s["items"].is_array();
+        const char* prefix_key = draft7_tuple ? "items" : "prefixItems";
+        const char* rest_key = draft7_tuple ? "additionalItems" : "items";
+        if (s.contains(prefix_key)) {
+            const Json& prefix = s[prefix_key];
+            if (!prefix.is_array()) throw JsonSchemaError(where + "/" + prefix_key, "expected an array of schemas");
+            for (std::size_t i = 0; i < prefix.size(); ++i)
+                n.prefix_items.push_back(compile(prefix[i], where + "/" + prefix_key + "/" + std::to_string(i)));
+        }
         n.items = kAny;
-        if (s.contains("items")) {
-            if (s["items"].is_array())
-                throw JsonSchemaError(where + "/items", "an array of item schemas (a tuple) is not supported");
-            n.items = compile(s["items"], where + "/items");
+        if (s.contains(rest_key)) {
+            const Json& rest = s[rest_key];
+            if (rest.is_boolean()) n.items = rest.get<bool>() ? kAny : -1;
+            else n.items = compile(rest, where + "/" + rest_key);
         }
         n.min = bound("minItems", 0);
         n.max = bound("maxItems", -1);
+        if (n.items < 0) n.max = n.max < 0 ? std::int64_t(n.prefix_items.size()) : std::min(n.max, std::int64_t(n.prefix_items.size()));
     } else if (type == "string") {
         n.kind = Kind::string;
         n.first = bytes_of("\"");

@@ -66,7 +66,10 @@ public:
         Kind kind = Kind::any;
         std::vector<Property> properties;  ///< object
         int extra = -1;                    ///< object without properties: node of free keys' values (-1: no keys)
-        int items = -1;                    ///< array
+        int items = -1;                    ///< array: items after the prefix (-1: none; max then bounds the array to the prefix)
+        std::vector<int> prefix_items;     ///< array: its first items' own schemas (a tuple: prefixItems, or draft 7's items array)
+        /// array: the schema of item `i` (-1: no item may be there)
+        int item(std::int64_t i) const { return i < std::int64_t(prefix_items.size()) ? prefix_items[std::size_t(i)] : items; }
         std::int64_t min = 0, max = -1;    ///< array items, string characters; max -1: unbounded
         std::vector<std::string> texts;    ///< literal: the values as compact JSON
         std::vector<int> branches;         ///< choice

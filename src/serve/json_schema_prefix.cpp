@@ -392,8 +392,8 @@ bool JsonSchemaPrefix::byte(unsigned char c) {
             if (c == ']') return f.count >= n.min && (value_done(), true);
             if (n.max == 0) return false;
             f.phase = Phase::item;
-            return start_value(n.items, c);
-        case Phase::item: return start_value(n.items, c);
+            return start_value(n.item(f.count), c);
+        case Phase::item: return start_value(n.item(f.count), c);
         case Phase::next_item:
             if (c == ']') return f.count >= n.min && (value_done(), true);
             if (c != ',' || (n.max >= 0 && f.count >= n.max)) return false;
