@@ -37,8 +37,9 @@ void write_seeds(const std::filesystem::path& dir) {
          R"("m":{"type":"integer","multipleOf":2.5,"maximum":100},"c":{"type":"number","multipleOf":0.01}}})",
          R"({"w":"2024-02-29T23:59:59.5+01:00","h":"a.b-c.de","p":"abab","i":"fe80::1","m":95,"c":-1.25})"},
         {R"({"type":"object","properties":{"t":{"type":"array","prefixItems":[{"type":"integer"},{"enum":["a","b"]}],"items":false},)"
-         R"("u":{"items":[{"type":"null"}],"additionalItems":{"type":"string","maxLength":2}}}})",
-         R"({"t":[3,"b"],"u":[null,"ab","c"]})"},
+         R"("u":{"items":[{"type":"null"}],"additionalItems":{"type":"string","maxLength":2}},)"
+         R"("s":{"items":{"enum":["red",1,12,true]},"uniqueItems":true}}})",
+         R"({"t":[3,"b"],"u":[null,"ab","c"],"s":[1,true,12]})"},
     };
     int i = 0;
     for (const auto& [schema, text] : seeds)

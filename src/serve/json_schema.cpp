@@ -24,7 +24,7 @@ namespace {
 const std::set<std::string>& refused_keywords() {
     static const std::set<std::string> k = {
         "not", "if",
-        "then", "else", "contains", "minContains", "maxContains", "uniqueItems",
+        "then", "else", "contains", "minContains", "maxContains",
         "patternProperties", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
         "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
         "$recursiveRef", "contentSchema"};
@@ -36,7 +36,7 @@ const std::set<std::string>& refused_keywords() {
 /// intersect schemas: with another beside it, both would have to hold at once.
 const std::vector<std::string>& shaping_keywords() {
     static const std::vector<std::string> k = {"$ref", "allOf", "anyOf", "oneOf", "enum", "const", "type",
-                                               "properties", "required", "additionalProperties", "minProperties", "maxProperties", "items", "prefixItems", "additionalItems",
+                                               "properties", "required", "additionalProperties", "minProperties", "maxProperties", "items", "prefixItems", "additionalItems", "uniqueItems",
                                                "minLength", "maxLength", "pattern", "minItems", "maxItems", "minimum", "maximum",
                                                "exclusiveMinimum", "exclusiveMaximum", "multipleOf"};
     return k;
@@ -358,6 +358,27 @@ int JsonSchema::compile_typed(const Json& s, const std::string& type, const std:
         n.min = bound("minItems", 0);
         n.max = bound("maxItems", -1);
         if (n.items < 0) n.max = n.max < 0 ? std::int64_t(n.prefix_items.size()) : std::min(n.max, std::int64_t(n.prefix_items.size()));
+        if (s.contains("uniqueItems")) {
+            const Json& u = s["uniqueItems"];
+            if (!u.is_boolean()) throw JsonSchemaError(where + "/uniqueItems", "expected a boolean");
+            if (u.get<bool>()) {
+                // A set of enum or const values: each item one of the literals, each literal once (the
+                // recognizer keeps which were used in 64 bits). Items of other schemas would need
+                // every earlier item remembered.
+                if (!n.prefix_items.empty() || n.items < 0 || nodes_[std::size_t(n.items)].kind != Kind::literal)
+                    throw JsonSchemaError(where + "/uniqueItems", "supported only where every item is one of enum or const values "
+                                                                  "(a set of them), without prefixItems");
+                const std::vector<std::string>& texts = nodes_[std::size_t(n.items)].texts;
+                for (std::size_t a = 0; a < texts.size(); ++a)
+                    for (std::size_t b = a + 1; b < texts.size(); ++b)
+                        if (Json::parse(texts[a]) == Json::parse(texts[b]))
+                            throw JsonSchemaError(where + "/uniqueItems", "the values " + texts[a] + " and " + texts[b] +
+                                                                          " are equal: as items they could not both be written");
+                n.unique = true;
+                const std::int64_t distinct = std::int64_t(texts.size());
+                n.max = n.max < 0 ? distinct : std::min(n.max, distinct);
+            }
+        }
     } else if (type == "string") {
         n.kind = Kind::string;
         n.first = bytes_of("\"");

@@ -42,7 +42,7 @@ public:
     static constexpr std::size_t kMaxNodes = 4096;        ///< compiled nodes (a $ref target compiles once)
     static constexpr std::size_t kMaxPatterns = 32;  ///< distinct `pattern`s and `format`s (their DfaTokenCaches share one budget)
     static constexpr std::size_t kMaxPatternTableBytes = std::size_t(2) << 20;  ///< their automata and length tables together
-    static constexpr std::uint64_t kMaxPatternWork = std::uint64_t(1) << 24;  ///< their determinization and length tables' steps together
+    static constexpr std::uint64_t kMaxPatternWork = RegexDfa::kMaxWork;  ///< their determinization and length tables' steps together
     /// Nodes every schema has first: any value, and any value of each JSON type (`any` starts one of them).
     static constexpr std::int64_t kBoundScale = 1000000000000000000;  ///< 1e18: bounds in units of 1e-18
     static constexpr int kAny = 0, kAnyObject = 1, kAnyArray = 2, kAnyString = 3, kAnyNumber = 4, kAnyLiteral = 5;
@@ -88,6 +88,7 @@ public:
         int pattern = -1;                  ///< string: its `pattern`'s or `format`'s automaton (-1: none)
         int lengths = -1;                  ///< string with an automaton and a length bound: its RegexLengths (-1: none)
         bool one_property = false;         ///< object: exactly one of the listed properties (min and maxProperties 1)
+        bool unique = false;               ///< array: uniqueItems over literal items (each of the item node's texts once)
         bool one_of = false;               ///< choice: from oneOf (no branch's type may be inferred)
         bool inferred = false;             ///< its type was inferred from its keywords (other types also valid)
     };
@@ -172,7 +173,7 @@ private:
     /// a new one: `Frame f{}`).
     struct Frame {
         std::int64_t count;       ///< object: next property index; array: items; string: characters
-        std::uint64_t candidates; ///< key_text: properties still matching; literal: texts still matching
+        std::uint64_t candidates; ///< key_text: properties still matching; literal: texts still matching; unique array: texts used
         std::int32_t node;
         std::int32_t member;      ///< object: the property whose value is read (-1: a free key's)
         std::int32_t pattern_state;  ///< string with a pattern: its automaton's state
@@ -195,6 +196,8 @@ private:
     bool number_feasible(const Frame& f) const;
     bool number_within(const Frame& f) const;
     bool in_literal(Frame& f, unsigned char c);
+    /// frames_[at] when it is a unique array (uniqueItems over literals), else nullptr (also for at < 0).
+    Frame* unique_array(int at);
     bool in_string_byte(Frame& f, unsigned char c);
     bool in_pattern_byte(Frame& f, unsigned char c, const JsonSchema::Node& n);
     bool in_key_text(Frame& f, unsigned char c);

@@ -137,6 +137,8 @@ bool JsonSchemaPrefix::start_value(int node, unsigned char c) {
             f.pos = 1;
             for (std::size_t i = 0; i < n.texts.size(); ++i)
                 if (static_cast<unsigned char>(n.texts[i][0]) == c) f.candidates |= std::uint64_t(1) << i;
+            if (const Frame* set = unique_array(depth_ - 1)) f.candidates &= ~set->candidates;  // an item of a set: not one written
+            if (!f.candidates) return false;
             break;
     }
     return push(f);
@@ -200,6 +202,12 @@ bool JsonSchemaPrefix::in_number(Frame& f, unsigned char c) {
     return byte(c);
 }
 
+JsonSchemaPrefix::Frame* JsonSchemaPrefix::unique_array(int at) {
+    if (at < 0) return nullptr;
+    Frame& f = frames_[std::size_t(at)];
+    return schema_->node(f.node).kind == JsonSchema::Kind::array && schema_->node(f.node).unique ? &f : nullptr;
+}
+
 bool JsonSchemaPrefix::in_literal(Frame& f, unsigned char c) {
     const auto& texts = schema_->node(f.node).texts;
     std::uint64_t next = 0;
@@ -215,6 +223,9 @@ bool JsonSchemaPrefix::in_literal(Frame& f, unsigned char c) {
         return true;
     }
     if (!ended) return false;
+    if (Frame* set = unique_array(depth_ - 2))  // the literal written is used
+        for (std::uint64_t m = f.candidates; m; m &= m - 1)
+            if (texts[std::size_t(__builtin_ctzll(m))].size() == f.pos) set->candidates |= m & -m;
     value_done();  // a whole value was read: c comes after it
     return byte(c);
 }
@@ -396,7 +407,7 @@ bool JsonSchemaPrefix::byte(unsigned char c) {
         case Phase::item: return start_value(n.item(f.count), c);
         case Phase::next_item:
             if (c == ']') return f.count >= n.min && (value_done(), true);
-            if (c != ',' || (n.max >= 0 && f.count >= n.max)) return false;
+            if (c != ',' || (n.max >= 0 && f.count >= n.max)) return false;  // (a unique array's max: its literals)
             f.phase = Phase::item;
             return true;
         default: return false;

@@ -42,6 +42,9 @@ public:
     static constexpr std::size_t kMaxNfaStates = 50000;   ///< before determinization (repetitions copy their operand)
     static constexpr std::size_t kMaxStates = 8192;      ///< of the automaton
     static constexpr std::size_t kMaxTableBytes = std::size_t(2) << 20;  ///< its transition table: states x byte classes
+    /// Steps of building and determinizing (NFA states made, closures walked and sorted, sets hashed):
+    /// the bound on a pattern's compile time, about 8 ms here (a hostile pattern is refused).
+    static constexpr std::uint64_t kMaxWork = std::uint64_t(1) << 22;
     static constexpr std::int32_t kDead = -1;
 
     /// whole: the text must match the pattern from its first byte to its last (a `$`-free regex
@@ -54,7 +57,7 @@ public:
     /// `max_work` bounds the determinization's steps (a hostile pattern is refused, not slow).
     /// Throws RegexError when the pattern is refused or matches no writable text.
     RegexDfa(std::string_view pattern, Match match, const std::bitset<256>& writable,
-             std::uint64_t max_work = std::uint64_t(1) << 24);
+             std::uint64_t max_work = kMaxWork);
     RegexDfa(RegexDfa&&) noexcept;
     ~RegexDfa();
 

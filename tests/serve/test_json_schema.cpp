@@ -229,6 +229,30 @@ TEST(JsonSchema, TuplesTakeEachPositionsSchema) {
     EXPECT_THROW(JsonSchema(Json::parse(R"({"type":"object","properties":{"t":{"prefixItems":{}}}})")), JsonSchemaError);
 }
 
+TEST(JsonSchema, UniqueItemsKeepASetOfEnumValues) {
+    // pydantic's set[Colour]: uniqueItems over an enum (through $ref).
+    const JsonSchema set(Json::parse(R"({"type":"object","$defs":{"c":{"enum":["red","green",1,12]}},"properties":{"s":{"type":"array",
+        "items":{"$ref":"#/$defs/c"},"uniqueItems":true}}})"));
+    EXPECT_TRUE(whole(set, R"({"s":["red",12,1,"green"]})"));
+    EXPECT_TRUE(whole(set, R"({"s":[]})"));
+    EXPECT_EQ(first_refused(set, R"({"s":["red","red")"), 13u) << "the second \"red\" at its first byte that leaves the others";
+    EXPECT_EQ(first_refused(set, R"({"s":[1,"green",1])"), 17u) << "1 written: another 1 must go on to 12";
+    EXPECT_TRUE(whole(set, R"({"s":[1,12]})"));
+    EXPECT_EQ(first_refused(set, R"({"s":["red","green",1,12,)"), 24u) << "every value used: no fifth item";
+    EXPECT_EQ(first_refused(set, R"({"s": [true])"), 7u);
+    // A set of booleans holds at most two.
+    const JsonSchema flags(Json::parse(R"({"type":"object","properties":{"f":{"type":"array","items":{"type":"boolean"},"uniqueItems":true}}})"));
+    EXPECT_TRUE(whole(flags, R"({"f":[false,true]})"));
+    EXPECT_EQ(first_refused(flags, R"({"f":[true,t)"), 11u);
+    EXPECT_TRUE(whole(JsonSchema(Json::parse(R"({"type":"object","properties":{"a":{"items":{"type":"string"},"uniqueItems":false}}})")),
+                      R"({"a":["x","x"]})")) << "uniqueItems false: no constraint";
+    for (const char* bad : {R"({"type":"object","properties":{"a":{"items":{"type":"string"},"uniqueItems":true}}})",
+                            R"({"type":"object","properties":{"a":{"items":{"enum":[1,1.0]},"uniqueItems":true}}})",
+                            R"({"type":"object","properties":{"a":{"items":{"enum":["x","y"]},"uniqueItems":true,"minItems":3}}})",
+                            R"({"type":"object","properties":{"a":{"items":{"enum":["x"]},"uniqueItems":"yes"}}})"})
+        EXPECT_THROW(JsonSchema(Json::parse(bad)), JsonSchemaError) << bad;
+}
+
 TEST(JsonSchema, RefsAnyOfTypeListsAndFreeObjects) {
     const Json tree = Json::parse(R"({
       "$defs": {"node": {"type": "object", "properties": {
@@ -411,6 +435,10 @@ bool valid(const Json& v, const Json& s, const Json& root) {
     }
     if (v.is_array()) {
         if (s.contains("minItems") && v.size() < s["minItems"].get<std::size_t>()) return false;
+        if (s.value("uniqueItems", false))
+            for (std::size_t i = 0; i < v.size(); ++i)
+                for (std::size_t j = i + 1; j < v.size(); ++j)
+                    if (v[i] == v[j]) return false;
         if (s.contains("maxItems") && v.size() > s["maxItems"].get<std::size_t>()) return false;
         // A tuple: prefixItems then items (2020-12), or an items array then additionalItems (draft 7).
         const bool draft7 = s.contains("items") && s["items"].is_array();
@@ -475,8 +503,9 @@ TEST(JsonSchema, TextsItAdmitsAreValidJsonOfTheSchema) {
         "b":{"type":["integer","null"],"exclusiveMinimum":99},"c":{"type":"array","items":{"maximum":-3}},
         "f":{"type":"integer","multipleOf":3,"minimum":-20,"maximum":40},"g":{"type":"number","multipleOf":0.25}},"required":["a","b","c","d","f","g"]})");
     const Json tuples = Json::parse(R"({"type":"object","properties":{"a":{"type":"array","prefixItems":[{"type":"integer","minimum":0},
-        {"enum":["x","y"]}],"items":{"type":"boolean"},"minItems":1},"b":{"type":"array","items":[{"type":"null"}],"additionalItems":false}},
-        "required":["a","b"]})");
+        {"enum":["x","y"]}],"items":{"type":"boolean"},"minItems":1},"b":{"type":"array","items":[{"type":"null"}],"additionalItems":false},
+        "c":{"type":"array","items":{"enum":["x","y",1,12,true]},"uniqueItems":true,"minItems":1}},
+        "required":["a","b","c"]})");
     const Json patterns = Json::parse(R"({"type":"object","properties":{"id":{"type":"string","pattern":"^[a-f]{2}-\\d+$"},
         "k":{"pattern":"^(a\"b|\\\\n)+$"},"t":{"type":["string","null"],"pattern":"x(yz)?"}},"required":["id","k","t"]})");
     std::mt19937 rng(11);

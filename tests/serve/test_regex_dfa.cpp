@@ -9,6 +9,9 @@
 #include <regex>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "aqpim/file_io.h"
 #include "serve/json_mask_test_util.h"
 #include "serve/regex_dfa.h"
 
@@ -197,6 +200,23 @@ TEST(RegexDfa, RefusesWhatItDoesNotImplementNamingWhere) {
     // A small budget of determinization steps refuses a pattern that fits the state bound.
     EXPECT_THROW(RegexDfa("(a|b)*a(a|b){6}", RegexDfa::Match::whole, all_bytes(), 1000), RegexError);
     EXPECT_NO_THROW(RegexDfa("(a|b)*a(a|b){6}", RegexDfa::Match::whole, all_bytes()));
+}
+
+TEST(RegexDfa, AFuzzersSlowPatternIsRefusedByItsWork) {
+    // fuzz_openai_request (2026-12-07): a 199-byte structured_outputs regex whose automaton states
+    // are large sets took 107 ms (3 s under ASan) to reach the 8192-state bound; its closures' sorts
+    // were not counted as work. Now they are, and the work bound refuses it first (about 14 ms).
+    const std::string input = aqpim::read_whole_file(std::string(AQPIM_SOURCE_DIR) + "/tests/data/fuzz/openai_request/slow-regex-199-bytes",
+                                                     "fuzz input", 4096);
+    const std::string body = input.substr(input.rfind("--aqpim-fuzz-part--\n") + 20);
+    const std::string pattern = nlohmann::json::parse(body)["structured_outputs"]["regex"];
+    ASSERT_EQ(pattern.size(), 199u);
+    try {
+        RegexDfa(pattern, RegexDfa::Match::whole, all_bytes());
+        ADD_FAILURE() << "compiled";
+    } catch (const RegexError& e) {
+        EXPECT_NE(std::string(e.what()).find("too complex"), std::string::npos) << e.what();
+    }
 }
 
 TEST(RegexDfa, MaskEqualsTryingEveryTokenWholeAndItsCacheTheWalk) {
