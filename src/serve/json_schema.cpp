@@ -338,47 +338,9 @@ int JsonSchema::compile_typed(const Json& s, const std::string& type, const std:
     } else if (type == "array") {
         n.kind = Kind::array;
         n.first = bytes_of("[");
-        // A tuple: prefixItems (draft 2020-12) and then `items`, or draft 7's array of `items` and
-        // then `additionalItems`; the schema after the prefix may be false (no more items).
-        const bool draft7_tuple = s.contains("items") && s["items"].is_array();
-        const char* prefix_key = draft7_tuple ? "items" : "prefixItems";
-        const char* rest_key = draft7_tuple ? "additionalItems" : "items";
-        if (s.contains(prefix_key)) {
-            const Json& prefix = s[prefix_key];
-            if (!prefix.is_array()) throw JsonSchemaError(where + "/" + prefix_key, "expected an array of schemas");
-            for (std::size_t i = 0; i < prefix.size(); ++i)
-                n.prefix_items.push_back(compile(prefix[i], where + "/" + prefix_key + "/" + std::to_string(i)));
-        }
-        n.items = kAny;
-        if (s.contains(rest_key)) {
-            const Json& rest = s[rest_key];
-            if (rest.is_boolean()) n.items = rest.get<bool>() ? kAny : -1;
-            else n.items = compile(rest, where + "/" + rest_key);
-        }
         n.min = bound("minItems", 0);
         n.max = bound("maxItems", -1);
-        if (n.items < 0) n.max = n.max < 0 ? std::int64_t(n.prefix_items.size()) : std::min(n.max, std::int64_t(n.prefix_items.size()));
-        if (s.contains("uniqueItems")) {
-            const Json& u = s["uniqueItems"];
-            if (!u.is_boolean()) throw JsonSchemaError(where + "/uniqueItems", "expected a boolean");
-            if (u.get<bool>()) {
-                // A set of enum or const values: each item one of the literals, each literal once (the
-                // recognizer keeps which were used in 64 bits). Items of other schemas would need
-                // every earlier item remembered.
-                if (!n.prefix_items.empty() || n.items < 0 || nodes_[std::size_t(n.items)].kind != Kind::literal)
-                    throw JsonSchemaError(where + "/uniqueItems", "supported only where every item is one of enum or const values "
-                                                                  "(a set of them), without prefixItems");
-                const std::vector<std::string>& texts = nodes_[std::size_t(n.items)].texts;
-                for (std::size_t a = 0; a < texts.size(); ++a)
-                    for (std::size_t b = a + 1; b < texts.size(); ++b)
-                        if (Json::parse(texts[a]) == Json::parse(texts[b]))
-                            throw JsonSchemaError(where + "/uniqueItems", "the values " + texts[a] + " and " + texts[b] +
-                                                                          " are equal: as items they could not both be written");
-                n.unique = true;
-                const std::int64_t distinct = std::int64_t(texts.size());
-                n.max = n.max < 0 ? distinct : std::min(n.max, distinct);
-            }
-        }
+        compile_items(s, where, n);
     } else if (type == "string") {
         n.kind = Kind::string;
         n.first = bytes_of("\"");
@@ -397,6 +359,48 @@ int JsonSchema::compile_typed(const Json& s, const std::string& type, const std:
     if (n.max >= 0 && n.min > n.max)
         throw JsonSchemaError(where, "the lower bound " + std::to_string(n.min) + " exceeds the upper bound " + std::to_string(n.max));
     return add(std::move(n), where);
+}
+
+void JsonSchema::compile_items(const Json& s, const std::string& where, Node& n) {
+    // A tuple: prefixItems (draft 2020-12) and then `items`, or draft 7's array of `items` and
+    // then `additionalItems`; the schema after the prefix may be false (no more items).
+    const bool draft7_tuple = s.contains("items") && s["items"].is_array();
+    const char* prefix_key = draft7_tuple ? "items" : "prefixItems";
+    const char* rest_key = draft7_tuple ? "additionalItems" : "items";
+    if (s.contains(prefix_key)) {
+        const Json& prefix = s[prefix_key];
+        if (!prefix.is_array()) throw JsonSchemaError(where + "/" + prefix_key, "expected an array of schemas");
+        for (std::size_t i = 0; i < prefix.size(); ++i)
+            n.prefix_items.push_back(compile(prefix[i], where + "/" + prefix_key + "/" + std::to_string(i)));
+    }
+    n.items = kAny;
+    if (s.contains(rest_key)) {
+        const Json& rest = s[rest_key];
+        if (rest.is_boolean()) n.items = rest.get<bool>() ? kAny : -1;
+        else n.items = compile(rest, where + "/" + rest_key);
+    }
+    if (n.items < 0) n.max = n.max < 0 ? std::int64_t(n.prefix_items.size()) : std::min(n.max, std::int64_t(n.prefix_items.size()));
+    if (s.contains("uniqueItems")) {
+        const Json& u = s["uniqueItems"];
+        if (!u.is_boolean()) throw JsonSchemaError(where + "/uniqueItems", "expected a boolean");
+        if (u.get<bool>()) {
+            // A set of enum or const values: each item one of the literals, each literal once (the
+            // recognizer keeps which were used in 64 bits). Items of other schemas would need
+            // every earlier item remembered.
+            if (!n.prefix_items.empty() || n.items < 0 || nodes_[std::size_t(n.items)].kind != Kind::literal)
+                throw JsonSchemaError(where + "/uniqueItems", "supported only where every item is one of enum or const values "
+                                                              "(a set of them), without prefixItems");
+            const std::vector<std::string>& texts = nodes_[std::size_t(n.items)].texts;
+            for (std::size_t a = 0; a < texts.size(); ++a)
+                for (std::size_t b = a + 1; b < texts.size(); ++b)
+                    if (Json::parse(texts[a]) == Json::parse(texts[b]))
+                        throw JsonSchemaError(where + "/uniqueItems", "the values " + texts[a] + " and " + texts[b] +
+                                                                      " are equal: as items they could not both be written");
+            n.unique = true;
+            const std::int64_t distinct = std::int64_t(texts.size());
+            n.max = n.max < 0 ? distinct : std::min(n.max, distinct);
+        }
+    }
 }
 
 void JsonSchema::number_bounds(const Json& s, const std::string& where, Node& n) {

@@ -114,6 +114,9 @@ private:
     int add(Node n, const std::string& where);
     void check_choices();
     void number_bounds(const nlohmann::ordered_json& s, const std::string& where, Node& n);
+    /// An array's items: `items`, a tuple's prefix (prefixItems, draft 7's items array) and what
+    /// follows it, uniqueItems; narrows n.max to what they allow.
+    void compile_items(const nlohmann::ordered_json& s, const std::string& where, Node& n);
     void compile_text_automaton(const nlohmann::ordered_json& s, const std::string& where, Node& n);
     int compile_pattern(std::string_view source, RegexDfa::Match match, const std::string& where);
 
