@@ -141,6 +141,23 @@ if (called.choices[0].finish_reason === 'stop') {
   assert.equal(called.choices[0].finish_reason, 'length');
 }
 
+// Two calls in Hermes' tags after some content, written through a one-choice constraint (allowed
+// beside tool_choice "auto") as a tool-calling model writes them: the client reads both calls and
+// the content; streamed as an array, the client's own accumulator (beta.chat.completions.stream)
+// builds the same calls from the deltas.
+const hermes = 'Hm.<tool_call>{"name": "get_weather", "arguments": {"town": "Bath"}}</tool_call>'
+  + '<tool_call>{"name": "get_weather", "arguments": {"town": "York"}}</tool_call>';
+const two = await client.chat.completions.create({ ...chatParams, max_tokens: 190, tools: [weather], guided_choice: [hermes] });
+assert.equal(two.choices[0].finish_reason, 'tool_calls', JSON.stringify(two.choices[0]));
+assert.equal(two.choices[0].message.content, 'Hm.');
+assert.deepEqual(two.choices[0].message.tool_calls.map((c) => JSON.parse(c.function.arguments).town), ['Bath', 'York']);
+const array = '[{"name": "get_weather", "arguments": {"town": "Ely"}}, {"name": "get_weather", "arguments": {"town": "Wells"}}]';
+const callStream = client.beta.chat.completions.stream({ ...chatParams, max_tokens: 190, tools: [weather], guided_choice: [array] });
+const final = await callStream.finalChatCompletion();
+assert.equal(final.choices[0].finish_reason, 'tool_calls');
+assert.deepEqual(final.choices[0].message.tool_calls.map((c) => [c.function.name, JSON.parse(c.function.arguments).town]),
+  [['get_weather', 'Ely'], ['get_weather', 'Wells']]);
+
 await assert.rejects(client.completions.create({ ...params, temperature: 5 }), (e) => {
   assert.ok(e instanceof OpenAI.BadRequestError, `a 400 BadRequestError, got ${e}`);
   assert.match(e.message, /temperature/);
