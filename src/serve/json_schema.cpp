@@ -317,13 +317,6 @@ int JsonSchema::compile_typed(const Json& s, const std::string& type, const std:
                 it->required = true;
             }
         }
-        if (s.contains("minProperties") || s.contains("maxProperties")) {  // only "exactly one of the listed"
-            const bool one = s.value("minProperties", Json()) == Json(1) && s.value("maxProperties", Json()) == Json(1);
-            if (!one || n.properties.empty() || s.contains("required"))
-                throw JsonSchemaError(where, "minProperties and maxProperties are supported only as both 1, with properties "
-                                             "and no required ones (exactly one of the listed properties)");
-            n.one_property = true;
-        }
         if (s.contains("additionalProperties")) {
             const Json& extra = s["additionalProperties"];
             if (!extra.is_boolean() && !extra.is_object())
@@ -334,6 +327,26 @@ int JsonSchema::compile_typed(const Json& s, const std::string& type, const std:
                                              : compile(extra, where + "/additionalProperties");
         } else if (n.properties.empty()) {
             n.extra = kAny;
+        }
+        if (s.contains("minProperties") || s.contains("maxProperties")) {
+            // Free keys (a dict): the members counted, within the bounds. Listed properties: only
+            // "exactly one of them" (a required call among several tools).
+            if (n.properties.empty()) {
+                // Members are counted as written, and a key may be written twice (JSON allows it;
+                // the parsed object then holds it once): so a maximum holds exactly, and a minimum
+                // of at most 1 (one member written is one key); larger minimums are refused.
+                n.min = bound("minProperties", 0);
+                n.max = n.extra < 0 ? 0 : bound("maxProperties", -1);
+                if (n.min > 1)
+                    throw JsonSchemaError(where + "/minProperties", "above 1 is not supported for free keys (a key written twice "
+                                                                    "would count twice; the parsed object holds it once)");
+            } else {
+                const bool one = s.value("minProperties", Json()) == Json(1) && s.value("maxProperties", Json()) == Json(1);
+                if (!one || s.contains("required"))
+                    throw JsonSchemaError(where, "beside listed properties, minProperties and maxProperties are supported only as "
+                                                 "both 1 and no required ones (exactly one of the listed properties)");
+                n.one_property = true;
+            }
         }
     } else if (type == "array") {
         n.kind = Kind::array;

@@ -49,7 +49,7 @@ public:
 
     enum class Kind : std::uint8_t {
         any,      ///< any JSON value
-        object,   ///< `properties` in order, or free keys whose values are `extra`
+        object,   ///< `properties` in order, or free keys whose values are `extra` (between min and max of them)
         array,    ///< `items`, between min and max of them
         string,   ///< between min and max characters (code points; an escape is one), matching `pattern` or `format`
         number,
@@ -70,7 +70,7 @@ public:
         std::vector<int> prefix_items;     ///< array: its first items' own schemas (a tuple: prefixItems, or draft 7's items array)
         /// array: the schema of item `i` (-1: no item may be there)
         int item(std::int64_t i) const { return i < std::int64_t(prefix_items.size()) ? prefix_items[std::size_t(i)] : items; }
-        std::int64_t min = 0, max = -1;    ///< array items, string characters; max -1: unbounded
+        std::int64_t min = 0, max = -1;    ///< array items, string characters, members of an object of free keys; max -1: unbounded
         std::vector<std::string> texts;    ///< literal: the values as compact JSON
         std::vector<int> branches;         ///< choice
         std::bitset<256> first;            ///< the bytes a value of this node can start with

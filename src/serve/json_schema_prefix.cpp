@@ -80,7 +80,10 @@ void JsonSchemaPrefix::value_done() {
     }
     Frame& parent = frames_[depth_ - 1];
     if (was_key) parent.phase = Phase::colon;
-    else if (parent.phase == Phase::member_value) parent.phase = Phase::next_member;
+    else if (parent.phase == Phase::member_value) {
+        parent.phase = Phase::next_member;
+        if (schema_->node(parent.node).properties.empty()) ++parent.count;  // free keys: one more member
+    }
     else ++parent.count, parent.phase = Phase::next_item;
 }
 
@@ -97,8 +100,10 @@ std::uint64_t JsonSchemaPrefix::allowed_keys(const Frame& f) const {
 }
 
 bool JsonSchemaPrefix::can_close_object(const Frame& f) const {
-    if (schema_->node(f.node).one_property) return f.count > 0;
-    const auto& props = schema_->node(f.node).properties;
+    const JsonSchema::Node& n = schema_->node(f.node);
+    if (n.one_property) return f.count > 0;
+    if (n.properties.empty()) return f.count >= n.min;  // free keys: f.count members written
+    const auto& props = n.properties;
     for (std::size_t i = std::size_t(f.count); i < props.size(); ++i)
         if (props[i].required) return false;
     return true;
@@ -371,7 +376,8 @@ bool JsonSchemaPrefix::byte(unsigned char c) {
     const JsonSchema::Node& n = schema_->node(f.node);
     const auto begin_key = [&] {
         if (c != '"') return false;
-        if (n.extra >= 0) {  // a free key: any string
+        if (n.extra >= 0) {  // a free key: any string, while the members are fewer than maxProperties
+            if (n.max >= 0 && f.count >= n.max) return false;
             Frame k{};
             k.node = JsonSchema::kAnyString;
             k.phase = Phase::chars;
@@ -396,7 +402,7 @@ bool JsonSchemaPrefix::byte(unsigned char c) {
         case Phase::member_value: return start_value(f.member >= 0 ? n.properties[std::size_t(f.member)].node : n.extra, c);
         case Phase::next_member:
             if (c == '}') return can_close_object(f) && (value_done(), true);
-            if (c != ',' || (n.extra < 0 && allowed_keys(f) == 0)) return false;
+            if (c != ',' || (n.extra < 0 && allowed_keys(f) == 0) || (n.extra >= 0 && n.max >= 0 && f.count >= n.max)) return false;
             f.phase = Phase::key;
             return true;
         case Phase::item_or_end:

@@ -373,6 +373,26 @@ TEST(JsonSchema, PatternsMatchTheStringsDecodedText) {
     EXPECT_FALSE(whole(either, R"({"a":"y"})"));
 }
 
+TEST(JsonSchema, FreeKeysAreCountedWithinMinAndMaxProperties) {
+    // pydantic's dict[str, int] with min_length 1 and max_length 2.
+    const JsonSchema dict(Json::parse(R"({"type":"object","additionalProperties":{"type":"integer"},"minProperties":1,"maxProperties":2})"));
+    EXPECT_EQ(first_refused(dict, "{}"), 1u);
+    EXPECT_TRUE(whole(dict, R"({"a":1})"));
+    EXPECT_TRUE(whole(dict, R"({"a":1, "b":2})"));
+    EXPECT_EQ(first_refused(dict, R"({"a":1,"b":2,)"), 12u) << "no third member";
+    const JsonSchema none(Json::parse(R"({"type":"object","properties":{"d":{"maxProperties":0}}})"));
+    EXPECT_TRUE(whole(none, R"({"d":{}})"));
+    EXPECT_EQ(first_refused(none, R"({"d":{")"), 6u);
+    const JsonSchema exactly_one(Json::parse(R"({"type":"object","minProperties":1,"maxProperties":1})"));
+    EXPECT_TRUE(whole(exactly_one, R"({"k":null})"));
+    EXPECT_EQ(first_refused(exactly_one, R"({"k":null,)"), 9u);
+    EXPECT_THROW(JsonSchema(Json::parse(R"({"type":"object","additionalProperties":false,"minProperties":1})")), JsonSchemaError)
+        << "no member may be written";
+    EXPECT_THROW(JsonSchema(Json::parse(R"({"type":"object","minProperties":1,"maxProperties":0})")), JsonSchemaError);
+    EXPECT_THROW(JsonSchema(Json::parse(R"({"type":"object","minProperties":2})")), JsonSchemaError)
+        << "{\"a\":1,\"a\":2} would count 2 members and parse as 1 key";
+}
+
 TEST(JsonSchema, MinAndMaxPropertiesOneMeanExactlyOneOfTheListed) {
     const JsonSchema s(Json::parse(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"null"}},
         "minProperties":1,"maxProperties":1})"));
@@ -382,7 +402,6 @@ TEST(JsonSchema, MinAndMaxPropertiesOneMeanExactlyOneOfTheListed) {
     EXPECT_EQ(first_refused(s, R"({"a":1,)"), 6u);
     for (const char* other : {R"({"type":"object","properties":{"a":{}},"maxProperties":2})",
                               R"({"type":"object","properties":{"a":{}},"minProperties":1})",
-                              R"({"type":"object","minProperties":1,"maxProperties":1})",
                               R"({"type":"object","properties":{"a":{}},"required":["a"],"minProperties":1,"maxProperties":1})"})
         EXPECT_THROW(JsonSchema(Json::parse(other)), JsonSchemaError) << other;
 }
@@ -449,6 +468,8 @@ bool valid(const Json& v, const Json& s, const Json& root) {
     }
     if (v.is_object()) {
         const Json props = s.contains("properties") ? s["properties"] : Json::object();
+        if (s.contains("minProperties") && v.size() < s["minProperties"].get<std::size_t>()) return false;
+        if (s.contains("maxProperties") && v.size() > s["maxProperties"].get<std::size_t>()) return false;
         if (s.contains("required"))
             for (const Json& r : s["required"])
                 if (!v.contains(r.get<std::string>())) return false;
@@ -497,7 +518,8 @@ TEST(JsonSchema, TextsItAdmitsAreValidJsonOfTheSchema) {
           "note": {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "boolean"}]}},
         "required": ["v"]}},
       "$ref": "#/$defs/node"})");
-    const Json free_values = Json::parse(R"({"type":"object","additionalProperties":{"type":"array","items":{"type":"number"},"minItems":1}})");
+    const Json free_values = Json::parse(R"({"type":"object","additionalProperties":{"type":"array","items":{"type":"number"},"minItems":1},
+        "minProperties":1,"maxProperties":3})");
     const Json bounded = Json::parse(R"({"type":"object","properties":{"a":{"type":"integer","minimum":-40,"maximum":7},
         "d":{"type":"number","minimum":-2.5,"maximum":3.75},
         "b":{"type":["integer","null"],"exclusiveMinimum":99},"c":{"type":"array","items":{"maximum":-3}},

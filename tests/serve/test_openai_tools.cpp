@@ -152,8 +152,8 @@ TEST(OpenAiTools, AFinishedTextIsReadAsCallsInTheFormsModelsWrite) {
 }
 
 TEST(OpenAiTools, SchemasRefuseWhatTheyCannotKeep) {
-    // minProperties and maxProperties other than both 1 are refused, typed or not (never dropped).
-    EXPECT_THROW(serve::JsonSchema(nlohmann::ordered_json::parse(R"({"type":"object","properties":{"a":{"minProperties":2}}})")),
+    // Beside listed properties, minProperties and maxProperties other than both 1 are refused, typed or not (never dropped).
+    EXPECT_THROW(serve::JsonSchema(nlohmann::ordered_json::parse(R"({"type":"object","properties":{"a":{"properties":{"x":{}},"minProperties":2}}})")),
                  serve::JsonSchemaError);
     // A body with an object too large to read in written order is refused when a schema needs it.
     json body = {{"prompt", "x"}, {"response_format", {{"type", "json_object"}, {"schema", {{"type", "object"}}}}}};
