@@ -318,7 +318,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             bool echo_due = false;
             bool done = false;
             /// Tools: the text is held while it may still be a call (required, named: all of it;
-            /// auto: while it may still be calls from its start, may_be_tool_calls).
+            /// auto: while it may still be calls from its start, may_be_tool_calls, or from a piece
+            /// that may open Hermes' tags on, may_open_tool_calls).
             bool holding = false;
             std::string held;
             std::vector<TokenText> held_tokens;
@@ -360,12 +361,13 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                 Channel::Final fin;
                 const bool done = choices[i].channel->poll(got, fin);
                 if (!echo(i, done)) return gone();
+                const bool auto_calls = p.tool_choice == CompletionParams::ToolChoice::auto_call;
                 for (TextDelta& d : got) {
+                    if (!pr.holding && auto_calls && may_open_tool_calls(d.text)) pr.holding = true;  // Hermes' tags after content
                     if (pr.holding) {
                         pr.held += d.text;
                         for (TokenText& t : d.tokens) pr.held_tokens.push_back(std::move(t));
-                        if (p.tool_choice == CompletionParams::ToolChoice::auto_call && !may_be_tool_calls(pr.held) && !flush(i))
-                            return gone();
+                        if (auto_calls && !may_be_tool_calls(pr.held) && !may_open_tool_calls(pr.held) && !flush(i)) return gone();
                         continue;
                     }
                     if (d.text.empty() && !p.logprobs) continue;

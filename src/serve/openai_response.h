@@ -64,6 +64,9 @@ ToolCallsRead tool_calls_of(const std::string& text, const std::vector<std::stri
 /// Whether an answer that begins with `text` may still be calls of those forms from its start
 /// (a stream holds it until it cannot).
 bool may_be_tool_calls(std::string_view text);
+/// Whether `text`, a piece of an answer after content, may open Hermes' calls: it holds
+/// `<tool_call>` or ends with the beginning of it.
+bool may_open_tool_calls(std::string_view text);
 /// The last chunk with stream_options.include_usage: no choices, the usage.
 nlohmann::json stream_usage_json(const ResponseHeader& h, const Usage& usage);
 /// "data: <json>\n\n" (invalid UTF-8 from byte tokens replaced, never an exception).

@@ -290,6 +290,13 @@ ToolCallsRead tool_calls_of(const std::string& text, const std::vector<std::stri
     return {std::move(out), std::move(content)};
 }
 
+bool may_open_tool_calls(std::string_view text) {
+    if (text.find(kCallOpen) != std::string_view::npos) return true;
+    for (std::size_t k = std::min(text.size(), kCallOpen.size() - 1); k > 0; --k)
+        if (text.substr(text.size() - k) == kCallOpen.substr(0, k)) return true;
+    return false;
+}
+
 bool may_be_tool_calls(std::string_view text) {
     const std::size_t first = text.find_first_not_of(" \t\r\n");
     if (first == std::string_view::npos) return true;

@@ -153,6 +153,17 @@ TEST(HttpToolCalls, AutoReadsSeveralCallsInTheFormsModelsWrite) {
     EXPECT_EQ(json::parse(calls[0]["function"]["arguments"].get<std::string>())["town"], "Bath");
     EXPECT_EQ(calls[1]["function"]["name"], "send_letter");
     EXPECT_NE(calls[0]["id"], calls[1]["id"]);
+    // Streamed: the content as it comes, then the tags held from their '<' and sent as one delta.
+    const Streamed tagged = stream(c, chat({{"seed", 1}, {"guided_choice", {hermes}}}));
+    EXPECT_EQ(tagged.finish, "tool_calls");
+    EXPECT_EQ(tagged.content, "Checking.");
+    ASSERT_EQ(tagged.tool_calls.size(), 2u);
+    EXPECT_EQ(tagged.tool_calls[0]["function"], calls[0]["function"]);
+    EXPECT_EQ(tagged.tool_calls[1]["function"], calls[1]["function"]);
+    const std::string not_a_tag = "Use <tools> wisely.";
+    const Streamed prose_tag = stream(c, chat({{"seed", 1}, {"guided_choice", {not_a_tag}}}));
+    EXPECT_EQ(prose_tag.content, not_a_tag) << "held while it might open a call, then sent";
+    EXPECT_TRUE(prose_tag.tool_calls.empty());
     // An array (Mistral's form) streamed: held from its '[' and sent as one delta of both calls.
     const std::string array = R"([{"name": "send_letter", "arguments": {"to": "Eleanor"}}, {"name": "get_weather", "parameters": {"town": "York", "unit": "celsius"}}])";
     const Streamed st = stream(c, chat({{"seed", 1}, {"guided_choice", {array}}}));
