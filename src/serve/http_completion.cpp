@@ -321,14 +321,16 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             /// auto: while it may still be calls from its start, may_be_tool_calls, or from a piece
             /// that may open Hermes' tags on, may_open_tool_calls).
             bool holding = false;
+            bool sent_content = false;  ///< text went out as content: what is held after it can only be Hermes' tags
             std::string held;
             std::vector<TokenText> held_tokens;
         };
-        std::vector<Progress> progress(choices.size(), Progress{0, p.echo, false, tools, {}, {}});
+        std::vector<Progress> progress(choices.size(), Progress{0, p.echo, false, tools, false, {}, {}});
         // Sends what a choice holds as content.
         auto flush = [&](std::size_t i) {
             Progress& pr = progress[i];
             pr.holding = false;
+            pr.sent_content = pr.sent_content || !pr.held.empty();
             if (pr.held.empty() && !p.logprobs) return true;
             const bool ok = send(sse_event(stream_chunk_json(h, i, pr.held, logprobs(pr.held_tokens, pr.offset), nullptr)));
             pr.offset += pr.held.size();
@@ -367,10 +369,12 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                     if (pr.holding) {
                         pr.held += d.text;
                         for (TokenText& t : d.tokens) pr.held_tokens.push_back(std::move(t));
-                        if (auto_calls && !may_be_tool_calls(pr.held) && !may_open_tool_calls(pr.held) && !flush(i)) return gone();
+                        const bool may_be_calls = may_open_tool_calls(pr.held) || (!pr.sent_content && may_be_tool_calls(pr.held));
+                        if (auto_calls && !may_be_calls && !flush(i)) return gone();
                         continue;
                     }
                     if (d.text.empty() && !p.logprobs) continue;
+                    pr.sent_content = pr.sent_content || !d.text.empty();
                     if (!send(sse_event(stream_chunk_json(h, i, d.text, logprobs(d.tokens, pr.offset), nullptr))))
                         return gone();
                     pr.offset += d.text.size();
@@ -387,9 +391,10 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                 --n_open;
                 const char* finish = finish_name(fin);
                 if (pr.holding) {
-                    const ToolCallsRead read = fin.finish == FinishReason::stop
-                                                   ? tool_calls_of(pr.held, p.tool_names, call_id(i), p.parallel_tool_calls)
-                                                   : ToolCallsRead{};
+                    const ToolCallsRead read =
+                        fin.finish != FinishReason::stop ? ToolCallsRead{}
+                        : pr.sent_content                ? tool_calls_in_tags(pr.held, p.tool_names, call_id(i), p.parallel_tool_calls)
+                                                         : tool_calls_of(pr.held, p.tool_names, call_id(i), p.parallel_tool_calls);
                     if (!read.calls.is_null()) {
                         if (!read.content.empty() && !send(sse_event(stream_chunk_json(h, i, read.content, nullptr, nullptr))))
                             return gone();

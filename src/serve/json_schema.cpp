@@ -119,6 +119,7 @@ JsonSchema::JsonSchema(const Json& schema) : document_(&schema) {
     document_ = nullptr;
     refs_.clear();
     pattern_ids_.clear();
+    length_ids_.clear();
     wheres_.clear();
     wheres_.shrink_to_fit();
 }
@@ -378,6 +379,8 @@ void JsonSchema::compile_items(const Json& s, const std::string& where, Node& n)
     // A tuple: prefixItems (draft 2020-12) and then `items`, or draft 7's array of `items` and
     // then `additionalItems`; the schema after the prefix may be false (no more items).
     const bool draft7_tuple = s.contains("items") && s["items"].is_array();
+    if (draft7_tuple && s.contains("prefixItems"))
+        throw JsonSchemaError(where, "\"prefixItems\" beside an array of \"items\" (two drafts' tuples at once) is not supported");
     const char* prefix_key = draft7_tuple ? "items" : "prefixItems";
     const char* rest_key = draft7_tuple ? "additionalItems" : "items";
     if (s.contains(prefix_key)) {
@@ -406,7 +409,7 @@ void JsonSchema::compile_items(const Json& s, const std::string& where, Node& n)
             const std::vector<std::string>& texts = nodes_[std::size_t(n.items)].texts;
             for (std::size_t a = 0; a < texts.size(); ++a)
                 for (std::size_t b = a + 1; b < texts.size(); ++b)
-                    if (Json::parse(texts[a]) == Json::parse(texts[b]))
+                    if (nlohmann::json::parse(texts[a]) == nlohmann::json::parse(texts[b]))  // unordered: {"x":1,"y":2} is {"y":2,"x":1}
                         throw JsonSchemaError(where + "/uniqueItems", "the values " + texts[a] + " and " + texts[b] +
                                                                       " are equal: as items they could not both be written");
             n.unique = true;
@@ -445,7 +448,12 @@ void JsonSchema::number_bounds(const Json& s, const std::string& where, Node& n)
         for (const char* c = buf; c < end; ++c) {
             if (*c == '-') sign = -1;
             else if (*c == '.') point = true;
-            else if (*c == 'e') exponent += std::atoi(c + 1), c = end - 1;
+            else if (*c == 'e') {  // to_chars writes no NUL: read the exponent within [c + 1, end)
+                int e = 0;
+                std::from_chars(c + 1 + (c[1] == '+'), end, e);
+                exponent += e;
+                c = end - 1;
+            }
             else mantissa = mantissa * 10 + (*c - '0'), exponent -= point;
         }
         mantissa *= sign;
@@ -484,22 +492,24 @@ void JsonSchema::number_bounds(const Json& s, const std::string& where, Node& n)
     n.highest = n.has_highest ? hi : 0;
     if (!s.contains("multipleOf")) return;
     // multipleOf, exactly: on the 1e-18 grid (a float through its shortest decimal form), an
-    // integer's the least common multiple with 1 (above 1e17 only 0 is a multiple within the range
-    // a number is written in, and so any such step stands for all).
+    // integer's the least common multiple with 1. An exact number is written with at most 18
+    // integer digits, so below 1e18 in magnitude: a step of 1e18 or more has only 0 as a multiple
+    // there, and stands as 1e18 for all of them.
     const std::string at = where + "/multipleOf";
     const Json& m = s["multipleOf"];
     if (!m.is_number() || !(m.get<double>() > 0)) throw JsonSchemaError(at, "expected a number above 0");
     Wide step = scaled("multipleOf", false);
     if (step == 0 || step != scaled("multipleOf", true))
         throw JsonSchemaError(at, "a multipleOf with more than 18 fraction digits is not supported");
-    step = std::min(step, limit + 1);
+    const Wide cap = Wide(1000000000000000000) * scale;  // 1e18 in units of 1e-18
+    step = std::min(step, cap);
     if (n.kind == Kind::integer) {
         Wide a = step, b = scale;  // gcd
         while (b != 0) a = std::exchange(b, a % b);
-        step = step / a > (limit + 1) / scale ? limit + 1 : step / a * scale;
+        step = step / a > cap / scale ? cap : step / a * scale;
     }
     n.multiple = step;
-    const Wide lowest = std::max(lo, -limit), highest = std::min(hi, limit);
+    const Wide lowest = std::max(lo, 1 - cap), highest = std::min(hi, cap - 1);  // what can be written
     if (floor_div(highest, step) * step < lowest)
         throw JsonSchemaError(where, std::string("no ") + (n.kind == Kind::integer ? "integer" : "number") +
                                          " within the bounds is a multiple of multipleOf");
@@ -534,14 +544,23 @@ void JsonSchema::compile_text_automaton(const Json& s, const std::string& where,
     // A length bound beside it: the states from which a match of an admissible length goes on.
     std::int64_t max = n.max;
     if (format && format->max_chars >= 0) max = max < 0 ? format->max_chars : std::min(max, format->max_chars);
-    if ((n.min == 0 && max < 0) || (max >= 0 && n.min > max)) return;  // no bound, or one the caller refuses
+    if ((n.min == 0 && max < 0) || (n.max >= 0 && n.min > n.max)) return;  // no bound, or one the caller refuses
+    const std::string bounds =
+        "minLength " + std::to_string(n.min) + (n.max >= 0 ? ", maxLength " + std::to_string(n.max) : std::string()) +
+        (format && format->max_chars >= 0 ? ", and the format's own bound of " + std::to_string(format->max_chars) + " characters" : "");
+    if (max >= 0 && n.min > max) throw JsonSchemaError(at, "no text has " + bounds);
+    const auto key = std::make_tuple(n.pattern, n.min, max);  // one table per automaton and bounds
+    if (const auto it = length_ids_.find(key); it != length_ids_.end()) {
+        n.lengths = it->second;
+        return;
+    }
     try {
         lengths_.emplace_back(patterns_[std::size_t(n.pattern)], n.min, max, kMaxPatternWork - pattern_work_);
     } catch (const RegexError& e) {
-        throw JsonSchemaError(at, std::string(e.what()) + " (with minLength " + std::to_string(n.min) +
-                                      (max >= 0 ? ", maxLength " + std::to_string(max) : std::string()) + ")");
+        throw JsonSchemaError(at, std::string(e.what()) + " (" + bounds + ")");
     }
     n.lengths = int(lengths_.size() - 1);
+    length_ids_[key] = n.lengths;
     pattern_work_ += lengths_.back().work();
     pattern_bytes_ += lengths_.back().bytes();
     if (pattern_bytes_ > kMaxPatternTableBytes)

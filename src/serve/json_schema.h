@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -80,8 +81,8 @@ public:
         /// which is written with at most 18 fraction digits and no exponent when bounded)
         __int128 lowest = 0, highest = 0;
         /// integer, number: `multipleOf` times kBoundScale (an integer's: the least common multiple
-        /// with kBoundScale), at most 1e17 x kBoundScale + 1; 0: none. Exact: a number with one is
-        /// written as a bounded one is.
+        /// with kBoundScale), at most 1e18 x kBoundScale (past what is written); 0: none. Exact: a
+        /// number with one is written as a bounded one is.
         __int128 multiple = 0;
         /// integer, number: written without an exponent, its value checked exactly (bounds or a multiple)
         bool exact() const { return has_lowest || has_highest || multiple > 0; }
@@ -132,6 +133,7 @@ private:
     std::map<std::pair<std::string, RegexDfa::Match>, int> pattern_ids_;  ///< (source, match) -> patterns_ index
     std::vector<RegexDfa> patterns_;
     std::vector<RegexLengths> lengths_;
+    std::map<std::tuple<int, std::int64_t, std::int64_t>, int> length_ids_;  ///< (pattern, min, max) -> lengths_ index
     std::size_t pattern_bytes_ = 0;
     std::uint64_t pattern_work_ = 0;
     int root_ = -1;

@@ -61,6 +61,10 @@ struct ToolCallsRead {
 /// `<tool_call>CALL</tool_call>` blocks. Every N one of `names`, every A an object. Ids: `id`,
 /// then `id`_1, `id`_2, ...; with `parallel` false only the first call is kept.
 ToolCallsRead tool_calls_of(const std::string& text, const std::vector<std::string>& names, const std::string& id, bool parallel);
+/// The calls of Hermes' tags alone in `text`: what a stream reads from the text it held after it
+/// sent content (the other forms are whole answers, which content before them rules out).
+ToolCallsRead tool_calls_in_tags(const std::string& text, const std::vector<std::string>& names, const std::string& id,
+                                 bool parallel);
 /// Whether an answer that begins with `text` may still be calls of those forms from its start
 /// (a stream holds it until it cannot).
 bool may_be_tool_calls(std::string_view text);

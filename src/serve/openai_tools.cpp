@@ -269,6 +269,17 @@ bool calls_of_tags(std::string_view text, const std::vector<std::string>& names,
     }
 }
 
+/// OpenAI's tool_calls array of `calls` (ids `id`, `id`_1, ...; with `parallel` false the first only).
+ToolCallsRead calls_read(std::vector<Call> calls, std::string content, const std::string& id, bool parallel) {
+    if (!parallel) calls.resize(1);
+    json out = json::array();
+    for (std::size_t k = 0; k < calls.size(); ++k)
+        out.push_back({{"id", k ? fmt::format("{}_{}", id, k) : id},
+                       {"type", "function"},
+                       {"function", {{"name", calls[k].first}, {"arguments", calls[k].second.dump()}}}});
+    return {std::move(out), std::move(content)};
+}
+
 }  // namespace
 
 ToolCallsRead tool_calls_of(const std::string& text, const std::vector<std::string>& names, const std::string& id, bool parallel) {
@@ -281,13 +292,15 @@ ToolCallsRead tool_calls_of(const std::string& text, const std::vector<std::stri
         calls.clear();
         if (!calls_of_tags(text, names, calls, content)) return {};
     }
-    if (!parallel) calls.resize(1);  // at most one call: the first
-    json out = json::array();
-    for (std::size_t k = 0; k < calls.size(); ++k)
-        out.push_back({{"id", k ? fmt::format("{}_{}", id, k) : id},
-                       {"type", "function"},
-                       {"function", {{"name", calls[k].first}, {"arguments", calls[k].second.dump()}}}});
-    return {std::move(out), std::move(content)};
+    return calls_read(std::move(calls), std::move(content), id, parallel);
+}
+
+ToolCallsRead tool_calls_in_tags(const std::string& text, const std::vector<std::string>& names, const std::string& id,
+                                 bool parallel) {
+    std::vector<Call> calls;
+    std::string content;
+    if (!calls_of_tags(text, names, calls, content)) return {};
+    return calls_read(std::move(calls), std::move(content), id, parallel);
 }
 
 bool may_open_tool_calls(std::string_view text) {
@@ -301,7 +314,10 @@ bool may_be_tool_calls(std::string_view text) {
     const std::size_t first = text.find_first_not_of(" \t\r\n");
     if (first == std::string_view::npos) return true;
     const std::string_view rest = text.substr(first);
-    if (rest[0] == '{' || rest[0] == '[') return true;
+    if (rest[0] == '{' || rest[0] == '[') {  // a call object opens with a key, an array of them with a call object
+        const std::size_t next = rest.find_first_not_of(" \t\r\n", 1);
+        if (next == std::string_view::npos || rest[next] == (rest[0] == '{' ? '"' : '{')) return true;
+    }
     for (const std::string_view start : {kCallOpen, kCallMarkers[0], kCallMarkers[1]}) {
         const std::size_t n = std::min(rest.size(), start.size());
         if (rest.substr(0, n) == start.substr(0, n)) return true;

@@ -33,7 +33,7 @@ RegexLengths::RegexLengths(const RegexDfa& dfa, std::int64_t min_chars, std::int
     work_ = std::uint64_t(n) * 256 + levels * per_level;
     if (top >= std::int64_t(max_work) || work_ > max_work)
         throw RegexError(RegexError::kNoOffset, "bounding its text to " + std::to_string(top) +
-                                                    " characters is too complex (write the length into the pattern)");
+                                                    " characters is too complex");
     words_ = std::size_t(top / 64 + 1);
     bits_.assign(n * words_, 0);
 

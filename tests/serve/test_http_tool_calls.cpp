@@ -164,6 +164,14 @@ TEST(HttpToolCalls, AutoReadsSeveralCallsInTheFormsModelsWrite) {
     const Streamed prose_tag = stream(c, chat({{"seed", 1}, {"guided_choice", {not_a_tag}}}));
     EXPECT_EQ(prose_tag.content, not_a_tag) << "held while it might open a call, then sent";
     EXPECT_TRUE(prose_tag.tool_calls.empty());
+    // After content only Hermes' tags are calls (the other forms are whole answers): a marker and a
+    // call after text stay content, streamed or not.
+    const std::string late = R"(Sure <|python_tag|>{"name": "get_weather", "parameters": {"town": "Bath", "unit": "celsius"}})";
+    const json late_whole = post(c, "/v1/chat/completions", chat({{"seed", 1}, {"guided_choice", {late}}}))["choices"][0];
+    EXPECT_EQ(late_whole["message"]["content"], late);
+    const Streamed late_streamed = stream(c, chat({{"seed", 1}, {"guided_choice", {late}}}));
+    EXPECT_EQ(late_streamed.content, late);
+    EXPECT_TRUE(late_streamed.tool_calls.empty());
     // An array (Mistral's form) streamed: held from its '[' and sent as one delta of both calls.
     const std::string array = R"([{"name": "send_letter", "arguments": {"to": "Eleanor"}}, {"name": "get_weather", "parameters": {"town": "York", "unit": "celsius"}}])";
     const Streamed st = stream(c, chat({{"seed", 1}, {"guided_choice", {array}}}));

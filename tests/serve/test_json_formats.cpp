@@ -317,6 +317,10 @@ TEST(JsonFormats, LengthBoundsBesideAPatternAreExact) {
     EXPECT_TRUE(admits(hostname, host));
     EXPECT_EQ(refused_at(hostname, host + ".a"), 253u);
     EXPECT_EQ(refused_at(one_string({{"type", "string"}, {"format", "hostname"}, {"maxLength", 3}}), "a.bc"), 3u);
+    // One table per automaton and bounds: 20 host names cost one.
+    Json many = {{"type", "object"}, {"properties", Json::object()}};
+    for (int i = 0; i < 20; ++i) many["properties"]["h" + std::to_string(i)] = {{"type", "string"}, {"format", "hostname"}};
+    EXPECT_NO_THROW(JsonSchema{many});
 }
 
 TEST(JsonFormats, RefusalsNameWhatCannotHold) {
@@ -335,6 +339,8 @@ TEST(JsonFormats, RefusalsNameWhatCannotHold) {
     EXPECT_NE(error_of({{"type", "string"}, {"format", "date"}, {"pattern", "^2"}}).find("beside the format \"date\""), std::string::npos);
     EXPECT_NE(error_of({{"enum", {"2026-12-07"}}, {"format", "date"}}).find("\"format\" beside \"enum\""), std::string::npos);
     EXPECT_NE(error_of({{"type", "string"}, {"pattern", "^x+$"}, {"maxLength", 40000000}}).find("too complex"), std::string::npos);
+    EXPECT_NE(error_of({{"type", "string"}, {"format", "email"}, {"minLength", 300}}).find("the format's own bound of 254"), std::string::npos)
+        << "a minimum past the format's own bound";
     // Formats nobody enforces are annotations, as before.
     EXPECT_EQ(error_of({{"type", "string"}, {"format", "binary"}}), "");
     EXPECT_EQ(error_of({{"type", "integer"}, {"format", "int32"}}), "");

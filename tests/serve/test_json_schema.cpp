@@ -184,6 +184,14 @@ TEST(JsonSchema, MultipleOfKeepsExactMultiples) {
     EXPECT_TRUE(whole(negative, R"({"n":-3})"));
     EXPECT_EQ(first_refused(negative, R"({"n":-4})"), 6u);
     EXPECT_EQ(first_refused(negative, R"({"n":0)"), 5u) << "0 is a multiple, but above the maximum";
+    // Steps as large as what is written (18 integer digits): 2e17's multiples, and nothing between.
+    const JsonSchema huge = of(R"({"type":"number","multipleOf":2e17})");
+    EXPECT_TRUE(whole(huge, R"({"n":200000000000000000})"));
+    EXPECT_TRUE(whole(huge, R"({"n":-800000000000000000.0})"));
+    EXPECT_EQ(first_refused(huge, R"({"n":100000000000000000.000000000000000001})"), 5u)
+        << "no multiple of 2e17 with at most 18 integer digits starts with 1";
+    EXPECT_EQ(first_refused(huge, R"({"n":400000000000000000.000000000000000001})"), 41u);
+    EXPECT_NO_THROW(of(R"({"type":"integer","multipleOf":2e17,"minimum":1})"));
     const JsonSchema third = of(R"({"type":"number","multipleOf":0.3333333333333333})");
     EXPECT_TRUE(whole(third, R"({"n":0.9999999999999999})")) << "the step as written, times 3";
     EXPECT_EQ(first_refused(third, R"({"n":1})"), 6u) << "1 may still become 1.3333333333333332";
@@ -227,6 +235,8 @@ TEST(JsonSchema, TuplesTakeEachPositionsSchema) {
     EXPECT_THROW(JsonSchema(Json::parse(R"({"type":"object","properties":{"t":{"prefixItems":[{}],"items":false,"minItems":2}}})")),
                  JsonSchemaError) << "two items needed where one fits";
     EXPECT_THROW(JsonSchema(Json::parse(R"({"type":"object","properties":{"t":{"prefixItems":{}}}})")), JsonSchemaError);
+    EXPECT_THROW(JsonSchema(Json::parse(R"({"type":"object","properties":{"t":{"prefixItems":[{"type":"integer"}],"items":[{"type":"string"}]}}})")),
+                 JsonSchemaError) << "two drafts' tuples at once";
 }
 
 TEST(JsonSchema, UniqueItemsKeepASetOfEnumValues) {
@@ -248,6 +258,7 @@ TEST(JsonSchema, UniqueItemsKeepASetOfEnumValues) {
                       R"({"a":["x","x"]})")) << "uniqueItems false: no constraint";
     for (const char* bad : {R"({"type":"object","properties":{"a":{"items":{"type":"string"},"uniqueItems":true}}})",
                             R"({"type":"object","properties":{"a":{"items":{"enum":[1,1.0]},"uniqueItems":true}}})",
+                            R"({"type":"object","properties":{"a":{"items":{"enum":[{"x":1,"y":2},{"y":2,"x":1}]},"uniqueItems":true}}})",
                             R"({"type":"object","properties":{"a":{"items":{"enum":["x","y"]},"uniqueItems":true,"minItems":3}}})",
                             R"({"type":"object","properties":{"a":{"items":{"enum":["x"]},"uniqueItems":"yes"}}})"})
         EXPECT_THROW(JsonSchema(Json::parse(bad)), JsonSchemaError) << bad;

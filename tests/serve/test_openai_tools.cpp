@@ -146,9 +146,10 @@ TEST(OpenAiTools, AFinishedTextIsReadAsCallsInTheFormsModelsWrite) {
     EXPECT_TRUE(calls(R"(<tool_call>{"name": "w"}</tool_call>)").calls.is_null());
     EXPECT_TRUE(calls(R"(<tool_call>{"name": "w", "arguments": {}}</tool_call><tool_call>nonsense</tool_call>)").calls.is_null());
     // What a stream holds while it may still be calls.
-    for (const char* held : {"", "  ", " {\"na", "[", "<tool", "<tool_call>{", "<|python", "[TOOL_CALLS] ["})
+    for (const char* held : {"", "  ", " {\"na", "[", "[ {", "{ ", "<tool", "<tool_call>{", "<|python", "[TOOL_CALLS] ["})
         EXPECT_TRUE(serve::may_be_tool_calls(held)) << held;
-    for (const char* held : {"It", " <b>", "<tool_cal!", "\"x\""}) EXPECT_FALSE(serve::may_be_tool_calls(held)) << held;
+    for (const char* held : {"It", " <b>", "<tool_cal!", "\"x\"", "[link](x)", "{x", "[1, 2]"})
+        EXPECT_FALSE(serve::may_be_tool_calls(held)) << held;
     // ... and what it holds after content, while Hermes' tags may open.
     for (const char* piece : {"so <", "so <tool_c", "so <tool_call>{", "<tool_call>"}) EXPECT_TRUE(serve::may_open_tool_calls(piece)) << piece;
     for (const char* piece : {"so", "so <tools", "so < tool_call>", "<tool_call"}) EXPECT_EQ(serve::may_open_tool_calls(piece), std::string(piece) == "<tool_call") << piece;
