@@ -40,6 +40,11 @@ void write_seeds(const std::filesystem::path& dir) {
          R"("u":{"items":[{"type":"null"}],"additionalItems":{"type":"string","maxLength":2}},)"
          R"("s":{"items":{"enum":["red",1,12,true]},"uniqueItems":true}}})",
          R"({"t":[3,"b"],"u":[null,"ab","c"],"s":[1,true,12]})"},
+        {R"({"$defs":{"C":{"type":"object","properties":{"t":{"const":"c"},"n":{"type":"integer"}},"required":["t"]},)"
+         R"("D":{"type":"object","properties":{"n":{"type":"string"},"t":{"enum":["d","e"]}},"required":["t"]}},"type":"object",)"
+         R"("properties":{"p":{"oneOf":[{"$ref":"#/$defs/C"},{"$ref":"#/$defs/D"},{"type":"null"}]},)"
+         R"("q":{"anyOf":[{"type":"object","properties":{"u":{},"v":{"type":"null"}}},{"type":"object","properties":{"v":{"type":"null"},"u":{}}}]}}})",
+         R"({"p":{"n":"x","t":"e"},"q":{"v":null,"u":[1]}})"},
     };
     int i = 0;
     for (const auto& [schema, text] : seeds)

@@ -137,7 +137,8 @@ void JsonSchema::check_choices() {
             if (f != n.first || inferred != n.inferred) n.first = f, n.inferred = inferred, changed = true;
         }
     }
-    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const std::size_t compiled = nodes_.size();  // (merging objects adds nodes, none of them choices)
+    for (std::size_t i = 0; i < compiled; ++i) {
         const Node& n = nodes_[i];
         if (n.first.none()) throw JsonSchemaError(wheres_[i], "the schema accepts no value (references that lead only to each other)");
         if (n.kind != Kind::choice) continue;
@@ -147,8 +148,9 @@ void JsonSchema::check_choices() {
             if (n.one_of && branch.inferred)
                 throw JsonSchemaError(wheres_[i], "oneOf branch " + std::to_string(b) + " has no \"type\": values of every "
                                                   "other type would match it too");
-            const std::bitset<256> both = seen & branch.first;
+            std::bitset<256> both = seen & branch.first;
             seen |= branch.first;
+            both.reset('{');  // objects: merged below
             if (both.none()) continue;
             int c = 0;
             while (!both[std::size_t(c)]) ++c;
@@ -159,6 +161,7 @@ void JsonSchema::check_choices() {
                                                   "': a value's branch must be known from its first byte "
                                                   "(different JSON types)");
         }
+        merge_object_branches(int(i));
     }
 }
 

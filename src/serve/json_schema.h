@@ -41,6 +41,7 @@ public:
     static constexpr std::size_t kMaxLiterals = 64;       ///< values of one enum
     static constexpr std::size_t kMaxLiteralBytes = 1024; ///< one enum or const value as compact JSON, one property name
     static constexpr std::size_t kMaxNodes = 4096;        ///< compiled nodes (a $ref target compiles once)
+    static constexpr std::size_t kMaxVariants = 64;       ///< objects of one anyOf / oneOf (the variants still admitted: a 64-bit set)
     static constexpr std::size_t kMaxPatterns = 32;  ///< distinct `pattern`s and `format`s (their DfaTokenCaches share one budget)
     static constexpr std::size_t kMaxPatternTableBytes = std::size_t(2) << 20;  ///< their automata and length tables together
     static constexpr std::uint64_t kMaxPatternWork = RegexDfa::kMaxWork;  ///< their determinization and length tables' steps together
@@ -50,7 +51,7 @@ public:
 
     enum class Kind : std::uint8_t {
         any,      ///< any JSON value
-        object,   ///< `properties` in order, or free keys whose values are `extra` (between min and max of them)
+        object,   ///< `properties` in order, or free keys whose values are `extra` (between min and max of them), or `variants`
         array,    ///< `items`, between min and max of them
         string,   ///< between min and max characters (code points; an escape is one), matching `pattern` or `format`
         number,
@@ -92,6 +93,15 @@ public:
         bool unique = false;               ///< array: uniqueItems over literal items (each of the item node's texts once)
         bool one_of = false;               ///< choice: from oneOf (no branch's type may be inferred)
         bool inferred = false;             ///< its type was inferred from its keywords (other types also valid)
+        // An object of variants (anyOf / oneOf branches that are objects, json_schema_variants.cpp):
+        // `properties` are every variant's keys once; a text is read while some variant still
+        // admits it (its keys in that variant's order, its values of that variant's schemas).
+        std::vector<int> variants;               ///< the variants' object nodes (at most kMaxVariants)
+        std::vector<std::int8_t> variant_at;     ///< [key * variants + v]: the key's index among variant v's properties (-1: none)
+        std::vector<int> variant_value;          ///< [key * variants + v]: the node that reads its value in variant v
+        std::vector<std::vector<std::uint8_t>> variant_keys;  ///< [v][j]: the key index of variant v's property j
+        /// literal of an object of variants (their literals of one key merged): [text] the variants it is a value of
+        std::vector<std::uint64_t> text_variants;
     };
 
     /// Compiles `schema` (a JSON Schema, draft 2020-12 or 7 keywords; its object members in the
@@ -114,6 +124,11 @@ private:
     int compile_ref(const std::string& ref, const std::string& where);
     int add(Node n, const std::string& where);
     void check_choices();
+    /// Replaces a choice's branches that are objects by one object of variants (json_schema_variants.cpp).
+    void merge_object_branches(int choice);
+    /// Whether nodes a and b accept the same values in the same way (`assumed`: pairs taken as alike
+    /// while comparing, so that recursive schemas end).
+    bool same_shape(int a, int b, std::set<std::pair<int, int>>& assumed) const;
     void number_bounds(const nlohmann::ordered_json& s, const std::string& where, Node& n);
     /// An array's items: `items`, a tuple's prefix (prefixItems, draft 7's items array) and what
     /// follows it, uniqueItems; narrows n.max to what they allow.
@@ -179,6 +194,7 @@ private:
     struct Frame {
         std::int64_t count;       ///< object: next property index; array: items; string: characters
         std::uint64_t candidates; ///< key_text: properties still matching; literal: texts still matching; unique array: texts used
+        std::uint64_t variants;   ///< object of variants: those the text still matches (count: its last key's index + 1)
         std::int32_t node;
         std::int32_t member;      ///< object: the property whose value is read (-1: a free key's)
         std::int32_t pattern_state;  ///< string with a pattern: its automaton's state
@@ -208,6 +224,9 @@ private:
     bool in_key_text(Frame& f, unsigned char c);
     bool can_close_object(const Frame& f) const;
     std::uint64_t allowed_keys(const Frame& f) const;
+    /// Object of variants: the keys variant v admits next, and whether it can close now.
+    std::uint64_t variant_keys(const Frame& f, std::size_t v) const;
+    bool variant_can_close(const Frame& f, std::size_t v) const;
 
     const JsonSchema* schema_ = nullptr;
     std::array<Frame, kMaxDepth> frames_;  ///< [0, depth_): the containers, then the value in progress

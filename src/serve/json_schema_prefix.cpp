@@ -87,9 +87,36 @@ void JsonSchemaPrefix::value_done() {
     else ++parent.count, parent.phase = Phase::next_item;
 }
 
+std::uint64_t JsonSchemaPrefix::variant_keys(const Frame& f, std::size_t v) const {
+    const JsonSchema::Node& n = schema_->node(f.node);
+    const auto& props = schema_->node(n.variants[v]).properties;
+    const std::vector<std::uint8_t>& keys = n.variant_keys[v];
+    std::uint64_t bits = 0;
+    const std::size_t from = f.count == 0 ? 0 : std::size_t(n.variant_at[std::size_t(f.count - 1) * n.variants.size() + v] + 1);
+    for (std::size_t j = from; j < props.size(); ++j) {
+        bits |= std::uint64_t(1) << keys[j];
+        if (props[j].required) break;  // a required property cannot be skipped
+    }
+    return bits;
+}
+
+bool JsonSchemaPrefix::variant_can_close(const Frame& f, std::size_t v) const {
+    const JsonSchema::Node& n = schema_->node(f.node);
+    const auto& props = schema_->node(n.variants[v]).properties;
+    const std::size_t from = f.count == 0 ? 0 : std::size_t(n.variant_at[std::size_t(f.count - 1) * n.variants.size() + v] + 1);
+    for (std::size_t j = from; j < props.size(); ++j)
+        if (props[j].required) return false;
+    return true;
+}
+
 std::uint64_t JsonSchemaPrefix::allowed_keys(const Frame& f) const {
     const JsonSchema::Node& n = schema_->node(f.node);
     const auto& props = n.properties;
+    if (!n.variants.empty()) {
+        std::uint64_t bits = 0;
+        for (std::uint64_t m = f.variants; m; m &= m - 1) bits |= variant_keys(f, std::size_t(__builtin_ctzll(m)));
+        return bits;
+    }
     if (n.one_property) return f.count == 0 ? (props.size() == 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << props.size()) - 1) : 0;
     std::uint64_t bits = 0;
     for (std::size_t i = std::size_t(f.count); i < props.size(); ++i) {
@@ -101,6 +128,11 @@ std::uint64_t JsonSchemaPrefix::allowed_keys(const Frame& f) const {
 
 bool JsonSchemaPrefix::can_close_object(const Frame& f) const {
     const JsonSchema::Node& n = schema_->node(f.node);
+    if (!n.variants.empty()) {
+        for (std::uint64_t m = f.variants; m; m &= m - 1)
+            if (variant_can_close(f, std::size_t(__builtin_ctzll(m)))) return true;
+        return false;
+    }
     if (n.one_property) return f.count > 0;
     if (n.properties.empty()) return f.count >= n.min;  // free keys: f.count members written
     const auto& props = n.properties;
@@ -122,7 +154,10 @@ bool JsonSchemaPrefix::start_value(int node, unsigned char c) {
         case JsonSchema::Kind::any:
             return start_value(c == '{' ? JsonSchema::kAnyObject : c == '[' ? JsonSchema::kAnyArray : c == '"' ? JsonSchema::kAnyString
                                : schema_->node(JsonSchema::kAnyNumber).first[c] ? JsonSchema::kAnyNumber : JsonSchema::kAnyLiteral, c);
-        case JsonSchema::Kind::object: f.phase = Phase::key_or_end; break;
+        case JsonSchema::Kind::object:
+            f.phase = Phase::key_or_end;
+            f.variants = n.variants.size() == 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << n.variants.size()) - 1;
+            break;
         case JsonSchema::Kind::array: f.phase = Phase::item_or_end; break;
         case JsonSchema::Kind::string:
             f.phase = Phase::chars;
@@ -143,6 +178,9 @@ bool JsonSchemaPrefix::start_value(int node, unsigned char c) {
             for (std::size_t i = 0; i < n.texts.size(); ++i)
                 if (static_cast<unsigned char>(n.texts[i][0]) == c) f.candidates |= std::uint64_t(1) << i;
             if (const Frame* set = unique_array(depth_ - 1)) f.candidates &= ~set->candidates;  // an item of a set: not one written
+            if (!n.text_variants.empty())  // a key's literals of several variants: those of a variant still matching
+                for (std::size_t i = 0; i < n.texts.size(); ++i)
+                    if (!(n.text_variants[i] & frames_[depth_ - 1].variants)) f.candidates &= ~(std::uint64_t(1) << i);
             if (!f.candidates) return false;
             break;
     }
@@ -231,6 +269,12 @@ bool JsonSchemaPrefix::in_literal(Frame& f, unsigned char c) {
     if (Frame* set = unique_array(depth_ - 2))  // the literal written is used
         for (std::uint64_t m = f.candidates; m; m &= m - 1)
             if (texts[std::size_t(__builtin_ctzll(m))].size() == f.pos) set->candidates |= m & -m;
+    if (const auto& text_variants = schema_->node(f.node).text_variants; !text_variants.empty()) {  // only its variants go on
+        std::uint64_t variants = 0;
+        for (std::uint64_t m = f.candidates; m; m &= m - 1)
+            if (texts[std::size_t(__builtin_ctzll(m))].size() == f.pos) variants |= text_variants[std::size_t(__builtin_ctzll(m))];
+        frames_[depth_ - 2].variants &= variants;
+    }
     value_done();  // a whole value was read: c comes after it
     return byte(c);
 }
@@ -337,6 +381,12 @@ bool JsonSchemaPrefix::in_key_text(Frame& f, unsigned char c) {
         const std::size_t i = std::size_t(__builtin_ctzll(m));
         const std::string& key = props[i].key;
         if (c == '"' && f.pos == key.size()) {
+            if (!schema_->node(f.node).variants.empty()) {  // the variants that admit this key next go on
+                std::uint64_t variants = 0;
+                for (std::uint64_t v = f.variants; v; v &= v - 1)
+                    if (variant_keys(f, std::size_t(__builtin_ctzll(v))) >> i & 1) variants |= v & -v;
+                f.variants = variants;
+            }
             f.member = std::int32_t(i);
             f.count = std::int64_t(i) + 1;
             f.phase = Phase::colon;
@@ -399,7 +449,18 @@ bool JsonSchemaPrefix::byte(unsigned char c) {
             if (c != ':') return false;
             f.phase = Phase::member_value;
             return true;
-        case Phase::member_value: return start_value(f.member >= 0 ? n.properties[std::size_t(f.member)].node : n.extra, c);
+        case Phase::member_value:
+            if (!n.variants.empty()) {  // the variants whose value for the key can start with c go on, read by one node
+                std::uint64_t variants = 0;
+                int value = -1;
+                for (std::uint64_t m = f.variants; m; m &= m - 1) {
+                    const int v = n.variant_value[std::size_t(f.member) * n.variants.size() + std::size_t(__builtin_ctzll(m))];
+                    if (schema_->node(v).first[c]) variants |= m & -m, value = v;
+                }
+                f.variants = variants;
+                return variants && start_value(value, c);
+            }
+            return start_value(f.member >= 0 ? n.properties[std::size_t(f.member)].node : n.extra, c);
         case Phase::next_member:
             if (c == '}') return can_close_object(f) && (value_done(), true);
             if (c != ',' || (n.extra < 0 && allowed_keys(f) == 0) || (n.extra >= 0 && n.max >= 0 && f.count >= n.max)) return false;

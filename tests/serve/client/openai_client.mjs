@@ -125,6 +125,23 @@ if (booked.choices[0].finish_reason === 'stop') {
   assert.ok(!/"day"\s*:\s*"\d{4}-(?!0[1-9]|1[0-2])/.test(bookedText), `a cut text still holds a month: ${bookedText}`);
 }
 
+// A union of objects told apart by a const (zod's discriminatedUnion, pydantic's Cat | Dog): the
+// client's parse() reads a pet that is exactly one of them, its keys in that branch's order.
+const petBranch = (kind, count, max) => ({
+  type: 'object', additionalProperties: false, required: ['kind', count],
+  properties: { kind: { type: 'string', const: kind }, [count]: { type: 'integer', minimum: 0, maximum: max } },
+});
+const pets = await client.beta.chat.completions.parse({
+  ...chatParams, max_tokens: 100,
+  response_format: { type: 'json_schema', json_schema: { name: 'pet', strict: true, schema: {
+    type: 'object', additionalProperties: false, required: ['pet'],
+    properties: { pet: { anyOf: [petBranch('cat', 'lives', 9), petBranch('fish', 'fins', 8)] } } } } },
+});
+const pet = pets.choices[0].message.parsed.pet;
+const petKeys = Object.keys(pet).join(',');
+assert.ok((petKeys === 'kind,lives' && pet.kind === 'cat' && pet.lives <= 9) ||
+          (petKeys === 'kind,fins' && pet.kind === 'fish' && pet.fins <= 8), `one branch whole: ${pets.choices[0].message.content}`);
+
 // A named tool call: the client reads message.tool_calls (its arguments a JSON text).
 const weather = {
   type: 'function',

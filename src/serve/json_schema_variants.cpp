@@ -1,0 +1,162 @@
+// Structured outputs: anyOf / oneOf branches that are all objects (json_schema.h), as pydantic
+// writes `Union[Cat, Dog]` (anyOf) and discriminated unions (oneOf with a `discriminator`).
+//
+// The branches become one object of variants. Its keys are every variant's keys; the recognizer
+// keeps the set of variants the text still matches and drops one when a key is not among those
+// it admits next (its properties in its order, no required one skipped), when a value's first
+// byte cannot start that variant's value for the key, or when a literal value written is not
+// among its values. A value is read with one node for all the variants still matching, so the
+// variants' schemas for one key must be alike, or told apart by their first byte, or literals
+// (merged into one literal node that remembers which variants each text belongs to).
+
+#include <algorithm>
+
+#include "serve/json_schema.h"
+
+namespace aqpim::serve {
+
+bool JsonSchema::same_shape(int a, int b, std::set<std::pair<int, int>>& assumed) const {
+    if (a == b) return true;
+    if (a < 0 || b < 0) return false;
+    if (!assumed.insert({std::min(a, b), std::max(a, b)}).second) return true;  // being compared: alike unless shown otherwise
+    const Node& x = nodes_[std::size_t(a)];
+    const Node& y = nodes_[std::size_t(b)];
+    const auto all_alike = [&](const std::vector<int>& p, const std::vector<int>& q) {
+        if (p.size() != q.size()) return false;
+        for (std::size_t i = 0; i < p.size(); ++i)
+            if (!same_shape(p[i], q[i], assumed)) return false;
+        return true;
+    };
+    if (x.kind != y.kind || x.properties.size() != y.properties.size() || x.min != y.min || x.max != y.max ||
+        x.texts != y.texts || x.first != y.first || x.has_lowest != y.has_lowest || x.has_highest != y.has_highest ||
+        x.lowest != y.lowest || x.highest != y.highest || x.multiple != y.multiple || x.pattern != y.pattern ||
+        x.lengths != y.lengths || x.one_property != y.one_property || x.unique != y.unique || x.one_of != y.one_of ||
+        x.inferred != y.inferred || x.variant_at != y.variant_at || x.variant_keys != y.variant_keys ||
+        x.text_variants != y.text_variants)
+        return false;
+    for (std::size_t i = 0; i < x.properties.size(); ++i)
+        if (x.properties[i].key != y.properties[i].key || x.properties[i].required != y.properties[i].required ||
+            !same_shape(x.properties[i].node, y.properties[i].node, assumed))
+            return false;
+    return same_shape(x.extra, y.extra, assumed) && same_shape(x.items, y.items, assumed) &&
+           all_alike(x.prefix_items, y.prefix_items) && all_alike(x.branches, y.branches) &&
+           all_alike(x.variants, y.variants) && all_alike(x.variant_value, y.variant_value);
+}
+
+void JsonSchema::merge_object_branches(int choice) {
+    const std::string where = wheres_[std::size_t(choice)];
+    const bool one_of = nodes_[std::size_t(choice)].one_of;
+    std::vector<int> objects;  // the branches that can start with '{', and where they are
+    std::vector<std::size_t> positions;
+    for (std::size_t b = 0; b < nodes_[std::size_t(choice)].branches.size(); ++b) {
+        const int node = nodes_[std::size_t(choice)].branches[b];
+        if (nodes_[std::size_t(node)].first['{']) objects.push_back(node), positions.push_back(b);
+    }
+    if (objects.size() < 2) return;
+    const auto branch_name = [&](std::size_t v) { return "branch " + std::to_string(positions[v]); };
+    if (objects.size() > kMaxVariants)
+        throw JsonSchemaError(where, "more than " + std::to_string(kMaxVariants) + " branches are objects");
+    Node merged;
+    merged.kind = Kind::object;
+    merged.variants = objects;
+    const std::size_t n_variants = objects.size();
+    for (std::size_t v = 0; v < n_variants; ++v) {
+        const Node& o = nodes_[std::size_t(objects[v])];
+        if (o.kind == Kind::choice)
+            throw JsonSchemaError(where, branch_name(v) + " is itself a choice (anyOf, oneOf or a list of types) that can be an "
+                                         "object: list its branches among these");
+        if (o.kind != Kind::object)
+            throw JsonSchemaError(where, branch_name(v) + " and another branch can both start with '{': only branches that "
+                                         "are objects with listed properties can be told apart while they are written");
+        if (o.extra >= 0 || o.one_property || !o.variants.empty())
+            throw JsonSchemaError(where, branch_name(v) + " is an object of free keys, of exactly one property or of variants: "
+                                         "beside other objects, a branch must list its properties");
+        merged.inferred = merged.inferred || o.inferred;
+        merged.variant_keys.emplace_back();
+        for (const Property& p : o.properties) {
+            auto it = std::find_if(merged.properties.begin(), merged.properties.end(), [&](const Property& q) { return q.key == p.key; });
+            if (it == merged.properties.end()) {
+                if (merged.properties.size() >= kMaxProperties)
+                    throw JsonSchemaError(where, "the object branches have more than " + std::to_string(kMaxProperties) + " keys together");
+                merged.properties.push_back({p.key, p.node, false});
+                it = merged.properties.end() - 1;
+            }
+            merged.variant_keys.back().push_back(std::uint8_t(it - merged.properties.begin()));
+        }
+    }
+    const std::size_t n_keys = merged.properties.size();
+    merged.variant_at.assign(n_keys * n_variants, -1);
+    merged.variant_value.assign(n_keys * n_variants, -1);
+    for (std::size_t v = 0; v < n_variants; ++v)
+        for (std::size_t j = 0; j < merged.variant_keys[v].size(); ++j) {
+            const std::size_t k = merged.variant_keys[v][j];
+            merged.variant_at[k * n_variants + v] = std::int8_t(j);
+            merged.variant_value[k * n_variants + v] = nodes_[std::size_t(objects[v])].properties[j].node;
+        }
+    // Each key's values: alike ones read by one node, literals merged, the rest apart by first byte.
+    int discriminator = -1;  // oneOf: a key every variant requires, each with literals of its own
+    for (std::size_t k = 0; k < n_keys; ++k) {
+        int* values = &merged.variant_value[k * n_variants];
+        for (std::size_t v = 0; v < n_variants; ++v)
+            for (std::size_t u = 0; u < v && values[v] >= 0; ++u) {
+                std::set<std::pair<int, int>> assumed;  // one comparison's: a pair found unlike leaves it false as a whole
+                if (values[u] >= 0 && values[u] != values[v] && same_shape(values[u], values[v], assumed)) values[v] = values[u];
+            }
+        Node literal;
+        literal.kind = Kind::literal;
+        std::uint64_t literal_variants = 0;
+        for (std::size_t v = 0; v < n_variants; ++v) {
+            if (values[v] < 0 || nodes_[std::size_t(values[v])].kind != Kind::literal) continue;
+            literal_variants |= std::uint64_t(1) << v;
+            for (const std::string& t : nodes_[std::size_t(values[v])].texts) {
+                auto it = std::find(literal.texts.begin(), literal.texts.end(), t);
+                if (it == literal.texts.end()) {
+                    if (literal.texts.size() >= kMaxLiterals)
+                        throw JsonSchemaError(where, "the object branches' values of \"" + merged.properties[k].key + "\" are more than " +
+                                                         std::to_string(kMaxLiterals) + " literals together");
+                    literal.texts.push_back(t);
+                    literal.text_variants.push_back(0);
+                    literal.first.set(static_cast<unsigned char>(t[0]));
+                    it = literal.texts.end() - 1;
+                }
+                literal.text_variants[std::size_t(it - literal.texts.begin())] |= std::uint64_t(1) << v;
+            }
+        }
+        bool own_literals = literal_variants != 0;  // every text a value of one variant only
+        for (const std::uint64_t tv : literal.text_variants) own_literals = own_literals && (tv & (tv - 1)) == 0;
+        if (literal_variants & (literal_variants - 1)) {  // literals in two variants or more: one node reads them
+            const int id = add(std::move(literal), where);
+            for (std::size_t v = 0; v < n_variants; ++v)
+                if (literal_variants >> v & 1) values[v] = id;
+        }
+        for (std::size_t v = 0; v < n_variants; ++v)
+            for (std::size_t u = 0; u < v; ++u) {
+                if (values[u] < 0 || values[v] < 0 || values[u] == values[v]) continue;
+                const std::bitset<256> both = nodes_[std::size_t(values[u])].first & nodes_[std::size_t(values[v])].first;
+                if (both.none()) continue;
+                int c = 0;
+                while (!both[std::size_t(c)]) ++c;
+                throw JsonSchemaError(where, branch_name(u) + " and " + branch_name(v) + " both have \"" + merged.properties[k].key +
+                                                 "\" with different values that can start with '" + std::string(1, char(c)) +
+                                                 "': object branches are told apart by their keys, by literal values "
+                                                 "(const, enum) or by a value's first byte");
+            }
+        bool required_by_all = true;
+        for (std::size_t v = 0; v < n_variants; ++v) {
+            const int at = merged.variant_at[k * n_variants + v];
+            required_by_all = required_by_all && at >= 0 && nodes_[std::size_t(objects[v])].properties[std::size_t(at)].required;
+        }
+        const std::uint64_t all = n_variants == 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << n_variants) - 1;
+        if (discriminator < 0 && required_by_all && literal_variants == all && own_literals) discriminator = int(k);
+    }
+    if (one_of && discriminator < 0)
+        throw JsonSchemaError(where, "a oneOf of objects needs a discriminator: a property every branch requires, with "
+                                     "const or enum values of its own in each (or use anyOf)");
+    merged.first.set('{');
+    const int id = add(std::move(merged), where);
+    std::vector<int>& branches = nodes_[std::size_t(choice)].branches;
+    branches[positions[0]] = id;
+    for (std::size_t v = positions.size(); v-- > 1;) branches.erase(branches.begin() + std::ptrdiff_t(positions[v]));
+}
+
+}  // namespace aqpim::serve

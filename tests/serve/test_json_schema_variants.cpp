@@ -1,0 +1,142 @@
+// anyOf / oneOf branches that are all objects (serve/json_schema_variants.cpp): pydantic's unions
+// and discriminated unions are read as one object whose keys and literal values tell the branches
+// apart, each text admitted valid under one branch, and what cannot be told apart refused.
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "serve/json_schema_test_util.h"
+
+namespace aqpim {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using serve::JsonSchema;
+using serve::JsonSchemaError;
+using test::first_refused;
+using test::whole;
+
+std::string refusal(const std::string& schema) {
+    try {
+        JsonSchema s(Json::parse(schema));
+    } catch (const JsonSchemaError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+// pydantic v2: `pet: Cat | Dog = Field(discriminator="pet_type")` and `Optional[Lizard | Cat]`.
+const Json kPets = Json::parse(R"({
+  "$defs": {
+    "Cat": {"properties": {"pet_type": {"const": "cat", "title": "Pet Type", "type": "string"},
+                           "meows": {"title": "Meows", "type": "integer"}},
+            "required": ["pet_type", "meows"], "title": "Cat", "type": "object"},
+    "Dog": {"properties": {"pet_type": {"const": "dog", "title": "Pet Type", "type": "string"},
+                           "barks": {"title": "Barks", "type": "number"}},
+            "required": ["pet_type", "barks"], "title": "Dog", "type": "object"},
+    "Lizard": {"properties": {"name": {"type": "string"}, "scales": {"type": "boolean"}},
+               "required": ["name"], "type": "object"}
+  },
+  "properties": {
+    "pet": {"discriminator": {"mapping": {"cat": "#/$defs/Cat", "dog": "#/$defs/Dog"}, "propertyName": "pet_type"},
+            "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}], "title": "Pet"},
+    "other": {"anyOf": [{"$ref": "#/$defs/Lizard"}, {"$ref": "#/$defs/Cat"}, {"type": "null"}]}
+  },
+  "required": ["pet", "other"], "title": "Model", "type": "object"
+})");
+
+TEST(JsonSchemaVariants, ADiscriminatedUnionFollowsTheBranchItsLiteralNames) {
+    const JsonSchema s(kPets);
+    EXPECT_TRUE(whole(s, R"({"pet":{"pet_type":"cat","meows":3},"other":null})"));
+    EXPECT_TRUE(whole(s, R"({"pet":{"pet_type":"dog","barks":1.5},"other":null})"));
+    const std::string cat = R"({"pet":{"pet_type":"cat",")";
+    EXPECT_EQ(first_refused(s, cat + "barks"), cat.size()) << "a cat does not bark";
+    EXPECT_EQ(first_refused(s, cat + R"(meows":2.5)"), cat.size() + 8) << "a cat's meows are an integer";
+    EXPECT_EQ(first_refused(s, R"({"pet":{"pet_type":"cow")"), 21u) << "only the branches' literals";
+    EXPECT_EQ(first_refused(s, R"({"pet":{"pet_type":"dog"})"), 24u) << "a dog's barks are required";
+    EXPECT_EQ(first_refused(s, R"({"pet":{"barks")"), 9u) << "the discriminator comes first in both branches";
+}
+
+TEST(JsonSchemaVariants, AnUndiscriminatedUnionKeepsEveryBranchTheKeysAllow) {
+    const JsonSchema s(kPets);
+    const std::string pet = R"({"pet":{"pet_type":"cat","meows":1},"other":)";
+    EXPECT_TRUE(whole(s, pet + R"({"name":"Rex","scales":true}})"));
+    EXPECT_TRUE(whole(s, pet + R"({"name":"Rex"}})"));
+    EXPECT_TRUE(whole(s, pet + R"({"pet_type":"cat","meows":2}})"));
+    EXPECT_EQ(first_refused(s, pet + R"({"name":"Rex","meows")"), pet.size() + 15) << "a lizard does not meow";
+    EXPECT_EQ(first_refused(s, pet + R"({"pet_type":"cat","name")"), pet.size() + 19) << "a cat has no name";
+    EXPECT_EQ(first_refused(s, pet + R"({})"), pet.size() + 1) << "each branch requires a key";
+}
+
+TEST(JsonSchemaVariants, SharedKeysAreReadOnceInEachBranchsOrder) {
+    // The discriminator after a shared key, values alike though compiled apart, keys in two orders.
+    const JsonSchema s(Json::parse(R"({"type":"object","properties":{"a":{"anyOf":[
+        {"type":"object","properties":{"name":{"type":"string"},"kind":{"enum":["x","y"]},"p":{"type":"integer"}},"required":["name","kind","p"]},
+        {"type":"object","properties":{"name":{"type":"string"},"kind":{"enum":["y","z"]},"q":{"type":"null"}},"required":["name","kind","q"]},
+        {"type":"object","properties":{"u":{"type":"integer"},"v":{"type":"integer"}},"required":["u","v"]},
+        {"type":"object","properties":{"v":{"type":"integer"},"u":{"type":"integer"}},"required":["v","u"]}]}}})"));
+    EXPECT_TRUE(whole(s, R"({"a":{"name":"n","kind":"x","p":1}})"));
+    EXPECT_TRUE(whole(s, R"({"a":{"name":"n","kind":"y","p":1}})")) << "\"y\" is a value of both";
+    EXPECT_TRUE(whole(s, R"({"a":{"name":"n","kind":"y","q":null}})"));
+    EXPECT_EQ(first_refused(s, R"({"a":{"name":"n","kind":"x","q")"), 29u);
+    EXPECT_EQ(first_refused(s, R"({"a":{"name":"n","kind":"z","p")"), 29u);
+    EXPECT_TRUE(whole(s, R"({"a":{"u":1,"v":2}})"));
+    EXPECT_TRUE(whole(s, R"({"a":{"v":2,"u":1}})"));
+    EXPECT_EQ(first_refused(s, R"({"a":{"u":1,"u")"), 13u) << "u twice";
+    EXPECT_EQ(first_refused(s, R"({"a":{"v":2})"), 11u) << "u is required in both orders";
+    EXPECT_EQ(first_refused(s, R"({"a":{"u":1,"kind")"), 13u);
+}
+
+TEST(JsonSchemaVariants, ValuesOfOneKeyAreToldApartByTheirFirstByte) {
+    const JsonSchema s(Json::parse(R"({"type":"object","properties":{"a":{"anyOf":[
+        {"type":"object","properties":{"v":{"type":"integer"},"n":{"type":"null"}},"required":["v"]},
+        {"type":"object","properties":{"v":{"type":"string"},"s":{"type":"boolean"}},"required":["v"]},
+        {"type":"object","properties":{"v":{"type":"array","items":{"type":"integer"}}}}]}}})"));
+    EXPECT_TRUE(whole(s, R"({"a":{"v":7,"n":null}})"));
+    EXPECT_TRUE(whole(s, R"({"a":{"v":"t","s":false}})"));
+    EXPECT_TRUE(whole(s, R"({"a":{"v":[1,2]}})"));
+    EXPECT_TRUE(whole(s, R"({"a":{}})")) << "the array branch requires nothing";
+    EXPECT_EQ(first_refused(s, R"({"a":{"v":7,"s")"), 13u) << "an integer v is the first branch's";
+    EXPECT_EQ(first_refused(s, R"({"a":{"v":"t","n")"), 15u);
+}
+
+TEST(JsonSchemaVariants, WhatCannotBeToldApartIsRefusedNamingIt) {
+    const std::string obj = R"({"type":"object","properties":{"a":)";
+    // The same key with different values that start alike.
+    EXPECT_NE(refusal(obj + R"({"anyOf":[{"type":"object","properties":{"v":{"type":"string"}}},
+        {"type":"object","properties":{"v":{"type":"string","maxLength":2}}}]}}})")
+                  .find("at /properties/a: branch 0 and branch 1 both have \"v\" with different values that can start with '\"'"),
+              std::string::npos);
+    // A branch of free keys, or any value, beside an object.
+    EXPECT_NE(refusal(obj + R"({"anyOf":[{"type":"object"},{"type":"object","properties":{"v":{}}}]}}})").find("must list its properties"),
+              std::string::npos);
+    EXPECT_NE(refusal(obj + R"({"anyOf":[{"type":"object","properties":{"v":{}}},{}]}}})").find("branch 1 and another branch can both start with '{'"),
+              std::string::npos);
+    EXPECT_NE(refusal(obj + R"({"anyOf":[{"anyOf":[{"type":"object","properties":{"v":{}}},{"type":"null"}]},
+        {"type":"object","properties":{"w":{}}}]}}})").find("branch 0 is itself a choice"),
+              std::string::npos);
+    // oneOf: exactly one branch must match, so a discriminator must say which.
+    EXPECT_NE(refusal(obj + R"({"oneOf":[{"type":"object","properties":{"x":{"type":"integer"}}},
+        {"type":"object","properties":{"y":{"type":"integer"}}}]}}})").find("a oneOf of objects needs a discriminator"),
+              std::string::npos)
+        << "{\"x\":1,\"y\":2} is valid under both (additional properties)";
+    EXPECT_NE(refusal(obj + R"({"oneOf":[{"type":"object","properties":{"t":{"enum":["a","b"]}},"required":["t"]},
+        {"type":"object","properties":{"t":{"enum":["b"]}},"required":["t"]}]}}})").find("discriminator"),
+              std::string::npos)
+        << "\"b\" is a value of both";
+    // Too many branches for the 64-bit set of those still matching.
+    Json wide = {{"type", "object"}, {"properties", {{"a", {{"anyOf", Json::array()}}}}}};
+    for (int i = 0; i < 65; ++i)
+        wide["properties"]["a"]["anyOf"].push_back({{"type", "object"}, {"properties", {{"k" + std::to_string(i), {{"type", "null"}}}}}});
+    EXPECT_NE(refusal(wide.dump()).find("more than 64 branches are objects"), std::string::npos);
+    wide["properties"]["a"]["anyOf"].erase(64);
+    EXPECT_EQ(refusal(wide.dump()), "") << "64 branches are held";
+    const JsonSchema s(wide);
+    EXPECT_TRUE(whole(s, R"({"a":{"k63":null}})"));
+    EXPECT_EQ(first_refused(s, R"({"a":{"k63":null,)"), 16u) << "k63's branch has no other key";
+}
+
+}  // namespace
+}  // namespace aqpim
