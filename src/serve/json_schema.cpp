@@ -87,7 +87,7 @@ bool has_type(const Json& v, const std::string& type) {
 JsonSchemaError::JsonSchemaError(const std::string& where, const std::string& message)
     : std::runtime_error("at " + (where.empty() ? std::string("the root") : where) + ": " + message) {}
 
-JsonSchema::JsonSchema(const Json& schema) : document_(&schema) {
+JsonSchema::JsonSchema(const Json& schema, Root root) : document_(&schema) {
     Node any = node_of(Kind::any);
     any.first = bytes_of("{[\"-0123456789tfn");
     add(any, "");
@@ -111,7 +111,7 @@ JsonSchema::JsonSchema(const Json& schema) : document_(&schema) {
     add(literal, "");
 
     root_ = compile(schema, "");
-    if (nodes_[std::size_t(root_)].kind != Kind::object)
+    if (root == Root::object && nodes_[std::size_t(root_)].kind != Kind::object)
         throw JsonSchemaError("", "the root must be an object schema ({\"type\": \"object\", ...})");
     check_choices();
     const auto cache_budget = std::make_shared<std::atomic<std::int64_t>>(DfaTokenCache::kMaxBytes);

@@ -104,9 +104,12 @@ public:
         std::vector<std::uint64_t> text_variants;
     };
 
+    /// What the root may be: an object schema (OpenAI's rule for a client's schema), or any
+    /// (the server's own schemas: several tool calls are an array).
+    enum class Root : bool { object, any };
     /// Compiles `schema` (a JSON Schema, draft 2020-12 or 7 keywords; its object members in the
-    /// order the client wrote them). The root must be an object schema. Throws JsonSchemaError.
-    explicit JsonSchema(const nlohmann::ordered_json& schema);
+    /// order the client wrote them). Throws JsonSchemaError.
+    explicit JsonSchema(const nlohmann::ordered_json& schema, Root root = Root::object);
 
     const Node& node(int i) const { return nodes_[std::size_t(i)]; }
     int root() const { return root_; }
@@ -127,8 +130,10 @@ private:
     /// Replaces a choice's branches that are objects by one object of variants (json_schema_variants.cpp).
     void merge_object_branches(int choice);
     /// Whether nodes a and b accept the same values in the same way (`assumed`: pairs taken as alike
-    /// while comparing, so that recursive schemas end).
-    bool same_shape(int a, int b, std::set<std::pair<int, int>>& assumed) const;
+    /// while comparing, so that recursive schemas end). Past kMaxShapeWork pairs compared in one
+    /// schema, unlike: a refusal at worst, never a wrong reading.
+    bool same_shape(int a, int b, std::set<std::pair<int, int>>& assumed);
+    static constexpr std::size_t kMaxShapeWork = std::size_t(1) << 20;
     void number_bounds(const nlohmann::ordered_json& s, const std::string& where, Node& n);
     /// An array's items: `items`, a tuple's prefix (prefixItems, draft 7's items array) and what
     /// follows it, uniqueItems; narrows n.max to what they allow.
@@ -150,6 +155,7 @@ private:
     std::vector<RegexLengths> lengths_;
     std::map<std::tuple<int, std::int64_t, std::int64_t>, int> length_ids_;  ///< (pattern, min, max) -> lengths_ index
     std::size_t pattern_bytes_ = 0;
+    std::size_t shape_work_ = 0;  ///< pairs of nodes same_shape compared
     std::uint64_t pattern_work_ = 0;
     int root_ = -1;
 };

@@ -15,9 +15,9 @@
 
 namespace aqpim::serve {
 
-bool JsonSchema::same_shape(int a, int b, std::set<std::pair<int, int>>& assumed) const {
+bool JsonSchema::same_shape(int a, int b, std::set<std::pair<int, int>>& assumed) {
     if (a == b) return true;
-    if (a < 0 || b < 0) return false;
+    if (a < 0 || b < 0 || ++shape_work_ > kMaxShapeWork) return false;
     if (!assumed.insert({std::min(a, b), std::max(a, b)}).second) return true;  // being compared: alike unless shown otherwise
     const Node& x = nodes_[std::size_t(a)];
     const Node& y = nodes_[std::size_t(b)];
@@ -93,7 +93,33 @@ void JsonSchema::merge_object_branches(int choice) {
             merged.variant_at[k * n_variants + v] = std::int8_t(j);
             merged.variant_value[k * n_variants + v] = nodes_[std::size_t(objects[v])].properties[j].node;
         }
-    // Each key's values: alike ones read by one node, literals merged, the rest apart by first byte.
+    // Whether variants u and v can never both be matching when key k's value starts: a key d that
+    // one of them requires before k is missing from the other, comes after k in it, or has values
+    // that cannot be alike in the two (literals with no text in common, or different first bytes).
+    const auto told_apart = [&](std::size_t u, std::size_t v, std::size_t k) {
+        const Node& ou = nodes_[std::size_t(objects[u])];
+        const Node& ov = nodes_[std::size_t(objects[v])];
+        const int ku = merged.variant_at[k * n_variants + u], kv = merged.variant_at[k * n_variants + v];
+        for (std::size_t d = 0; d < n_keys; ++d) {
+            const int du = merged.variant_at[d * n_variants + u], dv = merged.variant_at[d * n_variants + v];
+            const bool before_u = d != k && du >= 0 && du < ku && ou.properties[std::size_t(du)].required;
+            const bool before_v = d != k && dv >= 0 && dv < kv && ov.properties[std::size_t(dv)].required;
+            if ((before_u && (dv < 0 || dv > kv)) || (before_v && (du < 0 || du > ku))) return true;
+            if (!before_u && !before_v) continue;
+            if (du < 0 || dv < 0 || du > ku || dv > kv) continue;
+            const Node& a = nodes_[std::size_t(ou.properties[std::size_t(du)].node)];
+            const Node& b = nodes_[std::size_t(ov.properties[std::size_t(dv)].node)];
+            bool apart = (a.first & b.first).none();
+            if (a.kind == Kind::literal && b.kind == Kind::literal) {
+                apart = true;
+                for (const std::string& t : a.texts) apart = apart && std::find(b.texts.begin(), b.texts.end(), t) == b.texts.end();
+            }
+            if (apart) return true;
+        }
+        return false;
+    };
+    // Each key's values: alike ones read by one node, literals merged, the rest apart by first byte
+    // or by an earlier key.
     int discriminator = -1;  // oneOf: a key every variant requires, each with literals of its own
     for (std::size_t k = 0; k < n_keys; ++k) {
         int* values = &merged.variant_value[k * n_variants];
@@ -133,13 +159,13 @@ void JsonSchema::merge_object_branches(int choice) {
             for (std::size_t u = 0; u < v; ++u) {
                 if (values[u] < 0 || values[v] < 0 || values[u] == values[v]) continue;
                 const std::bitset<256> both = nodes_[std::size_t(values[u])].first & nodes_[std::size_t(values[v])].first;
-                if (both.none()) continue;
+                if (both.none() || told_apart(u, v, k)) continue;
                 int c = 0;
                 while (!both[std::size_t(c)]) ++c;
                 throw JsonSchemaError(where, branch_name(u) + " and " + branch_name(v) + " both have \"" + merged.properties[k].key +
                                                  "\" with different values that can start with '" + std::string(1, char(c)) +
                                                  "': object branches are told apart by their keys, by literal values "
-                                                 "(const, enum) or by a value's first byte");
+                                                 "(const, enum), by a value's first byte, or by a key required before it");
             }
         bool required_by_all = true;
         for (std::size_t v = 0; v < n_variants; ++v) {

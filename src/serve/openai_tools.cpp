@@ -44,8 +44,8 @@ void move_refs(OrderedJson& schema, const std::string& at) {
 
 /// tools and tool_choice (chat). A call is the JSON object {"name": N, "arguments": A} the model
 /// writes as its whole answer: tool_choice "required" or a named function keep the output one
-/// ({N: A} when one of several is required), "auto" leaves it free and reads a finished answer
-/// that is one as a call, "none" leaves the tools out of the prompt.
+/// (or, required with parallel_tool_calls, an array of them), "auto" leaves it free and reads a
+/// finished answer that holds calls, "none" leaves the tools out of the prompt.
 void read_tools(const json& body, OrderedBody& ordered, CompletionParams& p) {
     const json* tools = field(body, "tools");
     const json* choice = field(body, "tool_choice");
@@ -102,16 +102,15 @@ void read_tools(const json& body, OrderedBody& ordered, CompletionParams& p) {
         bad("tool_choice", "expected \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
     }
     const std::vector<std::string>& names = p.tool_names;
-    const bool keyed = p.tool_choice == CompletionParams::ToolChoice::required && names.size() > 1;
-    if (keyed && names.size() > JsonSchema::kMaxProperties)
-        bad("tools", fmt::format("tool_choice \"required\" takes at most {} tools", JsonSchema::kMaxProperties));
+    const bool required = p.tool_choice == CompletionParams::ToolChoice::required;
+    if (required && names.size() > JsonSchema::kMaxVariants)
+        bad("tools", fmt::format("tool_choice \"required\" takes at most {} tools", JsonSchema::kMaxVariants));
     const auto parameters = [&](std::size_t i) {  // as written; any object when none are given
         return has_parameters[i] ? ordered.at({"tools", std::to_string(i), "function", "parameters"}) : OrderedJson{{"type", "object"}};
     };
     // The tools in the prompt, their members in the written order: after the system message's
-    // text, or as one. A call is written {"name": N, "arguments": A}, or {N: A} where one of
-    // several functions is required (the schema compiler cannot choose the arguments' schema by a
-    // name already written; it can by the key).
+    // text, or as one. A call is written {"name": N, "arguments": A}; several as an array of them.
+    const bool several = p.parallel_tool_calls && p.tool_choice != CompletionParams::ToolChoice::named;
     OrderedJson listed = OrderedJson::array();
     for (std::size_t i = 0; i < tools->size(); ++i) {
         OrderedJson shown = {{"name", names[i]}};
@@ -121,51 +120,54 @@ void read_tools(const json& body, OrderedBody& ordered, CompletionParams& p) {
     }
     const std::string described =
         "You can call these functions (each with a JSON Schema of its arguments):\n" + listed.dump() +
-        (keyed ? "\nTo call one, answer with only a JSON object: {the function's name: an object of its arguments}."
-               : "\nTo call one, answer with only a JSON object: {\"name\": the function's name, \"arguments\": an object of its arguments}." +
-                     std::string(p.tool_choice == CompletionParams::ToolChoice::auto_call && p.parallel_tool_calls
-                                     ? " To call several at once, answer with a JSON array of such objects."
-                                     : ""));
+        "\nTo call one, answer with only a JSON object: {\"name\": the function's name, \"arguments\": an object of its arguments}." +
+        std::string(several ? " To call several at once, answer with a JSON array of such objects." : "");
     if (!p.messages.empty() && p.messages[0].role == "system") p.messages[0].content += "\n\n" + described;
     else p.messages.insert(p.messages.begin(), {"system", described});
     if (p.tool_choice == CompletionParams::ToolChoice::auto_call) return;
     if (p.json_mode || p.regex)
         bad("tool_choice", "one output constraint per request: a required or named tool call, or response_format / structured_outputs");
-    // The call's schema: {"name": N, "arguments": N's parameters}, or exactly one {N: N's parameters}.
-    OrderedJson schema = OrderedJson::object(), properties = OrderedJson::object();
-    schema["type"] = "object";
-    std::vector<std::size_t> called;  // the tools whose parameters the schema holds
-    if (!keyed) {
-        const std::string n = named.empty() ? names[0] : named;
-        called.push_back(std::size_t(std::find(names.begin(), names.end(), n) - names.begin()));
-        properties["name"] = {{"const", n}};
-        properties["arguments"] = parameters(called[0]);
-        move_refs(properties["arguments"], "/properties/arguments");
-        schema["properties"] = std::move(properties);
-        schema["required"] = {"name", "arguments"};
-    } else {
-        for (std::size_t i = 0; i < names.size(); ++i) {
-            called.push_back(i);
-            properties[names[i]] = parameters(i);
-            move_refs(properties[names[i]], "/properties/" + names[i]);
-        }
-        schema["properties"] = std::move(properties);
-        schema["minProperties"] = 1;
-        schema["maxProperties"] = 1;
+    // A call's schema: {"name": N, "arguments": N's parameters}, N the named function or any of
+    // them when one is required (an anyOf of objects told apart by the name before the
+    // arguments, json_schema_variants.cpp); several calls (required, parallel_tool_calls): the
+    // call or a non-empty array of calls.
+    std::vector<std::size_t> called;  // the tools whose calls the schema holds
+    for (std::size_t i = 0; i < names.size(); ++i)
+        if (required || names[i] == named) called.push_back(i);
+    OrderedJson calls = OrderedJson::array();
+    const std::string call_at = several ? "/$defs/call" : "";
+    for (std::size_t k = 0; k < called.size(); ++k) {
+        OrderedJson call = {{"type", "object"}, {"properties", OrderedJson::object()}, {"required", {"name", "arguments"}}};
+        call["properties"]["name"] = {{"const", names[called[k]]}};
+        call["properties"]["arguments"] = parameters(called[k]);
+        move_refs(call["properties"]["arguments"],
+                  (called.size() > 1 ? fmt::format("{}/anyOf/{}", call_at, k) : call_at) + "/properties/arguments");
+        calls.push_back(std::move(call));
     }
+    OrderedJson schema = called.size() > 1 ? OrderedJson{{"anyOf", std::move(calls)}} : std::move(calls[0]);
+    if (several)
+        schema = {{"$defs", {{"call", std::move(schema)}}},
+                  {"anyOf", {{{"$ref", "#/$defs/call"}}, {{"type", "array"}, {"items", {{"$ref", "#/$defs/call"}}}, {"minItems", 1}}}}};
     const std::string param = called.size() == 1 ? fmt::format("tools[{}].function.parameters", called[0]) : "tools";
     std::shared_ptr<const JsonSchema> compiled;
     try {
-        compiled = std::make_shared<const JsonSchema>(schema);
+        compiled = std::make_shared<const JsonSchema>(schema, JsonSchema::Root::any);
     } catch (const JsonSchemaError& e) {
         bad(param, std::string("the call's schema ") + e.what());
     }
     // A call's arguments are an object (OpenAI's rule): a schema that admits other values would
-    // let the model write a call no client reads as one.
-    const JsonSchema::Node& root = compiled->node(compiled->root());
-    for (std::size_t k = keyed ? 0 : 1; k < root.properties.size(); ++k)
-        if (compiled->node(root.properties[k].node).kind != JsonSchema::Kind::object)
-            bad(keyed ? fmt::format("tools[{}].function.parameters", called[k]) : param, "must describe an object (\"type\": \"object\")");
+    // let the model write a call no client reads as one. The call: the root's object branch, one
+    // object or the tools' variants in their order.
+    const JsonSchema::Node* call = &compiled->node(compiled->root());
+    while (call->kind == JsonSchema::Kind::choice) {  // (the array's branch starts with '[')
+        const auto b = std::find_if(call->branches.begin(), call->branches.end(), [&](int n) { return compiled->node(n).first['{']; });
+        call = &compiled->node(*b);
+    }
+    for (std::size_t k = 0; k < called.size(); ++k) {
+        const JsonSchema::Node& one = call->variants.empty() ? *call : compiled->node(call->variants[k]);
+        if (compiled->node(one.properties[1].node).kind != JsonSchema::Kind::object)
+            bad(fmt::format("tools[{}].function.parameters", called[k]), "must describe an object (\"type\": \"object\")");
+    }
     p.json_schema = std::move(compiled);
     p.json_mode = true;
 }

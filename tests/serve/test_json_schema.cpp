@@ -538,8 +538,8 @@ TEST(JsonSchema, TextsItAdmitsAreValidJsonOfTheSchema) {
         {"type":"object","properties":{"u":{"type":"integer"},"v":{"type":"boolean"}},"required":["u","v"]},
         {"type":"object","properties":{"v":{"type":"string"},"u":{"type":"integer"}},"required":["u"]},
         {"type":"null"}]}},
-        "b":{"oneOf":[{"type":"object","properties":{"t":{"const":"c"},"m":{"type":"integer"}},"required":["t","m"]},
-                      {"type":"object","properties":{"t":{"const":"d"},"m":{"type":"string"}},"required":["t"]}]}},
+        "b":{"oneOf":[{"type":"object","properties":{"t":{"const":"c"},"m":{"type":"integer"},"o":{"properties":{"x":{"type":"null"}}}},"required":["t","m"]},
+                      {"type":"object","properties":{"t":{"const":"d"},"m":{"type":"string"},"o":{"properties":{"y":{"type":"boolean"}}}},"required":["t"]}]}},
         "required":["a","b"]})");
     std::mt19937 rng(11);
     int drawn = 0;

@@ -102,6 +102,32 @@ TEST(JsonSchemaVariants, ValuesOfOneKeyAreToldApartByTheirFirstByte) {
     EXPECT_EQ(first_refused(s, R"({"a":{"v":"t","n")"), 15u);
 }
 
+TEST(JsonSchemaVariants, ValuesAfterAKeyThatToldTheBranchesApartMayDiffer) {
+    // Tool calls: {"name": N, "arguments": A} with each tool's own arguments after its name; a
+    // branch told apart by a required key the other lacks; and by one the other has after the value.
+    const JsonSchema s(Json::parse(R"({"type":"object","properties":{"call":{"anyOf":[
+        {"type":"object","properties":{"name":{"const":"add"},"arguments":{"type":"object","properties":{"x":{"type":"integer"}},"required":["x"]}},"required":["name","arguments"]},
+        {"type":"object","properties":{"name":{"const":"say"},"arguments":{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}},"required":["name","arguments"]}]},
+      "other":{"anyOf":[
+        {"type":"object","properties":{"id":{"type":"integer"},"o":{"type":"object","properties":{"p":{"type":"null"}}}},"required":["id"]},
+        {"type":"object","properties":{"o":{"type":"object","properties":{"q":{"type":"null"}}},"id":{"type":"string"}}}]}}})"));
+    EXPECT_TRUE(whole(s, R"({"call":{"name":"add","arguments":{"x":2}}})"));
+    EXPECT_TRUE(whole(s, R"({"call":{"name":"say","arguments":{"text":"hi"}}})"));
+    const std::string add = R"({"call":{"name":"add","arguments":{")";
+    EXPECT_EQ(first_refused(s, add + "text"), add.size()) << "add's arguments are its own";
+    EXPECT_TRUE(whole(s, R"({"other":{"id":1,"o":{"p":null}}})"));
+    EXPECT_TRUE(whole(s, R"({"other":{"o":{"q":null},"id":"s"}})"));
+    EXPECT_EQ(first_refused(s, R"({"other":{"id":1,"o":{"q")"), 23u) << "after id, o is the first branch's";
+    EXPECT_EQ(first_refused(s, R"({"other":{"o":{"p")"), 16u) << "o first: the second branch (the first requires id before it)";
+    // Without a key before it that tells them apart, the arguments could be either's.
+    EXPECT_NE(refusal(R"({"type":"object","properties":{"call":{"anyOf":[
+        {"type":"object","properties":{"name":{"const":"add"},"arguments":{"type":"object","properties":{"x":{}}}},"required":["arguments"]},
+        {"type":"object","properties":{"name":{"const":"say"},"arguments":{"type":"object","properties":{"y":{}}}},"required":["arguments"]}]}}})")
+                  .find("both have \"arguments\""),
+              std::string::npos)
+        << "either name may be skipped";
+}
+
 TEST(JsonSchemaVariants, WhatCannotBeToldApartIsRefusedNamingIt) {
     const std::string obj = R"({"type":"object","properties":{"a":)";
     // The same key with different values that start alike.

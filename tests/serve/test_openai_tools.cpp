@@ -59,16 +59,30 @@ TEST(OpenAiTools, TheCallsSchemaKeepsTheFunctionsParameters) {
     const serve::CompletionParams any = chat("{" + kUser + R"(, "tools": [{"type": "function", "function": {"name": "f",
         "parameters": {}}}], "tool_choice": "required"})");
     EXPECT_TRUE(whole(*any.json_schema, R"({"name":"f","arguments":{"k":[1]}})"));
-    // Several functions, one required: {N: A}, exactly one key, A of that function.
-    const serve::CompletionParams keyed = chat("{" + kUser + R"(, "tools": [
+    // Several functions, one required: {"name": N, "arguments": A}, A of the function named (an
+    // anyOf of calls told apart by the name); with parallel_tool_calls, or a non-empty array of them.
+    const std::string several = "{" + kUser + R"(, "tools": [
         {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}},
         {"type": "function", "function": {"name": "g", "parameters": {"type": "object", "$defs": {"B": {"type": "boolean"}},
-          "properties": {"b": {"$ref": "#/$defs/B"}}}}}], "tool_choice": "required"})");
-    EXPECT_TRUE(whole(*keyed.json_schema, R"({"g":{"b":true}})"));
-    EXPECT_TRUE(whole(*keyed.json_schema, R"({"f":{"a":3}})"));
-    EXPECT_FALSE(whole(*keyed.json_schema, R"({"g":{"b":3}})"));
-    serve::JsonSchemaPrefix two(*keyed.json_schema);
-    EXPECT_FALSE(two.feed(R"({"f":{"a":3},)")) << "one call";
+          "properties": {"b": {"$ref": "#/$defs/B"}}}}}], "tool_choice": "required")";
+    for (const bool parallel : {true, false}) {
+        const serve::CompletionParams required = chat(several + (parallel ? "}" : R"(, "parallel_tool_calls": false})"));
+        const serve::JsonSchema& s = *required.json_schema;
+        EXPECT_TRUE(whole(s, R"({"name":"g","arguments":{"b":true}})"));
+        EXPECT_TRUE(whole(s, R"({"name":"f","arguments":{"a":3}})"));
+        EXPECT_FALSE(whole(s, R"({"name":"g","arguments":{"b":3}})")) << "g's $defs, where the call's schema holds them";
+        EXPECT_FALSE(whole(s, R"({"name":"f","arguments":{"b":true}})")) << "f's arguments are its own";
+        EXPECT_EQ(whole(s, R"([{"name":"f","arguments":{"a":3}},{"name":"g","arguments":{}}])"), parallel);
+        EXPECT_FALSE(whole(s, "[]"));
+        EXPECT_EQ(required.messages[0].content.find("To call several at once") != std::string::npos, parallel);
+    }
+    const serve::CompletionParams parallel = chat(several + "}");
+    serve::JsonSchemaPrefix two(*parallel.json_schema);
+    EXPECT_FALSE(two.feed(R"({"name":"f","arguments":{"a":3}},)")) << "several calls are an array";
+    const serve::CompletionParams forced = chat("{" + kUser + R"(, "tools": [{"type": "function", "function": {"name": "f"}},
+        {"type": "function", "function": {"name": "g"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}})");
+    EXPECT_FALSE(whole(*forced.json_schema, R"([{"name":"g","arguments":{}}])")) << "a named function: one call";
+    EXPECT_FALSE(whole(*forced.json_schema, R"({"name":"f","arguments":{}})"));
     // Parameters that admit values other than objects are refused, naming the tool.
     EXPECT_EQ(refused("{" + kUser + R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}],
         "tool_choice": "required"})"),

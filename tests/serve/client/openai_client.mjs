@@ -158,6 +158,24 @@ if (called.choices[0].finish_reason === 'stop') {
   assert.equal(called.choices[0].finish_reason, 'length');
 }
 
+// tool_choice "required" among two tools (one call: parallel_tool_calls false): a call of either,
+// with that tool's own arguments.
+const letter = {
+  type: 'function',
+  function: { name: 'send_letter', parameters: { type: 'object', properties: { urgent: { type: 'boolean' } }, required: ['urgent'] } },
+};
+const anyCall = await client.chat.completions.create({
+  ...chatParams, max_tokens: 120, tools: [weather, letter], tool_choice: 'required', parallel_tool_calls: false,
+});
+if (anyCall.choices[0].finish_reason === 'tool_calls') {
+  const call = anyCall.choices[0].message.tool_calls[0];
+  const args = JSON.parse(call.function.arguments);
+  assert.ok((call.function.name === 'get_weather' && typeof args.town === 'string') ||
+            (call.function.name === 'send_letter' && typeof args.urgent === 'boolean'), `the named tool's arguments: ${JSON.stringify(call)}`);
+} else {
+  assert.equal(anyCall.choices[0].finish_reason, 'length');
+}
+
 // Two calls in Hermes' tags after some content, written through a one-choice constraint (allowed
 // beside tool_choice "auto") as a tool-calling model writes them: the client reads both calls and
 // the content; streamed as an array, the client's own accumulator (beta.chat.completions.stream)
