@@ -25,7 +25,7 @@ const std::set<std::string>& refused_keywords() {
     static const std::set<std::string> k = {
         "not", "if",
         "then", "else", "contains", "minContains", "maxContains",
-        "patternProperties", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
+        "patternProperties", "dependentRequired", "dependentSchemas", "dependencies",
         "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
         "$recursiveRef", "contentSchema"};
     return k;
@@ -36,7 +36,7 @@ const std::set<std::string>& refused_keywords() {
 /// intersect schemas: with another beside it, both would have to hold at once.
 const std::vector<std::string>& shaping_keywords() {
     static const std::vector<std::string> k = {"$ref", "allOf", "anyOf", "oneOf", "enum", "const", "type",
-                                               "properties", "required", "additionalProperties", "minProperties", "maxProperties", "items", "prefixItems", "additionalItems", "uniqueItems",
+                                               "properties", "required", "additionalProperties", "propertyNames", "minProperties", "maxProperties", "items", "prefixItems", "additionalItems", "uniqueItems",
                                                "minLength", "maxLength", "pattern", "minItems", "maxItems", "minimum", "maximum",
                                                "exclusiveMinimum", "exclusiveMaximum", "multipleOf"};
     return k;
@@ -114,6 +114,9 @@ JsonSchema::JsonSchema(const Json& schema, Root root) : document_(&schema) {
     if (root == Root::object && nodes_[std::size_t(root_)].kind != Kind::object)
         throw JsonSchemaError("", "the root must be an object schema ({\"type\": \"object\", ...})");
     check_choices();
+    for (std::size_t i = 0; i < nodes_.size(); ++i)
+        if (nodes_[i].key >= 0 && nodes_[std::size_t(nodes_[i].key)].first != bytes_of("\""))
+            throw JsonSchemaError(wheres_[i] + "/propertyNames", "must describe strings only (a key is a string)");
     const auto cache_budget = std::make_shared<std::atomic<std::int64_t>>(DfaTokenCache::kMaxBytes);
     for (RegexDfa& p : patterns_) p.token_cache().share_budget(cache_budget);
     document_ = nullptr;
@@ -260,7 +263,7 @@ int JsonSchema::compile_nested(const Json& s, const std::string& where) {
     if (types.empty()) {  // the type from the keywords that only apply to one: a value of it is valid
         std::string type;
         if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties") ||
-            s.contains("minProperties") || s.contains("maxProperties"))
+            s.contains("propertyNames") || s.contains("minProperties") || s.contains("maxProperties"))
             type = "object";
         else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) type = "array";
         else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) type = "string";
@@ -331,6 +334,12 @@ int JsonSchema::compile_typed(const Json& s, const std::string& type, const std:
                                              : compile(extra, where + "/additionalProperties");
         } else if (n.properties.empty()) {
             n.extra = kAny;
+        }
+        if (s.contains("propertyNames")) {  // pydantic's dict[Literal[...], X] and dict[constr(pattern=...), X]
+            if (!n.properties.empty())
+                throw JsonSchemaError(where + "/propertyNames", "beside listed properties is not supported (it shapes free keys' names)");
+            const int key = compile(s["propertyNames"], where + "/propertyNames");
+            if (n.extra >= 0 && key != kAny) n.key = key;  // (checked to be a string's when references are resolved)
         }
         if (s.contains("minProperties") || s.contains("maxProperties")) {
             // Free keys (a dict): the members counted, within the bounds. Listed properties: only

@@ -68,6 +68,7 @@ public:
         Kind kind = Kind::any;
         std::vector<Property> properties;  ///< object
         int extra = -1;                    ///< object without properties: node of free keys' values (-1: no keys)
+        int key = -1;                      ///< object of free keys: node of their names (`propertyNames`, a string's; -1: any string)
         int items = -1;                    ///< array: items after the prefix (-1: none; max then bounds the array to the prefix)
         std::vector<int> prefix_items;     ///< array: its first items' own schemas (a tuple: prefixItems, or draft 7's items array)
         /// array: the schema of item `i` (-1: no item may be there)

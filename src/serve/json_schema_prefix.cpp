@@ -426,8 +426,14 @@ bool JsonSchemaPrefix::byte(unsigned char c) {
     const JsonSchema::Node& n = schema_->node(f.node);
     const auto begin_key = [&] {
         if (c != '"') return false;
-        if (n.extra >= 0) {  // a free key: any string, while the members are fewer than maxProperties
+        if (n.extra >= 0) {  // a free key: any string or one of propertyNames, while the members are fewer than maxProperties
             if (n.max >= 0 && f.count >= n.max) return false;
+            f.member = -1;
+            if (n.key >= 0) {
+                if (!start_value(n.key, c)) return false;
+                frames_[depth_ - 1].key = true;
+                return true;
+            }
             Frame k{};
             k.node = JsonSchema::kAnyString;
             k.phase = Phase::chars;

@@ -38,7 +38,7 @@ bool JsonSchema::same_shape(int a, int b, std::set<std::pair<int, int>>& assumed
         if (x.properties[i].key != y.properties[i].key || x.properties[i].required != y.properties[i].required ||
             !same_shape(x.properties[i].node, y.properties[i].node, assumed))
             return false;
-    return same_shape(x.extra, y.extra, assumed) && same_shape(x.items, y.items, assumed) &&
+    return same_shape(x.extra, y.extra, assumed) && same_shape(x.key, y.key, assumed) && same_shape(x.items, y.items, assumed) &&
            all_alike(x.prefix_items, y.prefix_items) && all_alike(x.branches, y.branches) &&
            all_alike(x.variants, y.variants) && all_alike(x.variant_value, y.variant_value);
 }

@@ -393,6 +393,26 @@ TEST(JsonSchema, FreeKeysAreCountedWithinMinAndMaxProperties) {
         << "{\"a\":1,\"a\":2} would count 2 members and parse as 1 key";
 }
 
+TEST(JsonSchema, PropertyNamesShapeFreeKeys) {
+    // pydantic's dict[Literal["a", "bb"], int] and dict[constr(pattern=r"^x\d+$", max_length=3), str].
+    const JsonSchema literal(Json::parse(R"({"type":"object","additionalProperties":{"type":"integer"},
+        "propertyNames":{"enum":["a","bb"],"type":"string"}})"));
+    EXPECT_TRUE(whole(literal, R"({"a":1,"bb" : 2})"));
+    EXPECT_EQ(first_refused(literal, R"({"b":)"), 3u);
+    EXPECT_EQ(first_refused(literal, R"({"c")"), 2u);
+    const JsonSchema pattern(Json::parse(R"({"type":"object","properties":{"d":{"additionalProperties":{"type":"string"},
+        "propertyNames":{"pattern":"^x\\d+$","maxLength":3}}}})"));
+    EXPECT_TRUE(whole(pattern, R"({"d":{"x12":"v","x3":""}})"));
+    EXPECT_EQ(first_refused(pattern, R"({"d":{"y)"), 7u);
+    EXPECT_EQ(first_refused(pattern, R"({"d":{"x")"), 8u) << "a digit must follow";
+    EXPECT_EQ(first_refused(pattern, R"({"d":{"x123)"), 10u) << "three characters at most";
+    EXPECT_TRUE(whole(JsonSchema(Json::parse(R"({"type":"object","propertyNames":true})")), R"({"any":1})"));
+    for (const char* refused : {R"({"type":"object","propertyNames":{"type":"integer"}})",
+                                R"({"type":"object","properties":{"a":{}},"propertyNames":{"maxLength":1}})",
+                                R"({"type":"object","propertyNames":{"enum":["a",1]}})"})
+        EXPECT_THROW(JsonSchema(Json::parse(refused)), JsonSchemaError) << refused;
+}
+
 TEST(JsonSchema, MinAndMaxPropertiesOneMeanExactlyOneOfTheListed) {
     const JsonSchema s(Json::parse(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"null"}},
         "minProperties":1,"maxProperties":1})"));
@@ -475,6 +495,7 @@ bool valid(const Json& v, const Json& s, const Json& root) {
             for (const Json& r : s["required"])
                 if (!v.contains(r.get<std::string>())) return false;
         for (const auto& [k, e] : v.items()) {
+            if (s.contains("propertyNames") && !valid(Json(k), s["propertyNames"], root)) return false;
             if (props.contains(k)) {
                 if (!valid(e, props[k], root)) return false;
             } else if (s.contains("additionalProperties") && !valid(e, s["additionalProperties"], root)) {
@@ -520,7 +541,7 @@ TEST(JsonSchema, TextsItAdmitsAreValidJsonOfTheSchema) {
         "required": ["v"]}},
       "$ref": "#/$defs/node"})");
     const Json free_values = Json::parse(R"({"type":"object","additionalProperties":{"type":"array","items":{"type":"number"},"minItems":1},
-        "minProperties":1,"maxProperties":3})");
+        "minProperties":1,"maxProperties":3,"propertyNames":{"anyOf":[{"pattern":"^[a-f]+$","maxLength":4}]}})");
     const Json bounded = Json::parse(R"({"type":"object","properties":{"a":{"type":"integer","minimum":-40,"maximum":7},
         "d":{"type":"number","minimum":-2.5,"maximum":3.75},
         "b":{"type":["integer","null"],"exclusiveMinimum":99},"c":{"type":"array","items":{"maximum":-3}},
