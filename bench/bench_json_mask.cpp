@@ -113,6 +113,31 @@ serve::JsonSchemaPrefix schema_state(int which) {
 
 void BM_MaskJsonSchema(benchmark::State& st) { time_mask(st, schema_state); }
 
+/// An anyOf of 16 objects (a required call among 16 tools: {"name": N, "arguments": A}, json_schema_variants.cpp)
+/// at its first key, in the name (a literal of 16 merged), and at a key of the arguments once the
+/// name has told the tools apart.
+const serve::JsonSchema& union_schema() {
+    static const serve::JsonSchema s([] {
+        nlohmann::ordered_json calls = nlohmann::ordered_json::array();
+        for (int t = 0; t < 16; ++t)
+            calls.push_back({{"type", "object"}, {"required", {"name", "arguments"}},
+                             {"properties", {{"name", {{"const", "tool_" + std::to_string(t)}}},
+                                             {"arguments", {{"type", "object"}, {"properties", {{"town", {{"type", "string"}}},
+                                                                                              {"n" + std::to_string(t), {{"type", "integer"}}}}}}}}}});
+        return nlohmann::ordered_json{{"type", "object"}, {"properties", {{"call", {{"anyOf", calls}}}}}};
+    }());
+    return s;
+}
+
+serve::JsonSchemaPrefix union_state(int which) {
+    serve::JsonSchemaPrefix p(union_schema());
+    const char* texts[] = {"{\"call\": {\"", "{\"call\": {\"name\": \"tool_", "{\"call\": {\"name\": \"tool_7\", \"arguments\": {\""};
+    p.feed(texts[which]);
+    return p;
+}
+
+void BM_MaskJsonUnion(benchmark::State& st) { time_mask(st, union_state); }
+
 const char* const kPatterns[] = {"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", "^[a-z0-9._%+-]+@[a-z0-9.-]+\\.[a-z]{2,}$",
                                  "[A-Z][a-z]+( [a-z]+){2,12}[.!?]", nullptr};
 
@@ -210,6 +235,7 @@ void BM_MaskEachToken(benchmark::State& st) {
 
 BENCHMARK(BM_MaskJson)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskJsonSchema)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2, 3, 4, 5, 6}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MaskJsonUnion)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskRegex)->ArgsProduct({{4096, 32000, 128256}, {0, 1}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskRegexFirstVisit)->Arg(4096)->Arg(32000)->Arg(128256)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CompileRegex)->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);
