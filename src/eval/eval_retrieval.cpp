@@ -9,14 +9,10 @@
 #include "aqpim/eval.h"
 #include "aqpim/retrieval.h"
 #include "aqpim/sampler.h"
+#include "core/text_space.h"
 
 namespace aqpim {
 namespace {
-
-std::string_view trim_leading(std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\n' || s.front() == '\t')) s.remove_prefix(1);
-    return s;
-}
 
 void add_cell(std::vector<RetrievalCell>& cells, std::int64_t key, bool correct) {
     auto it = std::find_if(cells.begin(), cells.end(), [&](const RetrievalCell& c) { return c.key == key; });
@@ -79,8 +75,8 @@ RetrievalReport evaluate_retrieval(Transformer& model, const RetrievalTokenizer&
                 model.forward({&step, 1}, *cache, logits);
             }
             const std::string text = tok.decode(generated);
-            const std::string_view want = trim_leading(prompts[i].expected);
-            const bool correct = trim_leading(text).substr(0, want.size()) == want;
+            const std::string_view want = trim_leading_space(prompts[i].expected);
+            const bool correct = trim_leading_space(text).substr(0, want.size()) == want;
             ++r.n;
             r.n_correct += correct;
             r.outputs.push_back(text);

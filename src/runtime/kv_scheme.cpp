@@ -8,15 +8,12 @@
 
 #include "aqpim/error.h"
 #include "aqpim/model.h"
+#include "core/text_space.h"
 
 namespace aqpim {
 namespace {
 
-std::string trim(const std::string& s) {
-    const auto b = s.find_first_not_of(" \t\n");
-    if (b == std::string::npos) return "";
-    return s.substr(b, s.find_last_not_of(" \t\n") - b + 1);
-}
+std::string trim(std::string_view s) { return std::string(trim_space(s)); }
 
 std::vector<std::string> split(const std::string& s, char sep) {
     std::vector<std::string> out;

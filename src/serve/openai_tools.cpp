@@ -6,6 +6,7 @@
 #include <cctype>
 
 #include "aqpim/file_io.h"
+#include "core/text_space.h"
 #include "serve/openai_fields.h"
 #include "serve/openai_response.h"
 
@@ -202,12 +203,6 @@ constexpr std::string_view kCallOpen = "<tool_call>", kCallClose = "</tool_call>
 /// Written before a JSON call by Llama 3.1 (`<|python_tag|>`) and Mistral (`[TOOL_CALLS]`).
 constexpr std::string_view kCallMarkers[] = {"<|python_tag|>", "[TOOL_CALLS]"};
 
-std::string_view trimmed(std::string_view s) {
-    const std::size_t a = s.find_first_not_of(" \t\r\n");
-    if (a == std::string_view::npos) return {};
-    return s.substr(a, s.find_last_not_of(" \t\r\n") - a + 1);
-}
-
 using Call = std::pair<std::string, OrderedJson>;  // name, arguments
 
 /// One call object: {"name": N, "arguments" or "parameters": A} (A an object, or a JSON text of
@@ -258,13 +253,13 @@ bool calls_of_json(std::string_view text, const std::vector<std::string>& names,
 bool calls_of_tags(std::string_view text, const std::vector<std::string>& names, std::vector<Call>& out, std::string& content) {
     std::size_t at = text.find(kCallOpen);
     if (at == std::string_view::npos) return false;
-    content = std::string(trimmed(text.substr(0, at)));
+    content = std::string(trim_space(text.substr(0, at)));
     for (;;) {
         const std::size_t body = at + kCallOpen.size(), close = text.find(kCallClose, body);
         if (!calls_of_json(text.substr(body, close == std::string_view::npos ? std::string_view::npos : close - body), names, out))
             return false;
         if (close == std::string_view::npos) return true;
-        const std::size_t next = text.find_first_not_of(" \t\r\n", close + kCallClose.size());
+        const std::size_t next = text.find_first_not_of(kSpaceBytes, close + kCallClose.size());
         if (next == std::string_view::npos) return true;
         if (text.substr(next, kCallOpen.size()) != kCallOpen) return false;
         at = next;
@@ -287,9 +282,9 @@ ToolCallsRead calls_read(std::vector<Call> calls, std::string content, const std
 ToolCallsRead tool_calls_of(const std::string& text, const std::vector<std::string>& names, const std::string& id, bool parallel) {
     std::vector<Call> calls;
     std::string content;
-    std::string_view body = trimmed(text);
+    std::string_view body = trim_space(text);
     for (const std::string_view marker : kCallMarkers)
-        if (body.substr(0, marker.size()) == marker) body = trimmed(body.substr(marker.size()));
+        if (body.substr(0, marker.size()) == marker) body = trim_space(body.substr(marker.size()));
     if (!calls_of_json(body, names, calls)) {
         calls.clear();
         if (!calls_of_tags(text, names, calls, content)) return {};
@@ -313,11 +308,11 @@ bool may_open_tool_calls(std::string_view text) {
 }
 
 bool may_be_tool_calls(std::string_view text) {
-    const std::size_t first = text.find_first_not_of(" \t\r\n");
+    const std::size_t first = text.find_first_not_of(kSpaceBytes);
     if (first == std::string_view::npos) return true;
     const std::string_view rest = text.substr(first);
     if (rest[0] == '{' || rest[0] == '[') {  // a call object opens with a key, an array of them with a call object
-        const std::size_t next = rest.find_first_not_of(" \t\r\n", 1);
+        const std::size_t next = rest.find_first_not_of(kSpaceBytes, 1);
         if (next == std::string_view::npos || rest[next] == (rest[0] == '{' ? '"' : '{')) return true;
     }
     for (const std::string_view start : {kCallOpen, kCallMarkers[0], kCallMarkers[1]}) {
