@@ -1,13 +1,14 @@
 #include "serve/chat_template.h"
 
 #include "aqpim/error.h"
+#include "core/text_space.h"
 
 namespace aqpim::serve {
 
 namespace {
 
-constexpr ChatFormat kFormats[] = {ChatFormat::plain, ChatFormat::llama2, ChatFormat::llama3, ChatFormat::chatml,
-                                   ChatFormat::mistral};
+constexpr ChatFormat kFormats[] = {ChatFormat::plain,   ChatFormat::llama2, ChatFormat::llama3, ChatFormat::chatml,
+                                   ChatFormat::mistral, ChatFormat::gemma,  ChatFormat::phi3};
 
 bool contains(std::string_view s, std::string_view what) { return s.find(what) != std::string_view::npos; }
 
@@ -55,6 +56,21 @@ std::string render_inst(ChatFormat format, const std::vector<ChatMessage>& messa
     return out;
 }
 
+/// Gemma's reference template: no system turn (its text opens the first user turn), the
+/// assistant is "model", each turn's text trimmed, turns alternating.
+std::string render_gemma(const std::vector<ChatMessage>& messages) {
+    check_alternating(messages, ChatFormat::gemma);
+    const bool has_system = messages[0].role == "system";
+    std::string out;
+    for (std::size_t i = has_system ? 1 : 0; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        out += "<start_of_turn>" + std::string(m.role == "assistant" ? "model" : "user") + "\n";
+        if (has_system && i == 1) out += messages[0].content + "\n\n";
+        out += std::string(trim_space(m.content)) + "<end_of_turn>\n";
+    }
+    return out + "<start_of_turn>model\n";
+}
+
 }  // namespace
 
 const char* chat_format_name(ChatFormat f) {
@@ -64,6 +80,8 @@ const char* chat_format_name(ChatFormat f) {
         case ChatFormat::llama3: return "llama3";
         case ChatFormat::chatml: return "chatml";
         case ChatFormat::mistral: return "mistral";
+        case ChatFormat::gemma: return "gemma";
+        case ChatFormat::phi3: return "phi3";
     }
     return "?";
 }
@@ -71,13 +89,15 @@ const char* chat_format_name(ChatFormat f) {
 ChatFormat parse_chat_format(std::string_view name) {
     for (ChatFormat f : kFormats)
         if (name == chat_format_name(f)) return f;
-    throw Error(fmt::format("chat template '{}': expected plain, llama2, llama3, chatml or mistral", name));
+    throw Error(fmt::format("chat template '{}': expected plain, llama2, llama3, chatml, mistral, gemma or phi3", name));
 }
 
 ChatFormat detect_chat_format(std::string_view jinja) {
     if (contains(jinja, "<|im_start|>")) return ChatFormat::chatml;
     if (contains(jinja, "<|start_header_id|>")) return ChatFormat::llama3;
     if (contains(jinja, "[INST]")) return contains(jinja, "<<SYS>>") ? ChatFormat::llama2 : ChatFormat::mistral;
+    if (contains(jinja, "<start_of_turn>")) return ChatFormat::gemma;
+    if (contains(jinja, "<|user|>") && contains(jinja, "<|end|>")) return ChatFormat::phi3;
     return ChatFormat::plain;
 }
 
@@ -94,6 +114,10 @@ std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messa
         case ChatFormat::chatml:
             for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
             return out + "<|im_start|>assistant\n";
+        case ChatFormat::gemma: return render_gemma(messages);
+        case ChatFormat::phi3:
+            for (const ChatMessage& m : messages) out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
+            return out + "<|assistant|>\n";
         case ChatFormat::plain:
             for (const ChatMessage& m : messages) {
                 if (m.role == "system") out += m.content + "\n\n";
@@ -109,6 +133,8 @@ std::vector<std::string> chat_stop_strings(ChatFormat format, const ChatTokens& 
         case ChatFormat::plain: return {"\nUser:"};
         case ChatFormat::llama3: return {"<|eot_id|>"};
         case ChatFormat::chatml: return {"<|im_end|>"};
+        case ChatFormat::gemma: return {"<end_of_turn>"};
+        case ChatFormat::phi3: return {"<|end|>"};
         case ChatFormat::llama2:
         case ChatFormat::mistral: return tokens.eos.empty() ? std::vector<std::string>{} : std::vector<std::string>{tokens.eos};
     }

@@ -9,14 +9,15 @@
 
 namespace aqpim::serve {
 
-enum class ChatFormat { plain, llama2, llama3, chatml, mistral };
+enum class ChatFormat { plain, llama2, llama3, chatml, mistral, gemma, phi3 };
 
-/// "plain", "llama2", "llama3", "chatml", "mistral".
+/// "plain", "llama2", "llama3", "chatml", "mistral", "gemma", "phi3".
 const char* chat_format_name(ChatFormat f);
 /// The inverse of chat_format_name (--chat-template); aqpim::Error naming the accepted names.
 ChatFormat parse_chat_format(std::string_view name);
 /// The format a Jinja template is: chatml (<|im_start|>), llama3 (<|start_header_id|>), llama2
-/// ([INST] with <<SYS>>), mistral ([INST] without <<SYS>>); plain for anything else or empty.
+/// ([INST] with <<SYS>>), mistral ([INST] without <<SYS>>), gemma (<start_of_turn>), phi3
+/// (<|user|> and <|end|>); plain for anything else or empty.
 ChatFormat detect_chat_format(std::string_view jinja);
 
 struct ChatMessage {
@@ -32,8 +33,8 @@ struct ChatTokens {
 
 /// The prompt text of `messages` ending where the assistant's reply begins. Roles other than
 /// system/user/assistant, a system message after the first, or a conversation that does not end
-/// with a user message (llama2, mistral: turns must alternate) are an aqpim::Error naming the
-/// message index.
+/// with a user message (llama2, mistral, gemma: turns must alternate) are an aqpim::Error naming
+/// the message index.
 std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages, const ChatTokens& tokens);
 
 /// Texts that end the assistant's turn in this format (they are also stop strings of a chat

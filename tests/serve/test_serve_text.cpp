@@ -30,6 +30,10 @@ TEST(ChatTemplate, RecognisesTheCommonTemplatesByTheirMarkers) {
     EXPECT_EQ(serve::detect_chat_format("{{ '<|start_header_id|>' + message['role'] }}"), ChatFormat::llama3);
     EXPECT_EQ(serve::detect_chat_format("{{ bos_token + '[INST] <<SYS>>\\n' }}"), ChatFormat::llama2);
     EXPECT_EQ(serve::detect_chat_format("{{ '[INST] ' + message['content'] + ' [/INST]' }}"), ChatFormat::mistral);
+    EXPECT_EQ(serve::detect_chat_format("{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim }}"), ChatFormat::gemma);
+    EXPECT_EQ(serve::detect_chat_format("{{'<|user|>' + '\\n' + message['content'] + '<|end|>' + '\\n'}}"), ChatFormat::phi3);
+    EXPECT_EQ(serve::detect_chat_format("{{ '<|user|>\\n' + message['content'] + eos_token }}"), ChatFormat::plain)
+        << "zephyr's turns end with EOS, not <|end|>";
     EXPECT_EQ(serve::detect_chat_format(""), ChatFormat::plain);
     EXPECT_EQ(serve::detect_chat_format("{{ something else }}"), ChatFormat::plain);
     EXPECT_EQ(serve::parse_chat_format("llama3"), ChatFormat::llama3);
@@ -51,6 +55,15 @@ TEST(ChatTemplate, RendersEachFormatAsItsModelsExpect) {
               "[INST] <<SYS>>\nS\n<</SYS>>\n\nU1 [/INST] A1 </s><s>[INST] U2 [/INST]");
     EXPECT_EQ(serve::render_chat(ChatFormat::mistral, conv, t), "[INST] S\n\nU1 [/INST]A1</s>[INST] U2 [/INST]");
     EXPECT_EQ(serve::render_chat(ChatFormat::plain, conv, t), "S\n\nUser: U1\nAssistant: A1\nUser: U2\nAssistant:");
+    // Gemma 3's template: the system text opens the first user turn, each turn's text trimmed.
+    const std::vector<serve::ChatMessage> spaced = {{"system", "S"}, {"user", " U1\n"}, {"assistant", "A1 "}, {"user", "U2"}};
+    EXPECT_EQ(serve::render_chat(ChatFormat::gemma, spaced, t),
+              "<start_of_turn>user\nS\n\nU1<end_of_turn>\n<start_of_turn>model\nA1<end_of_turn>\n"
+              "<start_of_turn>user\nU2<end_of_turn>\n<start_of_turn>model\n");
+    EXPECT_EQ(serve::render_chat(ChatFormat::phi3, conv, t),
+              "<|system|>\nS<|end|>\n<|user|>\nU1<|end|>\n<|assistant|>\nA1<|end|>\n<|user|>\nU2<|end|>\n<|assistant|>\n");
+    EXPECT_EQ(serve::chat_stop_strings(ChatFormat::gemma, t), std::vector<std::string>{"<end_of_turn>"});
+    EXPECT_EQ(serve::chat_stop_strings(ChatFormat::phi3, t), std::vector<std::string>{"<|end|>"});
     EXPECT_EQ(serve::chat_stop_strings(ChatFormat::chatml, t), std::vector<std::string>{"<|im_end|>"});
     EXPECT_EQ(serve::chat_stop_strings(ChatFormat::llama2, t), std::vector<std::string>{"</s>"});
 }
@@ -65,6 +78,7 @@ TEST(ChatTemplate, RefusesConversationsTheFormatCannotHold) {
     expect_error_contains([&] { serve::render_chat(ChatFormat::mistral, {{"user", "x"}, {"assistant", "y"}}, t); },
                                 "last message");
     expect_error_contains([&] { serve::render_chat(ChatFormat::plain, {}, t); }, "at least one");
+    expect_error_contains([&] { serve::render_chat(ChatFormat::gemma, {{"assistant", "x"}, {"user", "y"}}, t); }, "alternates");
 }
 
 /// <unk> <s> </s>, the 256 byte tokens (ids 3..258), then a few pieces.
