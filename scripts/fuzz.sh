@@ -148,7 +148,7 @@ BODIES
         printf 'tokenize%s%s' "$sep" '{"prompt":"Once upon","add_special_tokens":false}' > "$dir/tokenize0"
         printf 'tokenize%s%s' "$sep" '{"content":"Once upon","add_special":true,"model":"m"}' > "$dir/tokenize1"
         printf 'detokenize%s%s' "$sep" '{"tokens":[1,2,3,511]}' > "$dir/detokenize0"
-        for f in plain llama2 llama3 chatml mistral gemma phi3; do
+        for f in plain llama2 llama3 chatml mistral gemma phi3 phi4 deepseek; do
             printf 'chat:%s%s%s' "$f" "$sep" '{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello"},{"role":"user","content":[{"type":"text","text":"Tell "},{"type":"text","text":"a story"}]}],"max_completion_tokens":8,"logprobs":true,"top_logprobs":3,"response_format":{"type":"text"}}' > "$dir/chat-$f"
         done
         printf 'chat%s%s' "$sep" '{"messages":[{"role":"user","content":"caf\u00e9 \ud83d\ude42","name":"n"}],"max_tokens":4,"stream":true}' > "$dir/chat-unicode"

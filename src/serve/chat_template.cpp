@@ -7,8 +7,9 @@ namespace aqpim::serve {
 
 namespace {
 
-constexpr ChatFormat kFormats[] = {ChatFormat::plain,   ChatFormat::llama2, ChatFormat::llama3, ChatFormat::chatml,
-                                   ChatFormat::mistral, ChatFormat::gemma,  ChatFormat::phi3};
+constexpr ChatFormat kFormats[] = {ChatFormat::plain, ChatFormat::llama2, ChatFormat::llama3, ChatFormat::chatml, ChatFormat::mistral,
+                                   ChatFormat::gemma, ChatFormat::phi3,   ChatFormat::phi4,   ChatFormat::deepseek};
+constexpr std::string_view kDeepSeekUser = "<\uFF5CUser\uFF5C>", kDeepSeekAssistant = "<\uFF5CAssistant\uFF5C>";
 
 bool contains(std::string_view s, std::string_view what) { return s.find(what) != std::string_view::npos; }
 
@@ -71,6 +72,21 @@ std::string render_gemma(const std::vector<ChatMessage>& messages) {
     return out + "<start_of_turn>model\n";
 }
 
+/// DeepSeek-R1's reference template: the system text first, then <｜User｜> and <｜Assistant｜>
+/// turns, an assistant turn without its reasoning (what precedes its last </think>) and ended by EOS.
+std::string render_deepseek(const std::vector<ChatMessage>& messages, const ChatTokens& t) {
+    std::string out;
+    for (const ChatMessage& m : messages) {
+        if (m.role == "system") out += m.content;
+        else if (m.role == "user") out += std::string(kDeepSeekUser) + m.content;
+        else {
+            const std::size_t think = m.content.rfind("</think>");
+            out += std::string(kDeepSeekAssistant) + (think == std::string::npos ? m.content : m.content.substr(think + 8)) + t.eos;
+        }
+    }
+    return out + std::string(kDeepSeekAssistant);
+}
+
 }  // namespace
 
 const char* chat_format_name(ChatFormat f) {
@@ -82,6 +98,8 @@ const char* chat_format_name(ChatFormat f) {
         case ChatFormat::mistral: return "mistral";
         case ChatFormat::gemma: return "gemma";
         case ChatFormat::phi3: return "phi3";
+        case ChatFormat::phi4: return "phi4";
+        case ChatFormat::deepseek: return "deepseek";
     }
     return "?";
 }
@@ -89,11 +107,13 @@ const char* chat_format_name(ChatFormat f) {
 ChatFormat parse_chat_format(std::string_view name) {
     for (ChatFormat f : kFormats)
         if (name == chat_format_name(f)) return f;
-    throw Error(fmt::format("chat template '{}': expected plain, llama2, llama3, chatml, mistral, gemma or phi3", name));
+    throw Error(fmt::format("chat template '{}': expected plain, llama2, llama3, chatml, mistral, gemma, phi3, phi4 or deepseek", name));
 }
 
 ChatFormat detect_chat_format(std::string_view jinja) {
+    if (contains(jinja, "<|im_sep|>")) return ChatFormat::phi4;
     if (contains(jinja, "<|im_start|>")) return ChatFormat::chatml;
+    if (contains(jinja, kDeepSeekUser)) return ChatFormat::deepseek;
     if (contains(jinja, "<|start_header_id|>")) return ChatFormat::llama3;
     if (contains(jinja, "[INST]")) return contains(jinja, "<<SYS>>") ? ChatFormat::llama2 : ChatFormat::mistral;
     if (contains(jinja, "<start_of_turn>")) return ChatFormat::gemma;
@@ -114,6 +134,10 @@ std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messa
         case ChatFormat::chatml:
             for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
             return out + "<|im_start|>assistant\n";
+        case ChatFormat::phi4:
+            for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "<|im_sep|>" + m.content + "<|im_end|>";
+            return out + "<|im_start|>assistant<|im_sep|>";
+        case ChatFormat::deepseek: return render_deepseek(messages, tokens);
         case ChatFormat::gemma: return render_gemma(messages);
         case ChatFormat::phi3:
             for (const ChatMessage& m : messages) out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
@@ -132,11 +156,13 @@ std::vector<std::string> chat_stop_strings(ChatFormat format, const ChatTokens& 
     switch (format) {
         case ChatFormat::plain: return {"\nUser:"};
         case ChatFormat::llama3: return {"<|eot_id|>"};
-        case ChatFormat::chatml: return {"<|im_end|>"};
+        case ChatFormat::chatml:
+        case ChatFormat::phi4: return {"<|im_end|>"};
         case ChatFormat::gemma: return {"<end_of_turn>"};
         case ChatFormat::phi3: return {"<|end|>"};
         case ChatFormat::llama2:
-        case ChatFormat::mistral: return tokens.eos.empty() ? std::vector<std::string>{} : std::vector<std::string>{tokens.eos};
+        case ChatFormat::mistral:
+        case ChatFormat::deepseek: return tokens.eos.empty() ? std::vector<std::string>{} : std::vector<std::string>{tokens.eos};
     }
     return {};
 }

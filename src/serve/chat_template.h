@@ -9,15 +9,16 @@
 
 namespace aqpim::serve {
 
-enum class ChatFormat { plain, llama2, llama3, chatml, mistral, gemma, phi3 };
+enum class ChatFormat { plain, llama2, llama3, chatml, mistral, gemma, phi3, phi4, deepseek };
 
-/// "plain", "llama2", "llama3", "chatml", "mistral", "gemma", "phi3".
+/// "plain", "llama2", "llama3", "chatml", "mistral", "gemma", "phi3", "phi4", "deepseek".
 const char* chat_format_name(ChatFormat f);
 /// The inverse of chat_format_name (--chat-template); aqpim::Error naming the accepted names.
 ChatFormat parse_chat_format(std::string_view name);
-/// The format a Jinja template is: chatml (<|im_start|>), llama3 (<|start_header_id|>), llama2
-/// ([INST] with <<SYS>>), mistral ([INST] without <<SYS>>), gemma (<start_of_turn>), phi3
-/// (<|user|> and <|end|>); plain for anything else or empty.
+/// The format a Jinja template is: phi4 (<|im_sep|>), chatml (<|im_start|> without it), llama3
+/// (<|start_header_id|>), llama2 ([INST] with <<SYS>>), mistral ([INST] without <<SYS>>), gemma
+/// (<start_of_turn>), phi3 (<|user|> and <|end|>), deepseek (<｜User｜>, DeepSeek-R1 and its
+/// distills); plain for anything else or empty.
 ChatFormat detect_chat_format(std::string_view jinja);
 
 struct ChatMessage {
@@ -26,7 +27,7 @@ struct ChatMessage {
 };
 
 /// The special-token texts a format needs from the vocabulary (llama2, mistral: BOS and EOS
-/// between turns). BOS at the very start is the tokenizer's, never in the rendered text.
+/// between turns; deepseek: EOS after an assistant turn). BOS at the very start is the tokenizer's, never in the rendered text.
 struct ChatTokens {
     std::string bos, eos;
 };

@@ -34,6 +34,9 @@ TEST(ChatTemplate, RecognisesTheCommonTemplatesByTheirMarkers) {
     EXPECT_EQ(serve::detect_chat_format("{{'<|user|>' + '\\n' + message['content'] + '<|end|>' + '\\n'}}"), ChatFormat::phi3);
     EXPECT_EQ(serve::detect_chat_format("{{ '<|user|>\\n' + message['content'] + eos_token }}"), ChatFormat::plain)
         << "zephyr's turns end with EOS, not <|end|>";
+    EXPECT_EQ(serve::detect_chat_format("{{'<|im_start|>user<|im_sep|>' + message['content'] + '<|im_end|>'}}"), ChatFormat::phi4)
+        << "Phi-4's ChatML has no newline after the role";
+    EXPECT_EQ(serve::detect_chat_format("{{'<\uFF5CUser\uFF5C>' + message['content']}}"), ChatFormat::deepseek);
     EXPECT_EQ(serve::detect_chat_format(""), ChatFormat::plain);
     EXPECT_EQ(serve::detect_chat_format("{{ something else }}"), ChatFormat::plain);
     EXPECT_EQ(serve::parse_chat_format("llama3"), ChatFormat::llama3);
@@ -62,6 +65,16 @@ TEST(ChatTemplate, RendersEachFormatAsItsModelsExpect) {
               "<start_of_turn>user\nU2<end_of_turn>\n<start_of_turn>model\n");
     EXPECT_EQ(serve::render_chat(ChatFormat::phi3, conv, t),
               "<|system|>\nS<|end|>\n<|user|>\nU1<|end|>\n<|assistant|>\nA1<|end|>\n<|user|>\nU2<|end|>\n<|assistant|>\n");
+    EXPECT_EQ(serve::render_chat(ChatFormat::phi4, conv, t),
+              "<|im_start|>system<|im_sep|>S<|im_end|><|im_start|>user<|im_sep|>U1<|im_end|><|im_start|>assistant<|im_sep|>A1<|im_end|>"
+              "<|im_start|>user<|im_sep|>U2<|im_end|><|im_start|>assistant<|im_sep|>");
+    // DeepSeek-R1: an earlier answer's reasoning is left out of the prompt.
+    const serve::ChatTokens r1{"<\uFF5Cbegin\u2581of\u2581sentence\uFF5C>", "<\uFF5Cend\u2581of\u2581sentence\uFF5C>"};
+    const std::vector<serve::ChatMessage> reasoned = {{"system", "S"}, {"user", "U1"}, {"assistant", "<think>\nhm\n</think>\n\nA1"}, {"user", "U2"}};
+    EXPECT_EQ(serve::render_chat(ChatFormat::deepseek, reasoned, r1),
+              "S<\uFF5CUser\uFF5C>U1<\uFF5CAssistant\uFF5C>\n\nA1<\uFF5Cend\u2581of\u2581sentence\uFF5C><\uFF5CUser\uFF5C>U2<\uFF5CAssistant\uFF5C>");
+    EXPECT_EQ(serve::chat_stop_strings(ChatFormat::deepseek, r1), std::vector<std::string>{r1.eos});
+    EXPECT_EQ(serve::chat_stop_strings(ChatFormat::phi4, t), std::vector<std::string>{"<|im_end|>"});
     EXPECT_EQ(serve::chat_stop_strings(ChatFormat::gemma, t), std::vector<std::string>{"<end_of_turn>"});
     EXPECT_EQ(serve::chat_stop_strings(ChatFormat::phi3, t), std::vector<std::string>{"<|end|>"});
     EXPECT_EQ(serve::chat_stop_strings(ChatFormat::chatml, t), std::vector<std::string>{"<|im_end|>"});
