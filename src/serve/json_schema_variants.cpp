@@ -46,14 +46,20 @@ bool JsonSchema::same_shape(int a, int b, std::set<std::pair<int, int>>& assumed
 void JsonSchema::merge_object_branches(int choice) {
     const std::string where = wheres_[std::size_t(choice)];
     const bool one_of = nodes_[std::size_t(choice)].one_of;
-    std::vector<int> objects;  // the branches that can start with '{', and where they are
-    std::vector<std::size_t> positions;
+    std::vector<std::size_t> positions;  // the branches that can start with '{'
+    std::vector<int> objects;            // their objects: a union within one (a choice of one branch, merged before) gives its own
+    std::vector<std::size_t> origin;     // [v] the branch variant v comes from
     for (std::size_t b = 0; b < nodes_[std::size_t(choice)].branches.size(); ++b) {
-        const int node = nodes_[std::size_t(choice)].branches[b];
-        if (nodes_[std::size_t(node)].first['{']) objects.push_back(node), positions.push_back(b);
+        int node = nodes_[std::size_t(choice)].branches[b];
+        if (!nodes_[std::size_t(node)].first['{']) continue;
+        positions.push_back(b);
+        while (nodes_[std::size_t(node)].kind == Kind::choice && nodes_[std::size_t(node)].branches.size() == 1)
+            node = nodes_[std::size_t(node)].branches[0];
+        const std::vector<int> inner = nodes_[std::size_t(node)].kind == Kind::object ? nodes_[std::size_t(node)].variants : std::vector<int>{};
+        for (const int o : inner.empty() ? std::vector<int>{node} : inner) objects.push_back(o), origin.push_back(b);
     }
-    if (objects.size() < 2) return;
-    const auto branch_name = [&](std::size_t v) { return "branch " + std::to_string(positions[v]); };
+    if (positions.size() < 2) return;
+    const auto branch_name = [&](std::size_t v) { return "branch " + std::to_string(origin[v]); };
     if (objects.size() > kMaxVariants)
         throw JsonSchemaError(where, "more than " + std::to_string(kMaxVariants) + " branches are objects");
     Node merged;
@@ -63,13 +69,13 @@ void JsonSchema::merge_object_branches(int choice) {
     for (std::size_t v = 0; v < n_variants; ++v) {
         const Node& o = nodes_[std::size_t(objects[v])];
         if (o.kind == Kind::choice)
-            throw JsonSchemaError(where, branch_name(v) + " is itself a choice (anyOf, oneOf or a list of types) that can be an "
-                                         "object: list its branches among these");
+            throw JsonSchemaError(where, branch_name(v) + " is itself a choice (anyOf, oneOf or a list of types) of an object "
+                                         "and other values: list its branches among these");
         if (o.kind != Kind::object)
             throw JsonSchemaError(where, branch_name(v) + " and another branch can both start with '{': only branches that "
                                          "are objects with listed properties can be told apart while they are written");
-        if (o.extra >= 0 || o.one_property || !o.variants.empty())
-            throw JsonSchemaError(where, branch_name(v) + " is an object of free keys, of exactly one property or of variants: "
+        if (o.extra >= 0 || o.one_property)
+            throw JsonSchemaError(where, branch_name(v) + " is an object of free keys or of exactly one property: "
                                          "beside other objects, a branch must list its properties");
         merged.inferred = merged.inferred || o.inferred;
         merged.variant_keys.emplace_back();

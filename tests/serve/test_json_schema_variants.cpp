@@ -141,8 +141,19 @@ TEST(JsonSchemaVariants, WhatCannotBeToldApartIsRefusedNamingIt) {
     EXPECT_NE(refusal(obj + R"({"anyOf":[{"type":"object","properties":{"v":{}}},{}]}}})").find("branch 1 and another branch can both start with '{'"),
               std::string::npos);
     EXPECT_NE(refusal(obj + R"({"anyOf":[{"anyOf":[{"type":"object","properties":{"v":{}}},{"type":"null"}]},
-        {"type":"object","properties":{"w":{}}}]}}})").find("branch 0 is itself a choice"),
+        {"type":"object","properties":{"w":{}}}]}}})").find("branch 0 is itself a choice (anyOf, oneOf or a list of types) of an object and other values"),
               std::string::npos);
+    // A union within a union: its objects join the outer branches (pydantic's discriminated union
+    // beside another model); a choice of an object and null does not.
+    const JsonSchema nested(Json::parse(obj + R"({"anyOf":[{"oneOf":[
+        {"type":"object","properties":{"t":{"const":"a"},"x":{"type":"integer"}},"required":["t"]},
+        {"type":"object","properties":{"t":{"const":"b"},"x":{"type":"string"}},"required":["t"]}]},
+        {"$ref":"#/$defs/C"},{"type":"null"}]}},"$defs":{"C":{"anyOf":[{"type":"object","properties":{"c":{"type":"boolean"}},"required":["c"]}]}}})"));
+    EXPECT_TRUE(whole(nested, R"({"a":{"t":"b","x":"s"}})"));
+    EXPECT_TRUE(whole(nested, R"({"a":{"c":true}})"));
+    EXPECT_TRUE(whole(nested, R"({"a":null})"));
+    EXPECT_EQ(first_refused(nested, R"({"a":{"t":"a","x":")"), 18u);
+    EXPECT_EQ(first_refused(nested, R"({"a":{"t":"a","c")"), 15u);
     // oneOf: exactly one branch must match, so a discriminator must say which.
     EXPECT_NE(refusal(obj + R"({"oneOf":[{"type":"object","properties":{"x":{"type":"integer"}}},
         {"type":"object","properties":{"y":{"type":"integer"}}}]}}})").find("a oneOf of objects needs a discriminator"),
