@@ -102,6 +102,10 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("-a,--alias", o->server.model_alias, "model id in /v1/models and responses (default: its name)");
     cmd->add_option("--chat-template", o->server.chat_template,
                     "plain, llama2, llama3, chatml, mistral, gemma, phi3, phi4 or deepseek (default: recognised from the model)");
+    cmd->add_option("--reasoning-format", o->server.reasoning_format,
+                    "auto, none or deepseek: a chat answer's <think>...</think> as message.reasoning_content "
+                    "(auto: deepseek when the model's chat template writes </think>)")
+        ->capture_default_str();
     cmd->add_option("--slot-save-path", o->server.slot_save_path, "directory for POST /slots/ID?action=save|restore");
     cmd->add_option("--api-key", o->server.api_key, "require Authorization: Bearer KEY on every endpoint but /health");
     cmd->add_option("--max-body", o->server.max_body_bytes, "largest request body in bytes (larger: 413)")

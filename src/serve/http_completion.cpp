@@ -6,6 +6,7 @@
 
 #include "aqpim/error.h"
 #include "serve/http_impl.h"
+#include "serve/reasoning.h"
 #include "serve/openai_response.h"
 
 namespace aqpim::serve {
@@ -241,6 +242,9 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     // Tool calls (chat with tools): a finished text that is a call is sent as message.tool_calls,
     // finish_reason tool_calls (stop for a named function, as OpenAI answers a forced call).
     const bool tools = p.tool_choice != CompletionParams::ToolChoice::none;
+    // Reasoning (docs/serve.md "Reasoning"): a chat answer's <think>...</think> is reasoning_content.
+    // (An answer held to JSON cannot open with <think>: it stays content as written.)
+    const bool reasoning = chat && reasoning_format == ReasoningFormat::deepseek;
     const char* tool_finish = p.tool_choice == CompletionParams::ToolChoice::named ? "stop" : "tool_calls";
     std::vector<std::uint64_t> request_ids;
     for (const Choice& c : choices) request_ids.push_back(c.request_id);
@@ -285,7 +289,12 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                     tokens = std::move(all);
                     text = c.echo_text + text;
                 }
-                ChoiceText choice{std::move(text), finish_name(fin), logprobs(tokens, 0), nullptr};
+                ChoiceText choice{std::move(text), finish_name(fin), logprobs(tokens, 0), nullptr, {}};
+                if (reasoning) {
+                    ReasoningSplit::Piece split = ReasoningSplit::whole(choice.text);
+                    choice.text = std::move(split.content);
+                    choice.reasoning = std::move(split.reasoning);
+                }
                 if (tools && fin.finish == FinishReason::stop) {
                     ToolCallsRead read = tool_calls_of(choice.text, p.tool_names, call_id(std::size_t(&c - choices.data())),
                                                        p.parallel_tool_calls);
@@ -324,8 +333,9 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             bool sent_content = false;  ///< text went out as content: what is held after it can only be Hermes' tags
             std::string held;
             std::vector<TokenText> held_tokens;
+            ReasoningSplit split;  ///< reasoning: what goes out as reasoning_content, what as content
         };
-        std::vector<Progress> progress(choices.size(), Progress{0, p.echo, false, tools, false, {}, {}});
+        std::vector<Progress> progress(choices.size(), Progress{0, p.echo, false, tools, false, {}, {}, {}});
         // Sends what a choice holds as content.
         auto flush = [&](std::size_t i) {
             Progress& pr = progress[i];
@@ -364,6 +374,24 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                 const bool done = choices[i].channel->poll(got, fin);
                 if (!echo(i, done)) return gone();
                 const bool auto_calls = p.tool_choice == CompletionParams::ToolChoice::auto_call;
+                // Reasoning first: what is reasoning goes out as it comes (with the logprobs of the
+                // tokens read so far); what is content goes on as the delta's text.
+                const auto split = [&](TextDelta& d, ReasoningSplit::Piece piece) {
+                    if (!piece.reasoning.empty()) {
+                        if (!send(sse_event(stream_reasoning_json(h, i, piece.reasoning, logprobs(d.tokens, pr.offset))))) return false;
+                        d.tokens.clear();
+                    }
+                    d.text = std::move(piece.content);
+                    return true;
+                };
+                if (reasoning) {
+                    for (TextDelta& d : got)
+                        if (!split(d, pr.split.feed(d.text))) return gone();
+                    if (done) {
+                        got.emplace_back();
+                        if (!split(got.back(), pr.split.finish())) return gone();
+                    }
+                }
                 for (TextDelta& d : got) {
                     if (!pr.holding && auto_calls && may_open_tool_calls(d.text)) pr.holding = true;  // Hermes' tags after content
                     if (pr.holding) {

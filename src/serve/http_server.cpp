@@ -31,6 +31,7 @@ void ServerOptions::validate() const {
                 timeout_seconds);
     AQPIM_CHECK(default_max_tokens >= 1, "serve: --n-predict {} must be >= 1", default_max_tokens);
     if (!chat_template.empty()) (void)parse_chat_format(chat_template);
+    (void)parse_reasoning_format(reasoning_format, "", false);
     if (!slot_save_path.empty())
         AQPIM_CHECK(std::filesystem::is_directory(slot_save_path), "serve: --slot-save-path '{}' is not a directory",
                     slot_save_path);
@@ -52,6 +53,8 @@ HttpServer::Impl::Impl(Engine& e, std::shared_ptr<const Tokenizer> t, const Mode
     options.validate();
     chat_format = options.chat_template.empty() ? detect_chat_format(tokenizer->vocab().chat_template)
                                                 : parse_chat_format(options.chat_template);
+    reasoning_format = parse_reasoning_format(options.reasoning_format, tokenizer->vocab().chat_template,
+                                              chat_format == ChatFormat::deepseek);
     const auto& v = tokenizer->vocab();
     if (v.bos >= 0) chat_tokens.bos = v.tokens[std::size_t(v.bos)];
     if (v.eos >= 0) chat_tokens.eos = v.tokens[std::size_t(v.eos)];
@@ -199,7 +202,7 @@ void HttpServer::Impl::routes() {
         const EngineOptions& eo = engine.options();
         json meta = {{"n_ctx", n_ctx}, {"n_vocab", config.n_vocab}, {"n_params", config.n_params()},
                      {"kv", eo.kv}, {"kv_budget_bytes", eo.kv_budget_bytes}, {"parallel", eo.parallel},
-                     {"chat_template", chat_format_name(chat_format)}};
+                     {"chat_template", chat_format_name(chat_format)}, {"reasoning_format", reasoning_format_name(reasoning_format)}};
         send_json(res, {{"object", "list"},
                         {"data", json::array({{{"id", options.model_alias}, {"object", "model"}, {"created", started},
                                                {"owned_by", "aqpim"}, {"meta", meta}}})}});

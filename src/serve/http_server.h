@@ -17,7 +17,8 @@ struct ServerOptions {
     std::string host = "127.0.0.1";
     int port = 8080;                       ///< 0: any free port (bind() returns it)
     std::string model_alias;               ///< the model's id in /v1/models and responses
-    std::string chat_template;             ///< plain/llama2/llama3/chatml/mistral; "": from the model
+    std::string chat_template;             ///< a chat_format_name (chat_template.h); "": from the model
+    std::string reasoning_format = "auto"; ///< auto, none or deepseek (reasoning.h)
     std::string slot_save_path;            ///< directory of slot files; "": save/restore disabled
     std::string api_key;                   ///< "": no authentication; else Authorization: Bearer KEY
     std::size_t max_body_bytes = 1 << 20;  ///< larger request bodies: 413

@@ -67,6 +67,7 @@ json completion_json(const ResponseHeader& h, const std::vector<ChoiceText>& cho
             choice["message"] = {{"role", "assistant"}, {"content", c.text.empty() ? json(nullptr) : json(c.text)}, {"tool_calls", c.tool_calls}};
         else if (h.chat) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
         else choice["text"] = c.text;
+        if (h.chat && !c.reasoning.empty()) choice["message"]["reasoning_content"] = c.reasoning;
         j["choices"].push_back(std::move(choice));
     }
     j["usage"] = usage_json(usage);
@@ -87,6 +88,13 @@ json stream_chunk_json(const ResponseHeader& h, std::size_t index, const std::st
         choice["text"] = text;
     }
     j["choices"] = json::array({choice});
+    return j;
+}
+
+json stream_reasoning_json(const ResponseHeader& h, std::size_t index, const std::string& reasoning, const json& logprobs) {
+    json j = header_json(h, "chat.completion.chunk");
+    j["choices"] = json::array({{{"index", index}, {"logprobs", logprobs}, {"finish_reason", nullptr},
+                                 {"delta", {{"reasoning_content", reasoning}}}}});
     return j;
 }
 

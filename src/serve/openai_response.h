@@ -37,6 +37,7 @@ struct ChoiceText {
     const char* finish_reason = "stop";
     nlohmann::json logprobs;  ///< null: none asked for
     nlohmann::json tool_calls;  ///< chat: the calls the text holds (message.tool_calls; `text` the content before them); null: none
+    std::string reasoning;      ///< chat: message.reasoning_content (reasoning.h; `text` the content after it); "": none
 };
 
 /// The non-streaming response: a choice per prompt, index in order.
@@ -45,6 +46,9 @@ nlohmann::json completion_json(const ResponseHeader& h, const std::vector<Choice
 /// first chat chunk, delta {role: assistant}), finish_reason null unless given.
 nlohmann::json stream_chunk_json(const ResponseHeader& h, std::size_t index, const std::string& text,
                                  const nlohmann::json& logprobs, const char* finish_reason, bool role_only = false);
+/// A chat chunk of reasoning: delta.reasoning_content (reasoning.h).
+nlohmann::json stream_reasoning_json(const ResponseHeader& h, std::size_t index, const std::string& reasoning,
+                                     const nlohmann::json& logprobs);
 /// A chat stream's chunk for choice `index` whose delta is a whole tool call (OpenAI's tool_calls
 /// delta, each call with its index, id, type and function), with the logprobs of its text.
 nlohmann::json stream_tool_calls_json(const ResponseHeader& h, std::size_t index, const nlohmann::json& tool_calls,

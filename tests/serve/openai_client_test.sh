@@ -17,7 +17,7 @@ cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 "$aqpim" synth --shape custom --hidden 128 --ffn 256 --heads 4 --kv-heads 2 --layers 2 --vocab 600 --ctx 512 \
   -o "$work/m.gguf" >/dev/null
-"$aqpim" serve -m "$work/m.gguf" --kv pq --kv-budget 64MiB --parallel 4 -c 512 --port 0 --api-key sk-test \
+"$aqpim" serve -m "$work/m.gguf" --kv pq --kv-budget 64MiB --parallel 4 -c 512 --port 0 --api-key sk-test --reasoning-format deepseek \
   -t 1 2>"$work/serve.log" &
 server=$!
 port=""

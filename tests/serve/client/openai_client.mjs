@@ -142,6 +142,21 @@ const petKeys = Object.keys(pet).join(',');
 assert.ok((petKeys === 'kind,lives' && pet.kind === 'cat' && pet.lives <= 9) ||
           (petKeys === 'kind,fins' && pet.kind === 'fish' && pet.fins <= 8), `one branch whole: ${pets.choices[0].message.content}`);
 
+// Reasoning (the server runs with --reasoning-format deepseek): <think>...</think> comes back as
+// message.reasoning_content, and streamed as delta.reasoning_content before the content.
+const thought = '<think>Bath or York?</think>\n\nBath.';
+const reasoned = await client.chat.completions.create({ ...chatParams, max_tokens: 40, guided_choice: [thought] });
+assert.equal(reasoned.choices[0].message.reasoning_content, 'Bath or York?');
+assert.equal(reasoned.choices[0].message.content, 'Bath.');
+let streamedReasoning = '', streamedContent = '';
+for await (const chunk of await client.chat.completions.create({ ...chatParams, max_tokens: 40, guided_choice: [thought], stream: true })) {
+  const delta = chunk.choices[0]?.delta ?? {};
+  if (delta.reasoning_content) assert.equal(streamedContent, '', 'reasoning before content');
+  streamedReasoning += delta.reasoning_content ?? '';
+  streamedContent += delta.content ?? '';
+}
+assert.deepEqual([streamedReasoning, streamedContent], ['Bath or York?', 'Bath.']);
+
 // A named tool call: the client reads message.tool_calls (its arguments a JSON text).
 const weather = {
   type: 'function',
