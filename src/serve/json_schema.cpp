@@ -114,9 +114,17 @@ JsonSchema::JsonSchema(const Json& schema, Root root) : document_(&schema) {
     if (root == Root::object && nodes_[std::size_t(root_)].kind != Kind::object)
         throw JsonSchemaError("", "the root must be an object schema ({\"type\": \"object\", ...})");
     check_choices();
-    for (std::size_t i = 0; i < nodes_.size(); ++i)
-        if (nodes_[i].key >= 0 && nodes_[std::size_t(nodes_[i].key)].first != bytes_of("\""))
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+        if (nodes_[i].key < 0) continue;
+        int k = nodes_[i].key;
+        while (nodes_[std::size_t(k)].kind == Kind::choice && nodes_[std::size_t(k)].branches.size() == 1)
+            k = nodes_[std::size_t(k)].branches[0];
+        const Node& key = nodes_[std::size_t(k)];
+        // Any value, or keywords of another type only ({"maximum": 3}): every name is valid.
+        if (key.kind == Kind::any || (key.inferred && key.kind != Kind::string && key.kind != Kind::choice)) nodes_[i].key = -1;
+        else if (key.first != bytes_of("\""))
             throw JsonSchemaError(wheres_[i] + "/propertyNames", "must describe strings only (a key is a string)");
+    }
     const auto cache_budget = std::make_shared<std::atomic<std::int64_t>>(DfaTokenCache::kMaxBytes);
     for (RegexDfa& p : patterns_) p.token_cache().share_budget(cache_budget);
     document_ = nullptr;
@@ -141,6 +149,7 @@ void JsonSchema::check_choices() {
         }
     }
     const std::size_t compiled = nodes_.size();  // (merging objects adds nodes, none of them choices)
+    std::set<int> merged;
     for (std::size_t i = 0; i < compiled; ++i) {
         const Node& n = nodes_[i];
         if (n.first.none()) throw JsonSchemaError(wheres_[i], "the schema accepts no value (references that lead only to each other)");
@@ -164,7 +173,7 @@ void JsonSchema::check_choices() {
                                                   "': a value's branch must be known from its first byte "
                                                   "(different JSON types)");
         }
-        merge_object_branches(int(i));
+        merge_choice(int(i), merged);
     }
 }
 
@@ -339,11 +348,11 @@ int JsonSchema::compile_typed(const Json& s, const std::string& type, const std:
             if (!n.properties.empty())
                 throw JsonSchemaError(where + "/propertyNames", "beside listed properties is not supported (it shapes free keys' names)");
             const int key = compile(s["propertyNames"], where + "/propertyNames");
-            if (n.extra >= 0 && key != kAny) n.key = key;  // (checked to be a string's when references are resolved)
+            if (n.extra >= 0) n.key = key;  // (checked to describe strings when references are resolved)
         }
         if (s.contains("minProperties") || s.contains("maxProperties")) {
             // Free keys (a dict): the members counted, within the bounds. Listed properties: only
-            // "exactly one of them" (a required call among several tools).
+            // "exactly one of them".
             if (n.properties.empty()) {
                 // Members are counted as written, and a key may be written twice (JSON allows it;
                 // the parsed object then holds it once): so a maximum holds exactly, and a minimum

@@ -132,9 +132,13 @@ private:
     void merge_object_branches(int choice);
     /// Whether nodes a and b accept the same values in the same way (`assumed`: pairs taken as alike
     /// while comparing, so that recursive schemas end). Past kMaxShapeWork pairs compared in one
-    /// schema, unlike: a refusal at worst, never a wrong reading.
-    bool same_shape(int a, int b, std::set<std::pair<int, int>>& assumed);
+    /// schema, or kMaxShapeDepth nested, unlike: a refusal at worst, never a wrong reading.
+    bool same_shape(int a, int b, std::set<std::pair<int, int>>& assumed, int depth = 0);
     static constexpr std::size_t kMaxShapeWork = std::size_t(1) << 20;
+    static constexpr int kMaxShapeDepth = 256;  ///< (each level a stack frame: a request must not exhaust a thread's stack)
+    /// Merges `choice`'s object branches (once: `merged` holds the choices done), the choices
+    /// among its branches first, so that a union within it is one object of variants by then.
+    void merge_choice(int choice, std::set<int>& merged);
     void number_bounds(const nlohmann::ordered_json& s, const std::string& where, Node& n);
     /// An array's items: `items`, a tuple's prefix (prefixItems, draft 7's items array) and what
     /// follows it, uniqueItems; narrows n.max to what they allow.

@@ -304,6 +304,10 @@ bool JsonSchemaPrefix::in_string_byte(Frame& f, unsigned char c) {
             const int h = json_hex_value(c);
             if (h < 0) return false;
             f.pos = std::uint16_t(f.pos * 16 + h);
+            // A surrogate half is known from the first two digits: a low one must follow a high
+            // one and nothing else may, refused there rather than at the fourth digit (no dead end).
+            if (f.hex_left == 4 && f.high_surrogate && f.pos != 0xD) return false;
+            if (f.hex_left == 3 && (f.pos >= 0xDC && f.pos <= 0xDF) != f.high_surrogate) return false;
             if (--f.hex_left > 0) return true;
             f.phase = Phase::chars;
             const bool high = f.pos >= 0xD800 && f.pos <= 0xDBFF, low = f.pos >= 0xDC00 && f.pos <= 0xDFFF;

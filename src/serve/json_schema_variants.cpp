@@ -15,16 +15,17 @@
 
 namespace aqpim::serve {
 
-bool JsonSchema::same_shape(int a, int b, std::set<std::pair<int, int>>& assumed) {
+bool JsonSchema::same_shape(int a, int b, std::set<std::pair<int, int>>& assumed, int depth) {
     if (a == b) return true;
-    if (a < 0 || b < 0 || ++shape_work_ > kMaxShapeWork) return false;
+    if (a < 0 || b < 0 || ++shape_work_ > kMaxShapeWork || depth >= kMaxShapeDepth) return false;
+    ++depth;
     if (!assumed.insert({std::min(a, b), std::max(a, b)}).second) return true;  // being compared: alike unless shown otherwise
     const Node& x = nodes_[std::size_t(a)];
     const Node& y = nodes_[std::size_t(b)];
     const auto all_alike = [&](const std::vector<int>& p, const std::vector<int>& q) {
         if (p.size() != q.size()) return false;
         for (std::size_t i = 0; i < p.size(); ++i)
-            if (!same_shape(p[i], q[i], assumed)) return false;
+            if (!same_shape(p[i], q[i], assumed, depth)) return false;
         return true;
     };
     if (x.kind != y.kind || x.properties.size() != y.properties.size() || x.min != y.min || x.max != y.max ||
@@ -36,11 +37,23 @@ bool JsonSchema::same_shape(int a, int b, std::set<std::pair<int, int>>& assumed
         return false;
     for (std::size_t i = 0; i < x.properties.size(); ++i)
         if (x.properties[i].key != y.properties[i].key || x.properties[i].required != y.properties[i].required ||
-            !same_shape(x.properties[i].node, y.properties[i].node, assumed))
+            !same_shape(x.properties[i].node, y.properties[i].node, assumed, depth))
             return false;
-    return same_shape(x.extra, y.extra, assumed) && same_shape(x.key, y.key, assumed) && same_shape(x.items, y.items, assumed) &&
+    return same_shape(x.extra, y.extra, assumed, depth) && same_shape(x.key, y.key, assumed, depth) &&
+           same_shape(x.items, y.items, assumed, depth) &&
            all_alike(x.prefix_items, y.prefix_items) && all_alike(x.branches, y.branches) &&
            all_alike(x.variants, y.variants) && all_alike(x.variant_value, y.variant_value);
+}
+
+void JsonSchema::merge_choice(int choice, std::set<int>& merged) {
+    if (!merged.insert(choice).second) return;
+    for (std::size_t b = 0; b < nodes_[std::size_t(choice)].branches.size(); ++b)
+        for (int node = nodes_[std::size_t(choice)].branches[b]; nodes_[std::size_t(node)].kind == Kind::choice;) {
+            merge_choice(node, merged);  // (a choice being merged further up is left as it is: a cycle)
+            if (nodes_[std::size_t(node)].branches.size() != 1) break;
+            node = nodes_[std::size_t(node)].branches[0];
+        }
+    merge_object_branches(choice);
 }
 
 void JsonSchema::merge_object_branches(int choice) {
@@ -154,8 +167,16 @@ void JsonSchema::merge_object_branches(int choice) {
                 literal.text_variants[std::size_t(it - literal.texts.begin())] |= std::uint64_t(1) << v;
             }
         }
-        bool own_literals = literal_variants != 0;  // every text a value of one variant only
-        for (const std::uint64_t tv : literal.text_variants) own_literals = own_literals && (tv & (tv - 1)) == 0;
+        // Every value a value of one variant only, compared as JSON Schema compares values (1 and
+        // 1.0 are one number, key order does not matter), not as written.
+        bool own_literals = literal_variants != 0;
+        for (std::size_t i = 0; i < literal.texts.size() && own_literals; ++i) {
+            const std::uint64_t tv = literal.text_variants[i];
+            own_literals = (tv & (tv - 1)) == 0;
+            for (std::size_t j = 0; j < i && own_literals; ++j)
+                own_literals = literal.text_variants[j] == tv ||
+                               nlohmann::json::parse(literal.texts[i]) != nlohmann::json::parse(literal.texts[j]);
+        }
         if (literal_variants & (literal_variants - 1)) {  // literals in two variants or more: one node reads them
             const int id = add(std::move(literal), where);
             for (std::size_t v = 0; v < n_variants; ++v)

@@ -35,7 +35,8 @@ void move_refs(OrderedJson& schema, const std::string& at) {
         for (auto& [key, value] : schema.items()) {
             if (key == "$ref" && value.is_string() && value.get<std::string>().rfind('#', 0) == 0)
                 value = "#" + at + value.get<std::string>().substr(1);
-            else move_refs(value, at);
+            else if (key != "const" && key != "enum" && key != "default" && key != "examples")  // values, not schemas
+                move_refs(value, at);
         }
     else if (schema.is_array())
         for (OrderedJson& e : schema) move_refs(e, at);

@@ -70,7 +70,9 @@ TEST(JsonSchema, ScalarsKeepTheirTypeAndBounds) {
     EXPECT_TRUE(whole(s, "{\"name\":\"\xc3\xa9t\xc3\xa9\",\"tags\":[\"a\"]}")) << "UTF-8: code points counted";
     const JsonSchema one(Json::parse(R"({"type":"object","properties":{"s":{"type":"string","maxLength":1}}})"));
     EXPECT_TRUE(whole(one, R"({"s":"\ud83d\ude00"})")) << "a pair is the one character maxLength 1 allows";
-    EXPECT_EQ(first_refused(one, R"({"s":"\udc00")"), 11u) << "a lone low surrogate (its last hex digit)";
+    EXPECT_EQ(first_refused(one, R"({"s":"\udc00")"), 9u) << "a lone low surrogate, known from its second hex digit";
+    EXPECT_EQ(first_refused(one, R"({"s":"\ud800\u0")"), 14u) << "after a high surrogate, a low one: no dead end";
+    EXPECT_EQ(first_refused(one, R"({"s":"\ud800\ud8")"), 15u);
     EXPECT_EQ(first_refused(one, R"({"s":"\ud83dx")"), 12u) << "a high surrogate's low half must come";
     EXPECT_EQ(first_refused(one, R"({"s":"\ud83d\n")"), 13u);
     EXPECT_EQ(first_refused(one, R"({"s":"ab")"), 7u);
@@ -407,6 +409,10 @@ TEST(JsonSchema, PropertyNamesShapeFreeKeys) {
     EXPECT_EQ(first_refused(pattern, R"({"d":{"x")"), 8u) << "a digit must follow";
     EXPECT_EQ(first_refused(pattern, R"({"d":{"x123)"), 10u) << "three characters at most";
     EXPECT_TRUE(whole(JsonSchema(Json::parse(R"({"type":"object","propertyNames":true})")), R"({"any":1})"));
+    EXPECT_TRUE(whole(JsonSchema(Json::parse(R"({"type":"object","propertyNames":{"maximum":3}})")), R"({"any":1})"))
+        << "keywords of numbers leave every name valid";
+    EXPECT_TRUE(whole(JsonSchema(Json::parse(R"({"type":"object","propertyNames":{"$ref":"#/$defs/K"},"$defs":{"K":{"description":"d"}}})")),
+                      R"({"any":1})"));
     for (const char* refused : {R"({"type":"object","propertyNames":{"type":"integer"}})",
                                 R"({"type":"object","properties":{"a":{}},"propertyNames":{"maxLength":1}})",
                                 R"({"type":"object","propertyNames":{"enum":["a",1]}})"})

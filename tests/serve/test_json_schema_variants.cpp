@@ -154,6 +154,13 @@ TEST(JsonSchemaVariants, WhatCannotBeToldApartIsRefusedNamingIt) {
     EXPECT_TRUE(whole(nested, R"({"a":null})"));
     EXPECT_EQ(first_refused(nested, R"({"a":{"t":"a","x":")"), 18u);
     EXPECT_EQ(first_refused(nested, R"({"a":{"t":"a","c")"), 15u);
+    // The inner union reached first through a reference (its node compiled after the outer one's copy).
+    const JsonSchema referenced(Json::parse(R"({"$defs":{"Outer":{"anyOf":[{"$ref":"#/$defs/Inner"},
+        {"type":"object","properties":{"c":{"type":"null"}},"required":["c"]}]},
+        "Inner":{"anyOf":[{"type":"object","properties":{"a":{"type":"null"}},"required":["a"]},
+                          {"type":"object","properties":{"b":{"type":"null"}},"required":["b"]}]}},
+        "type":"object","properties":{"p":{"$ref":"#/$defs/Outer"}}})"));
+    for (const char* text : {R"({"p":{"a":null}})", R"({"p":{"b":null}})", R"({"p":{"c":null}})"}) EXPECT_TRUE(whole(referenced, text)) << text;
     // oneOf: exactly one branch must match, so a discriminator must say which.
     EXPECT_NE(refusal(obj + R"({"oneOf":[{"type":"object","properties":{"x":{"type":"integer"}}},
         {"type":"object","properties":{"y":{"type":"integer"}}}]}}})").find("a oneOf of objects needs a discriminator"),
@@ -163,6 +170,21 @@ TEST(JsonSchemaVariants, WhatCannotBeToldApartIsRefusedNamingIt) {
         {"type":"object","properties":{"t":{"enum":["b"]}},"required":["t"]}]}}})").find("discriminator"),
               std::string::npos)
         << "\"b\" is a value of both";
+    // Literals written differently can be one value: 1 and 1.0, objects with their keys in another order.
+    for (const auto& [a, b] : {std::pair<std::string, std::string>{"1", "1.0"}, {R"({"a":1,"b":2})", R"({"b":2,"a":1})"}})
+        EXPECT_NE(refusal(obj + R"({"oneOf":[{"type":"object","properties":{"d":{"const":)" + a + R"(}},"required":["d"]},
+            {"type":"object","properties":{"d":{"const":)" + b + R"(}},"required":["d"]}]}}})").find("discriminator"), std::string::npos)
+            << a << " " << b;
+    // Branches whose values are alike only past kMaxShapeDepth levels are unlike: two cycles of 101
+    // and 100 objects through $ref compare as 10100 nested pairs (a stack's worth), refused instead.
+    Json cycles = {{"type", "object"}, {"$defs", Json::object()}};
+    for (const int len : {101, 100})
+        for (int i = 0; i < len; ++i)
+            cycles["$defs"][std::to_string(len) + "_" + std::to_string(i)] = {
+                {"type", "object"}, {"properties", {{"n", {{"$ref", "#/$defs/" + std::to_string(len) + "_" + std::to_string((i + 1) % len)}}}}}};
+    cycles["properties"]["u"]["anyOf"] = {{{"type", "object"}, {"properties", {{"k", {{"$ref", "#/$defs/101_0"}}}}}},
+                                          {{"type", "object"}, {"properties", {{"k", {{"$ref", "#/$defs/100_0"}}}}}}};
+    EXPECT_NE(refusal(cycles.dump()).find("both have \"k\""), std::string::npos);
     // Too many branches for the 64-bit set of those still matching.
     Json wide = {{"type", "object"}, {"properties", {{"a", {{"anyOf", Json::array()}}}}}};
     for (int i = 0; i < 65; ++i)

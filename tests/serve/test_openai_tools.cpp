@@ -83,6 +83,10 @@ TEST(OpenAiTools, TheCallsSchemaKeepsTheFunctionsParameters) {
         {"type": "function", "function": {"name": "g"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}})");
     EXPECT_FALSE(whole(*forced.json_schema, R"([{"name":"g","arguments":{}}])")) << "a named function: one call";
     EXPECT_FALSE(whole(*forced.json_schema, R"({"name":"f","arguments":{}})"));
+    // A "$ref" inside a const is a value, not a reference: it is not moved.
+    const serve::CompletionParams literal = chat("{" + kUser + R"(, "tools": [{"type": "function", "function": {"name": "f",
+        "parameters": {"type": "object", "properties": {"k": {"const": {"$ref": "#/x"}}}, "required": ["k"]}}}], "tool_choice": "required"})");
+    EXPECT_TRUE(whole(*literal.json_schema, R"({"name":"f","arguments":{"k":{"$ref":"#/x"}}})"));
     // Parameters that admit values other than objects are refused, naming the tool.
     EXPECT_EQ(refused("{" + kUser + R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}],
         "tool_choice": "required"})"),
