@@ -50,6 +50,49 @@ TEST(HttpReasoning, ThinkingComesBackAsReasoningContentWholeAndStreamed) {
     EXPECT_EQ(json::parse(models->body)["data"][0]["meta"]["reasoning_format"], "deepseek");
 }
 
+TEST(HttpReasoning, ACallAfterTheReasoningIsReadAsACall) {
+    // tool_choice auto: the content after </think> is read for calls, whole and streamed.
+    serve::ServerOptions so;
+    so.reasoning_format = "deepseek";
+    serve::EngineOptions eo = test::small_engine();
+    eo.ctx = 1024;
+    test::TestServer s(test::austen_serve_model(), eo, so);
+    auto c = s.client();
+    const std::string answer = "<think>The weather, so a call.</think>\n\n{\"name\": \"get_weather\", \"arguments\": {\"town\": \"Bath\"}}";
+    json body = {{"messages", {{{"role", "user"}, {"content", "Weather in Bath?"}}}}, {"max_tokens", 80}, {"seed", 1},
+                 {"guided_choice", {answer}},
+                 {"tools", {{{"type", "function"}, {"function", {{"name", "get_weather"}, {"parameters", {{"type", "object"}}}}}}}}};
+    const json choice = test::post(c, "/v1/chat/completions", body)["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "tool_calls");
+    EXPECT_EQ(choice["message"]["reasoning_content"], "The weather, so a call.");
+    EXPECT_TRUE(choice["message"]["content"].is_null());
+    ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
+    EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["arguments"], "{\"town\":\"Bath\"}");
+
+    body["stream"] = true;
+    auto r = test::post_json(c, "/v1/chat/completions", body);
+    ASSERT_TRUE(r && r->status == 200);
+    std::string reasoning, content, finish;
+    json calls = json::array();
+    for (const std::string& e : test::sse_data(r->body)) {
+        if (e == "[DONE]") continue;
+        const json chunk = json::parse(e);
+        const json& delta = chunk["choices"][0]["delta"];
+        if (delta.contains("reasoning_content")) {
+            EXPECT_TRUE(calls.empty()) << "reasoning after the call";
+            reasoning += delta["reasoning_content"].get<std::string>();
+        }
+        content += delta.value("content", "");
+        if (delta.contains("tool_calls")) calls = delta["tool_calls"];
+        if (!chunk["choices"][0]["finish_reason"].is_null()) finish = chunk["choices"][0]["finish_reason"];
+    }
+    EXPECT_EQ(reasoning, "The weather, so a call.");
+    EXPECT_EQ(content, "");
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_EQ(calls[0]["function"], choice["message"]["tool_calls"][0]["function"]);
+    EXPECT_EQ(finish, "tool_calls");
+}
+
 TEST(HttpReasoning, WithTheFormatNoneThinkingIsContent) {
     test::TestServer s(test::austen_serve_model(), test::small_engine());  // auto: austen-13m's template has no </think>
     auto c = s.client();
