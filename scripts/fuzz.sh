@@ -138,6 +138,7 @@ seed() {
 {"prompt":"x","response_format":{"type":"json_object","schema":{"type":"object","additionalProperties":{"type":"array","items":{"type":"boolean"},"maxItems":3}}}}
 {"prompt":"x","structured_outputs":{"regex":"[A-Z][a-z]+( [a-z]+){1,4}[.!]"}}
 {"prompt":"x","guided_choice":["yes","no","perhaps (so)"],"n":2}
+{"prompt":["def f(a):\n    ",[1,2]],"suffix":"\n    return a\n","max_tokens":8}
 {"prompt":"x","structured_outputs":{"json":{"type":"object","properties":{"d":{"type":"string","pattern":"^\\d{4}-\\d{2}$"}}}}}
 {"prompt":"x","guided_json":"{\"type\":\"object\"}","guided_regex":null}
 BODIES

@@ -127,6 +127,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
 
     std::vector<std::string> stops = p.stop;
     std::vector<Choice> choices;
+    std::vector<std::vector<std::int32_t>> fim_end;  // fill in the middle: the tokens that end a middle
     if (chat) {
         std::string text;
         try {
@@ -137,6 +138,14 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         // Continuing a parked sequence (id_slot): the text goes after it, without BOS.
         choices.push_back({tokenizer->encode(text, p.id_slot < 0), nullptr, 0, {}, {}});
         stops.insert(stops.end(), chat_turn_end.begin(), chat_turn_end.end());
+    } else if (!p.suffix.empty()) {  // fill in the middle: each prompt is the prefix
+        if (!fim)
+            throw ApiError(400, "this model has no fill-in-the-middle tokens (<|fim_prefix|>, <fim_prefix>, <\uFF5Cfim\u2581begin\uFF5C> "
+                                "or \u2581<PRE>, with their suffix and middle tokens)", "suffix");
+        for (const PromptInput& in : p.prompts)
+            choices.push_back({infill_prompt(*tokenizer, *fim, in.is_tokens ? in.tokens : tokenizer->encode(in.text, false), p.suffix),
+                               nullptr, 0, {}, {}});
+        for (const std::int32_t t : fim->end) fim_end.push_back({t});
     } else {
         for (const PromptInput& in : p.prompts)
             choices.push_back({in.is_tokens ? in.tokens : tokenizer->encode(in.text, p.id_slot < 0), nullptr, 0, {}, {}});
@@ -171,7 +180,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         Choice& c = choices[i];
         GenerationRequest g;
         g.prompt = c.prompt;
-        if (chat) g.stop_sequences = chat_turn_end_tokens;
+        g.stop_sequences = chat ? chat_turn_end_tokens : fim_end;
         const std::int64_t room = n_ctx - std::int64_t(g.prompt.size());
         g.max_tokens = p.max_tokens ? *p.max_tokens
                      : chat         ? int(std::clamp<std::int64_t>(room, 1, options.default_max_tokens))

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "serve/chat_template.h"
+#include "serve/infill.h"
 #include "serve/reasoning.h"
 #include "serve/http_server.h"
 #include "serve/json_constraint.h"
@@ -89,6 +90,7 @@ struct HttpServer::Impl {
     ServerOptions options;
     ChatFormat chat_format = ChatFormat::plain;
     ReasoningFormat reasoning_format = ReasoningFormat::none;
+    std::optional<FimTokens> fim;  ///< the model's fill-in-the-middle tokens (suffix), if it has them
     ChatTokens chat_tokens;
     std::vector<std::string> chat_turn_end;                     ///< chat_stop_strings of the format
     std::vector<std::vector<std::int32_t>> chat_turn_end_tokens; ///< those that are one control token

@@ -53,6 +53,7 @@ HttpServer::Impl::Impl(Engine& e, std::shared_ptr<const Tokenizer> t, const Mode
     options.validate();
     chat_format = options.chat_template.empty() ? detect_chat_format(tokenizer->vocab().chat_template)
                                                 : parse_chat_format(options.chat_template);
+    fim = find_fim_tokens(tokenizer->vocab());
     reasoning_format = parse_reasoning_format(options.reasoning_format, tokenizer->vocab().chat_template,
                                               chat_format == ChatFormat::deepseek);
     const auto& v = tokenizer->vocab();

@@ -233,11 +233,6 @@ void read_processing(const json& body, const RequestLimits& limits, LogitProcess
     if (const json* v = field(body, "min_p")) lp.min_p = float(number(*v, "min_p", 0, 1));
 }
 
-/// Fields accepted only at their neutral value: present with another value is an error naming it.
-void check_neutral(const json& body) {
-    if (const json* v = field(body, "suffix"); v && !string(*v, "suffix").empty()) bad("suffix", "is not supported");
-}
-
 }  // namespace
 
 CompletionParams parse_completion_request(const json& body, bool chat, const RequestLimits& limits,
@@ -253,7 +248,6 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
     refuse_unknown_fields(body, [&](const std::string& key) {
         return common.count(key) || (chat ? chat_only : completions_only).count(key);
     });
-    check_neutral(body);
 
     CompletionParams p;
     p.chat = chat;
@@ -303,6 +297,12 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
         if (p.cache_salt.empty() || p.cache_salt.size() > 256) bad("cache_salt", "must be 1 to 256 bytes");
     }
     if (const json* v = field(body, "echo")) p.echo = boolean(*v, "echo");
+    if (const json* v = field(body, "suffix"); v && !v->is_null()) {
+        p.suffix = string(*v, "suffix");
+        if (!p.suffix.empty() && p.echo) bad("suffix", "with echo: the prompt is the fill-in-the-middle one, not the text sent");
+        if (!p.suffix.empty() && (p.id_slot >= 0 || p.keep_slot))
+            bad("suffix", "fills a middle between a prompt and a suffix: it does not continue or park a sequence");
+    }
     read_processing(body, limits, p.processing);
     if (const json* v = field(body, "n")) p.n = int(integer(*v, "n", 1, limits.max_choices));
     p.best_of = p.n;

@@ -60,6 +60,9 @@ struct CompletionParams {
     /// /v1/completions: one or more prompts (a choice each), as text or as token ids.
     std::vector<PromptInput> prompts;
     bool echo = false;                  ///< completions: the prompt goes before the completion (and its logprobs)
+    /// completions: the text after the one written: each prompt is the prefix of a fill-in-the-middle
+    /// prompt (infill.h); "": none
+    std::string suffix;
     std::vector<ChatMessage> messages;  ///< /v1/chat/completions
     std::optional<int> max_tokens;      ///< absent: the server's default
     float temperature = 1.0f;           ///< OpenAI's defaults

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "serve/chat_template.h"
+#include "serve/infill.h"
 #include "serve/openai_request.h"
 #include "serve/prometheus.h"
 #include "serve/text_stream.h"
@@ -95,7 +96,8 @@ TEST(ChatTemplate, RefusesConversationsTheFormatCannotHold) {
 }
 
 /// <unk> <s> </s>, the 256 byte tokens (ids 3..258), then a few pieces.
-std::shared_ptr<const Tokenizer> byte_tokenizer() {
+/// `control`: more control tokens after those (ids 265 on).
+VocabData byte_vocab(const std::vector<std::string>& control = {}) {
     VocabData v;
     v.tokens = {"<unk>", "<s>", "</s>"};
     v.types = {TokenType::unknown, TokenType::control, TokenType::control};
@@ -107,10 +109,15 @@ std::shared_ptr<const Tokenizer> byte_tokenizer() {
         v.tokens.push_back(p);
         v.types.push_back(TokenType::normal);
     }
+    for (const std::string& c : control) {
+        v.tokens.push_back(c);
+        v.types.push_back(TokenType::control);
+    }
     v.scores.assign(v.tokens.size(), 0.0f);
     v.unk = 0, v.bos = 1, v.eos = 2;
-    return Tokenizer::create(v);
+    return v;
 }
+std::shared_ptr<const Tokenizer> byte_tokenizer() { return Tokenizer::create(byte_vocab()); }
 constexpr std::int32_t kHello = 259, kWor = 260, kLd = 261, kAb = 262, kC = 263, kEnd = 264;
 std::int32_t byte_id(unsigned char b) { return 3 + b; }
 
@@ -183,6 +190,37 @@ serve::RequestLimits limits() {
     serve::RequestLimits l;
     l.n_vocab = 100;
     return l;
+}
+
+TEST(Infill, TheFimTokensMakeAPrefixSuffixMiddlePrompt) {
+    // Qwen2.5-Coder's tokens, with its padding and file separator ending a middle.
+    const VocabData v = byte_vocab({"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>", "<|file_sep|>"});
+    const std::optional<serve::FimTokens> fim = serve::find_fim_tokens(v);
+    ASSERT_TRUE(fim);
+    EXPECT_EQ(fim->prefix, 265);
+    EXPECT_EQ(fim->suffix, 266);
+    EXPECT_EQ(fim->middle, 267);
+    EXPECT_EQ(fim->end, (std::vector<std::int32_t>{268, 269}));
+    const auto t = Tokenizer::create(v);
+    std::vector<std::int32_t> want = {1, 265, kHello, kWor, 266};
+    for (const std::int32_t s : t->encode("ab", false)) want.push_back(s);
+    want.push_back(267);
+    EXPECT_EQ(serve::infill_prompt(*t, *fim, {kHello, kWor}, "ab"), want)
+        << "BOS, prefix token, the prefix, suffix token, the suffix (no BOS), middle token";
+    EXPECT_EQ(t->encode("ab", true).front(), 1) << "(encode adds BOS when asked: infill_prompt did not)";
+    // The other families, each found by its own set; half a set is none.
+    for (const auto& [set, first] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+             {{"<fim_prefix>", "<fim_suffix>", "<fim_middle>"}, "<fim_prefix>"},
+             {{"<\uFF5Cfim\u2581begin\uFF5C>", "<\uFF5Cfim\u2581hole\uFF5C>", "<\uFF5Cfim\u2581end\uFF5C>"}, "<\uFF5Cfim\u2581begin\uFF5C>"},
+             {{"\u2581<PRE>", "\u2581<SUF>", "\u2581<MID>", "\u2581<EOT>"}, "\u2581<PRE>"}}) {
+        const VocabData other = byte_vocab(set);
+        const auto found = serve::find_fim_tokens(other);
+        ASSERT_TRUE(found) << first;
+        EXPECT_EQ(other.tokens[std::size_t(found->prefix)], first);
+        EXPECT_EQ(found->end.size(), set.size() - 3) << first;
+    }
+    EXPECT_FALSE(serve::find_fim_tokens(byte_vocab({"<|fim_prefix|>", "<|fim_middle|>"})));
+    EXPECT_FALSE(serve::find_fim_tokens(byte_vocab()));
 }
 
 TEST(OpenAiRequest, ReadsEveryParameter) {
