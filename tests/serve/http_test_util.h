@@ -124,6 +124,38 @@ inline nlohmann::json first_choice_of_text(httplib::Client& c, const std::string
     return r && r->status == 200 ? nlohmann::json::parse(r->body)["choices"][0] : nlohmann::json::object();
 }
 
+/// A chat request's one choice as its streamed deltas built it: reasoning, content, tool calls (the
+/// deltas' entries in order) and the finish reason; `reasoning_late` if a reasoning delta came
+/// after content or calls (a test failure if the response is not a 200).
+struct StreamedChat {
+    std::string reasoning, content, finish;
+    nlohmann::json tool_calls = nlohmann::json::array();
+    bool reasoning_late = false;
+};
+
+inline StreamedChat stream_chat(httplib::Client& c, nlohmann::json body) {
+    body["stream"] = true;
+    auto r = post_json(c, "/v1/chat/completions", body);
+    StreamedChat s;
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+    if (!r) return s;
+    for (const std::string& e : sse_data(r->body)) {
+        if (e == "[DONE]") continue;
+        const nlohmann::json chunk = nlohmann::json::parse(e);
+        const nlohmann::json& choice = chunk["choices"][0];
+        const nlohmann::json& delta = choice["delta"];
+        if (delta.contains("reasoning_content")) {
+            s.reasoning_late = s.reasoning_late || !s.content.empty() || !s.tool_calls.empty();
+            s.reasoning += delta["reasoning_content"].get<std::string>();
+        }
+        s.content += delta.value("content", "");
+        if (delta.contains("tool_calls"))
+            for (const nlohmann::json& t : delta["tool_calls"]) s.tool_calls.push_back(t);
+        if (!choice["finish_reason"].is_null()) s.finish = choice["finish_reason"];
+    }
+    return s;
+}
+
 /// A chat request streamed: its chunks' delta.content joined (a test failure if it is not a 200).
 inline std::string streamed_chat_content(httplib::Client& c, nlohmann::json body) {
     body["stream"] = true;

@@ -29,21 +29,11 @@ TEST(HttpReasoning, ThinkingComesBackAsReasoningContentWholeAndStreamed) {
     EXPECT_EQ(choice["message"]["reasoning_content"], "\nBath, or York?\n");
     EXPECT_EQ(choice["message"]["content"], "Bath.");
 
-    auto r = test::post_json(c, "/v1/chat/completions", chat(true));
-    ASSERT_TRUE(r && r->status == 200);
-    std::string reasoning, content;
-    for (const std::string& e : test::sse_data(r->body)) {
-        if (e == "[DONE]") continue;
-        const json chunk = json::parse(e);
-        const json& delta = chunk["choices"][0]["delta"];
-        if (delta.contains("reasoning_content")) {
-            EXPECT_TRUE(content.empty()) << "reasoning after content";
-            reasoning += delta["reasoning_content"].get<std::string>();
-        }
-        content += delta.value("content", "");
-    }
-    EXPECT_EQ(reasoning, choice["message"]["reasoning_content"]);
-    EXPECT_EQ(content, choice["message"]["content"]);
+    const test::StreamedChat st = test::stream_chat(c, chat(false));
+    EXPECT_FALSE(st.reasoning_late);
+    EXPECT_EQ(st.reasoning, choice["message"]["reasoning_content"]);
+    EXPECT_EQ(st.content, choice["message"]["content"]);
+    EXPECT_EQ(st.finish, "stop");
 
     const auto models = c.Get("/v1/models");
     ASSERT_TRUE(models && models->status == 200);
@@ -69,28 +59,13 @@ TEST(HttpReasoning, ACallAfterTheReasoningIsReadAsACall) {
     ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
     EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["arguments"], "{\"town\":\"Bath\"}");
 
-    body["stream"] = true;
-    auto r = test::post_json(c, "/v1/chat/completions", body);
-    ASSERT_TRUE(r && r->status == 200);
-    std::string reasoning, content, finish;
-    json calls = json::array();
-    for (const std::string& e : test::sse_data(r->body)) {
-        if (e == "[DONE]") continue;
-        const json chunk = json::parse(e);
-        const json& delta = chunk["choices"][0]["delta"];
-        if (delta.contains("reasoning_content")) {
-            EXPECT_TRUE(calls.empty()) << "reasoning after the call";
-            reasoning += delta["reasoning_content"].get<std::string>();
-        }
-        content += delta.value("content", "");
-        if (delta.contains("tool_calls")) calls = delta["tool_calls"];
-        if (!chunk["choices"][0]["finish_reason"].is_null()) finish = chunk["choices"][0]["finish_reason"];
-    }
-    EXPECT_EQ(reasoning, "The weather, so a call.");
-    EXPECT_EQ(content, "");
-    ASSERT_EQ(calls.size(), 1u);
-    EXPECT_EQ(calls[0]["function"], choice["message"]["tool_calls"][0]["function"]);
-    EXPECT_EQ(finish, "tool_calls");
+    const test::StreamedChat st = test::stream_chat(c, body);
+    EXPECT_FALSE(st.reasoning_late);
+    EXPECT_EQ(st.reasoning, "The weather, so a call.");
+    EXPECT_EQ(st.content, "");
+    ASSERT_EQ(st.tool_calls.size(), 1u);
+    EXPECT_EQ(st.tool_calls[0]["function"], choice["message"]["tool_calls"][0]["function"]);
+    EXPECT_EQ(st.finish, "tool_calls");
 }
 
 TEST(HttpReasoning, WithTheFormatNoneThinkingIsContent) {

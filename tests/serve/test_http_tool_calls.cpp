@@ -29,30 +29,8 @@ json chat(const json& extra) {
     return body;
 }
 
-/// The streamed response's text, tool calls and finish reason.
-struct Streamed {
-    std::string content;
-    json tool_calls = json::array();
-    std::string finish;
-};
-
-Streamed stream(httplib::Client& c, json body) {
-    body["stream"] = true;
-    auto r = test::post_json(c, "/v1/chat/completions", body);
-    Streamed s;
-    EXPECT_TRUE(r && r->status == 200);
-    if (!r) return s;
-    for (const std::string& e : test::sse_data(r->body)) {
-        if (e == "[DONE]") continue;
-        const json choice = json::parse(e)["choices"][0];
-        const json& delta = choice["delta"];
-        s.content += delta.value("content", "");
-        if (delta.contains("tool_calls"))
-            for (const json& t : delta["tool_calls"]) s.tool_calls.push_back(t);
-        if (!choice["finish_reason"].is_null()) s.finish = choice["finish_reason"];
-    }
-    return s;
-}
+using Streamed = test::StreamedChat;
+Streamed stream(httplib::Client& c, const json& body) { return test::stream_chat(c, body); }
 
 /// The tools' description makes a 300-token prompt: sequences of 1024 tokens.
 serve::EngineOptions tool_engine() {
