@@ -9,6 +9,8 @@
 // and three more (3: a key matched against the listed names; 4: inside a string with a maxLength;
 // 5: inside a string with a `pattern`, its tokens read from the automaton's cache; 6: inside a
 // string of `format: email`, whose 254-character bound has each cached token tried whole).
+// BM_MaskReasoning: the schema's recognizer after a reasoning model's reasoning (output_guide.h),
+// in the reasoning, at a tag's end, at a free start and after </think>.
 // BM_MaskRegex: a whole-output regex (structured_outputs' regex and choice): 0 inside a sentence
 // pattern's word, 1 at the start of four choices; both read their state's cached token set, whose
 // first filling BM_MaskRegexFirstVisit times. BM_CompileRegex: the pattern into its automaton
@@ -27,16 +29,17 @@
 #include "serve/json_constraint.h"
 #include "serve/json_formats.h"
 #include "serve/json_schema.h"
+#include "serve/output_guide.h"
 #include "serve/regex_dfa.h"
 
 namespace {
 
 using namespace aqpim;
 
-serve::GuideVocabulary vocabulary(int n_vocab) {
+/// `punct`: the bytes of the punctuation tokens (one or two of them).
+std::vector<std::string> vocabulary_texts(int n_vocab, const std::string& punct) {
     std::mt19937 gen(11);
     const std::string letters = "etaoinshrdlcumwfgypbvkjxqz";
-    const std::string punct = "{}[]\":,.;!?-'()0123456789";
     std::vector<std::string> texts;
     for (int t = 0; t < n_vocab; ++t) {
         std::string text;
@@ -53,7 +56,11 @@ serve::GuideVocabulary vocabulary(int n_vocab) {
         }
         texts.push_back(text);
     }
-    return serve::GuideVocabulary(std::move(texts), 2);
+    return texts;
+}
+
+serve::GuideVocabulary vocabulary(int n_vocab) {
+    return serve::GuideVocabulary(vocabulary_texts(n_vocab, "{}[]\":,.;!?-'()0123456789"), 2);
 }
 
 /// The mask without the trie: every token's whole text tried on a copy of the state.
@@ -137,6 +144,31 @@ serve::JsonSchemaPrefix union_state(int which) {
 }
 
 void BM_MaskJsonUnion(benchmark::State& st) { time_mask(st, union_state); }
+
+/// A reasoning model's answer held to the character schema after its reasoning (OutputGuide::
+/// reason_first): 0 in the reasoning, 1 there with "</thi" held (the tokens that complete the tag
+/// tried on a copy), 2 a free start (the schema's tokens and the ways to <think>, every candidate
+/// on a copy), 3 just after </think> (the schema's start, as BM_MaskJsonSchema/<vocab>/0). The
+/// vocabulary's punctuation holds '<', '>' and '/' too (about 0.7% of its tokens hold '>').
+void BM_MaskReasoning(benchmark::State& st) {
+    const int n_vocab = int(st.range(0));
+    std::vector<std::string> texts = vocabulary_texts(n_vocab, "{}[]\":,.;!?-'()0123456789<>/");
+    texts[259] = "<think>";
+    texts[260] = "</think>";
+    const serve::GuideVocabulary v(std::move(texts), 2);
+    serve::OutputGuide g(&character_schema());
+    const int which = int(st.range(1));
+    g.reason_first(which == 2 ? serve::ReasoningStart::free : serve::ReasoningStart::open);
+    if (which == 0) g.feed("Catherine asks for a name and an age, so");
+    if (which == 1) g.feed("Catherine asks for a name and an age.</thi");
+    if (which == 3) g.feed("Catherine asks for a name and an age.</think>");
+    std::vector<float> logits(std::size_t(n_vocab), 0.0f);
+    for (auto _ : st) {
+        g.mask(v, logits.data(), n_vocab, -1e30f);
+        benchmark::DoNotOptimize(logits.data());
+    }
+    st.SetItemsProcessed(st.iterations() * n_vocab);
+}
 
 const char* const kPatterns[] = {"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", "^[a-z0-9._%+-]+@[a-z0-9.-]+\\.[a-z]{2,}$",
                                  "[A-Z][a-z]+( [a-z]+){2,12}[.!?]", nullptr};
@@ -236,6 +268,7 @@ void BM_MaskEachToken(benchmark::State& st) {
 BENCHMARK(BM_MaskJson)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskJsonSchema)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2, 3, 4, 5, 6}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskJsonUnion)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MaskReasoning)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2, 3}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskRegex)->ArgsProduct({{4096, 32000, 128256}, {0, 1}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskRegexFirstVisit)->Arg(4096)->Arg(32000)->Arg(128256)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CompileRegex)->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);

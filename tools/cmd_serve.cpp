@@ -106,6 +106,10 @@ void add_serve_command(CLI::App& app) {
                     "auto, none or deepseek: a chat answer's <think>...</think> as message.reasoning_content "
                     "(auto: deepseek when the model's chat template writes </think>)")
         ->capture_default_str();
+    cmd->add_option("--reasoning-budget", o->server.reasoning_budget,
+                    "-1: reasoning as the model likes; 0: none (a chat prompt ends with an empty <think></think>, "
+                    "unless the request's chat_template_kwargs.enable_thinking says otherwise)")
+        ->capture_default_str()->check(CLI::IsMember({-1, 0}));
     cmd->add_option("--slot-save-path", o->server.slot_save_path, "directory for POST /slots/ID?action=save|restore");
     cmd->add_option("--api-key", o->server.api_key, "require Authorization: Bearer KEY on every endpoint but /health");
     cmd->add_option("--max-body", o->server.max_body_bytes, "largest request body in bytes (larger: 413)")

@@ -128,12 +128,20 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     std::vector<std::string> stops = p.stop;
     std::vector<Choice> choices;
     std::vector<std::vector<std::int32_t>> fim_end;  // fill in the middle: the tokens that end a middle
+    // Reasoning (docs/serve.md "Reasoning"): a chat answer's <think>...</think> is reasoning_content,
+    // and an output constraint holds after it; `reasoning_start` is where the prompt leaves it.
+    const bool reasoning = chat && reasoning_format == ReasoningFormat::deepseek;
+    ReasoningStart reasoning_start = ReasoningStart::closed;
     if (chat) {
         std::string text;
         try {
             text = render_chat(chat_format, p.messages, chat_tokens);
         } catch (const Error& e) {
             throw ApiError(400, e.what(), "messages");
+        }
+        if (reasoning) {
+            text += reasoning_prompt_end(template_opens_reasoning, p.enable_thinking.value_or(options.reasoning_budget != 0));
+            reasoning_start = reasoning_start_of(text);
         }
         // Continuing a parked sequence (id_slot): the text goes after it, without BOS.
         choices.push_back({tokenizer->encode(text, p.id_slot < 0), nullptr, 0, {}, {}});
@@ -197,6 +205,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         if (p.json_mode || p.regex) g.guide_vocabulary = guide_vocabulary;
         g.json_schema = p.json_schema;
         g.regex = p.regex;
+        g.reasoning = reasoning_start;
 
         std::int32_t prev = slot_token;
         if (p.echo)
@@ -251,9 +260,6 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     // Tool calls (chat with tools): a finished text that is a call is sent as message.tool_calls,
     // finish_reason tool_calls (stop for a named function, as OpenAI answers a forced call).
     const bool tools = p.tool_choice != CompletionParams::ToolChoice::none;
-    // Reasoning (docs/serve.md "Reasoning"): a chat answer's <think>...</think> is reasoning_content.
-    // (An answer held to JSON cannot open with <think>: it stays content as written.)
-    const bool reasoning = chat && reasoning_format == ReasoningFormat::deepseek;
     const char* tool_finish = p.tool_choice == CompletionParams::ToolChoice::named ? "stop" : "tool_calls";
     std::vector<std::uint64_t> request_ids;
     for (const Choice& c : choices) request_ids.push_back(c.request_id);
@@ -300,7 +306,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                 }
                 ChoiceText choice{std::move(text), finish_name(fin), logprobs(tokens, 0), nullptr, {}};
                 if (reasoning) {
-                    ReasoningSplit::Piece split = ReasoningSplit::whole(choice.text);
+                    ReasoningSplit::Piece split = ReasoningSplit::whole(choice.text, reasoning_start);
                     choice.text = std::move(split.content);
                     choice.reasoning = std::move(split.reasoning);
                 }
@@ -344,7 +350,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             std::vector<TokenText> held_tokens;
             ReasoningSplit split;  ///< reasoning: what goes out as reasoning_content, what as content
         };
-        std::vector<Progress> progress(choices.size(), Progress{0, p.echo, false, tools, false, {}, {}, {}});
+        std::vector<Progress> progress(choices.size(), Progress{0, p.echo, false, tools, false, {}, {}, ReasoningSplit(reasoning_start)});
         // Sends what a choice holds as content.
         auto flush = [&](std::size_t i) {
             Progress& pr = progress[i];

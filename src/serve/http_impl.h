@@ -90,6 +90,7 @@ struct HttpServer::Impl {
     ServerOptions options;
     ChatFormat chat_format = ChatFormat::plain;
     ReasoningFormat reasoning_format = ReasoningFormat::none;
+    bool template_opens_reasoning = false;  ///< the model's template ends its generation prompt with <think>
     std::optional<FimTokens> fim;  ///< the model's fill-in-the-middle tokens (suffix), if it has them
     ChatTokens chat_tokens;
     std::vector<std::string> chat_turn_end;                     ///< chat_stop_strings of the format

@@ -32,6 +32,8 @@ void ServerOptions::validate() const {
     AQPIM_CHECK(default_max_tokens >= 1, "serve: --n-predict {} must be >= 1", default_max_tokens);
     if (!chat_template.empty()) (void)parse_chat_format(chat_template);
     (void)parse_reasoning_format(reasoning_format, "", false);
+    AQPIM_CHECK(reasoning_budget == -1 || reasoning_budget == 0,
+                "serve: --reasoning-budget {}: expected -1 (unrestricted) or 0 (no reasoning)", reasoning_budget);
     if (!slot_save_path.empty())
         AQPIM_CHECK(std::filesystem::is_directory(slot_save_path), "serve: --slot-save-path '{}' is not a directory",
                     slot_save_path);
@@ -56,6 +58,7 @@ HttpServer::Impl::Impl(Engine& e, std::shared_ptr<const Tokenizer> t, const Mode
     fim = find_fim_tokens(tokenizer->vocab());
     reasoning_format = parse_reasoning_format(options.reasoning_format, tokenizer->vocab().chat_template,
                                               chat_format == ChatFormat::deepseek);
+    template_opens_reasoning = serve::template_opens_reasoning(tokenizer->vocab().chat_template);
     const auto& v = tokenizer->vocab();
     if (v.bos >= 0) chat_tokens.bos = v.tokens[std::size_t(v.bos)];
     if (v.eos >= 0) chat_tokens.eos = v.tokens[std::size_t(v.eos)];

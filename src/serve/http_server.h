@@ -19,6 +19,9 @@ struct ServerOptions {
     std::string model_alias;               ///< the model's id in /v1/models and responses
     std::string chat_template;             ///< a chat_format_name (chat_template.h); "": from the model
     std::string reasoning_format = "auto"; ///< auto, none or deepseek (reasoning.h)
+    /// llama-server's --reasoning-budget: -1 reasoning as the model likes, 0 none (a chat request
+    /// without chat_template_kwargs.enable_thinking answers with an empty reasoning).
+    int reasoning_budget = -1;
     std::string slot_save_path;            ///< directory of slot files; "": save/restore disabled
     std::string api_key;                   ///< "": no authentication; else Authorization: Bearer KEY
     std::size_t max_body_bytes = 1 << 20;  ///< larger request bodies: 413

@@ -140,7 +140,11 @@ GuideVocabulary::GuideVocabulary(std::vector<std::string> texts, std::int32_t eo
     plain_.assign(texts_.size(), 0);
     chars_.assign(texts_.size(), 0);
     for (std::size_t t = 0; t < texts_.size(); ++t) {
-        if (texts_[t].empty() || std::int32_t(t) == eos_) continue;
+        if (texts_[t].empty() || std::int32_t(t) == eos_) {
+            textless_.push_back(std::int32_t(t));
+            continue;
+        }
+        if (texts_[t].find('>') != std::string::npos) tag_enders_.push_back(std::int32_t(t));
         bool plain = true;
         std::size_t chars = 0;
         for (const char ch : texts_[t]) {

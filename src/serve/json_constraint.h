@@ -107,6 +107,10 @@ public:
     std::int32_t eos() const { return eos_; }
     std::size_t size() const { return texts_.size(); }
     const std::string& text(std::int32_t t) const { return texts_[std::size_t(t)]; }
+    /// EOS and the tokens without text.
+    const std::vector<std::int32_t>& textless() const { return textless_; }
+    /// The tokens whose text holds '>': only they can complete a tag such as </think>.
+    const std::vector<std::int32_t>& tag_enders() const { return tag_enders_; }
     /// Depth first over the texts' trie from `start`: a node's state is its parent's after
     /// `step(state, byte)` (false: the byte is refused, and with it every token under the node);
     /// `take(token)` for each token whose whole text was read. `stack` is scratch.
@@ -147,6 +151,7 @@ private:
     std::vector<std::uint16_t> chars_;
     std::int64_t longest_plain_ = 0;  ///< the most chars_ of a plain token
     std::vector<std::int32_t> special_;
+    std::vector<std::int32_t> textless_, tag_enders_;
 };
 
 /// Per automaton state, the tokens whose whole text the automaton reads from it without a dead

@@ -244,7 +244,7 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
         "structured_outputs", "guided_regex", "guided_choice", "guided_json"};
     static const std::set<std::string> completions_only = {"prompt", "echo", "best_of", "suffix"};
     static const std::set<std::string> chat_only = {"messages", "top_logprobs", "max_completion_tokens", "tools",
-                                                    "tool_choice", "parallel_tool_calls"};
+                                                    "tool_choice", "parallel_tool_calls", "chat_template_kwargs"};
     refuse_unknown_fields(body, [&](const std::string& key) {
         return common.count(key) || (chat ? chat_only : completions_only).count(key);
     });
@@ -257,6 +257,15 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
         const json* m = field(body, "messages");
         if (!m) bad("messages", "missing (a chat request needs messages)");
         read_messages(*m, p);
+        if (const json* v = field(body, "chat_template_kwargs")) {
+            // Templates are rendered by hand (chat_template.h), not by Jinja: only the variable
+            // the rendering reads is taken.
+            if (!v->is_object()) bad("chat_template_kwargs", fmt::format("expected an object, got {}", type_name(*v)));
+            for (const auto& [key, value] : v->items())
+                if (key != "enable_thinking")
+                    bad("chat_template_kwargs." + key, "unrecognized (templates are rendered without Jinja; enable_thinking is read)");
+            if (const json* e = field(*v, "enable_thinking")) p.enable_thinking = boolean(*e, "chat_template_kwargs.enable_thinking");
+        }
     } else {
         const json* v = field(body, "prompt");
         if (!v) bad("prompt", "missing");

@@ -64,6 +64,9 @@ struct CompletionParams {
     /// prompt (infill.h); "": none
     std::string suffix;
     std::vector<ChatMessage> messages;  ///< /v1/chat/completions
+    /// chat_template_kwargs.enable_thinking (vLLM's, llama-server's; Qwen3's template reads it):
+    /// false asks a reasoning model to answer without reasoning. Absent: the server's default.
+    std::optional<bool> enable_thinking;
     std::optional<int> max_tokens;      ///< absent: the server's default
     float temperature = 1.0f;           ///< OpenAI's defaults
     float top_p = 1.0f;
