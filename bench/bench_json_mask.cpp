@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "aqpim/sampler.h"
+#include "serve/grammar.h"
 #include "serve/json_constraint.h"
 #include "serve/json_formats.h"
 #include "serve/json_schema.h"
@@ -203,7 +204,74 @@ serve::RegexPrefix regex_state(int which) {
 
 void BM_MaskRegex(benchmark::State& st) { time_mask(st, regex_state); }
 
-/// A state's first mask: the walk of the trie that fills its DfaTokenCache entry (BM_MaskRegex and
+/// A GBNF grammar of JSON values (recursive: objects and arrays nest).
+const char* const kJsonValues = R"(root ::= obj
+val ::= obj | arr | str | num | "true" | "false" | "null"
+obj ::= "{" sp (str ":" sp val sp ("," sp str ":" sp val sp)*)? "}"
+arr ::= "[" sp (val sp ("," sp val sp)*)? "]"
+str ::= "\"" ([^"\\] | "\\" ["\\/bfnrt])* "\""
+num ::= "-"? [0-9]+ ("." [0-9]+)?
+sp ::= [ \n]{0,8}
+)";
+
+/// That grammar, in the JSON states above.
+const serve::Grammar& json_grammar() {
+    static const serve::Grammar g(kJsonValues);
+    return g;
+}
+
+serve::GrammarPrefix grammar_state(int which) {
+    serve::GrammarPrefix p(json_grammar());
+    if (which == 1) p.feed("{\"name\": \"Catherine Morland, who");
+    if (which == 2) p.feed("{\"name\": \"Catherine\", \"age\":");
+    return p;
+}
+
+void BM_MaskGrammar(benchmark::State& st) { time_mask(st, grammar_state); }
+
+/// A set of stacks' first mask: the walk of the trie (on copies of the recognizer) that fills its
+/// cache entry; each iteration a fresh grammar (compiled outside the timing).
+void BM_MaskGrammarFirstVisit(benchmark::State& st) {
+    const int n_vocab = int(st.range(0));
+    const serve::GuideVocabulary v = vocabulary(n_vocab);
+    std::vector<float> logits(std::size_t(n_vocab), 0.0f);
+    for (auto _ : st) {
+        st.PauseTiming();
+        const serve::Grammar g(R"(root ::= "{\"name\": \"" ([^"\\] | "\\" ["\\/bfnrt])* "\"}")");
+        serve::GrammarPrefix p(g);
+        p.feed("{\"name\": \"Catherine Morland, who");
+        st.ResumeTiming();
+        serve::mask_guided(p, v, logits.data(), n_vocab, -1e30f);
+        benchmark::DoNotOptimize(logits.data());
+    }
+    st.SetItemsProcessed(st.iterations() * n_vocab);
+}
+
+/// Compiling llama.cpp-style grammars, once per request: 0 the JSON values above, 1 64 words as
+/// alternatives, 2 a date-time with repetitions.
+void BM_CompileGrammar(benchmark::State& st) {
+    std::string source;
+    if (st.range(0) == 1) {
+        std::mt19937 gen(5);
+        source = "root ::= ";
+        for (int i = 0; i < 64; ++i) {
+            source += i ? " | \"" : "\"";
+            for (int k = 0, n = 3 + int(gen() % 8); k < n; ++k) source += char('a' + gen() % 26);
+            source += "\"";
+        }
+    } else if (st.range(0) == 2) {
+        source = "root ::= d{4} \"-\" d{2} \"-\" d{2} \"T\" d{2} \":\" d{2} \":\" d{2} (\".\" d{1,9})? (\"Z\" | [+-] d{2} \":\" d{2})\nd ::= [0-9]";
+    }
+    for (auto _ : st) {
+        if (st.range(0) == 0) {
+            benchmark::DoNotOptimize(serve::Grammar(kJsonValues).n_states());
+        } else {
+            benchmark::DoNotOptimize(serve::Grammar(source).n_states());
+        }
+    }
+}
+
+/// A state's first mask: the walk of the trie that fills its TokenSetCache entry (BM_MaskRegex and
 /// the pattern row of BM_MaskJsonSchema time the later ones, which read the entry).
 void BM_MaskRegexFirstVisit(benchmark::State& st) {
     const int n_vocab = int(st.range(0));
@@ -211,7 +279,7 @@ void BM_MaskRegexFirstVisit(benchmark::State& st) {
     const serve::RegexPrefix p = regex_state(0);
     const serve::AutomatonAt a = p.automaton();
     for (auto _ : st) {
-        serve::DfaTokenCache cache;
+        serve::TokenSetCache cache;
         benchmark::DoNotOptimize(cache.tokens_from(*a.dfa, a.state, v));
     }
     st.SetItemsProcessed(st.iterations() * n_vocab);
@@ -269,6 +337,9 @@ BENCHMARK(BM_MaskJson)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2}})->Unit(be
 BENCHMARK(BM_MaskJsonSchema)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2, 3, 4, 5, 6}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskJsonUnion)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskReasoning)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2, 3}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MaskGrammar)->ArgsProduct({{4096, 32000, 128256}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MaskGrammarFirstVisit)->Arg(4096)->Arg(32000)->Arg(128256)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CompileGrammar)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskRegex)->ArgsProduct({{4096, 32000, 128256}, {0, 1}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskRegexFirstVisit)->Arg(4096)->Arg(32000)->Arg(128256)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CompileRegex)->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);

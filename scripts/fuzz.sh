@@ -4,7 +4,7 @@
 # SECONDS are wall seconds; with AQPIM_FUZZ_BUDGET=cpu they are the fuzzer's CPU seconds (a campaign
 # of "20 CPU-minutes per target" on a shared machine: the fuzzer runs until it has had them).
 # TARGET is a fuzz/fuzz_TARGET.cpp name (gguf, safetensors, llama2c, vocab, presets, kv_trace,
-# kv_scheme, pq_file, kv_state, openai_request, kv_block, json_schema, regex); default all, 30 s each. Corpora grow in
+# kv_scheme, pq_file, kv_state, openai_request, kv_block, json_schema, regex, grammar); default all, 30 s each. Corpora grow in
 # fuzz-corpus/TARGET (ignored by git), seeded at run time from ../shared (or $AQPIM_SHARED),
 # presets/, hand-written requests and the `aqpim` command's own output (synth, convert,
 # run --trace/--save-state: $AQPIM, else build/bin/aqpim, else $build/bin/aqpim).
@@ -114,6 +114,8 @@ seed() {
         AQPIM_FUZZ_WRITE_SEEDS=$dir nice -n 19 "$build/fuzz/fuzz_json_schema" >/dev/null 2>&1 || true ;;
     regex)
         AQPIM_FUZZ_WRITE_SEEDS=$dir nice -n 19 "$build/fuzz/fuzz_regex" >/dev/null 2>&1 || true ;;
+    grammar)
+        AQPIM_FUZZ_WRITE_SEEDS=$dir nice -n 19 "$build/fuzz/fuzz_grammar" >/dev/null 2>&1 || true ;;
     kv_state)
         if have_aqpim && have models/stories260K; then
             for kv in f16 f32 int8 q4_0 kivi2 pq:calib=8 pq:calib=8,cb=int8 pq:calib=8,cb=f16 turbo qjl; do
@@ -141,6 +143,8 @@ seed() {
 {"prompt":["def f(a):\n    ",[1,2]],"suffix":"\n    return a\n","max_tokens":8}
 {"prompt":"x","structured_outputs":{"json":{"type":"object","properties":{"d":{"type":"string","pattern":"^\\d{4}-\\d{2}$"}}}}}
 {"prompt":"x","guided_json":"{\"type\":\"object\"}","guided_regex":null}
+{"prompt":"x","grammar":"root ::= item (\" \" item){0,3}\nitem ::= [a-z]{1,8} | \"(\" root \")\""}
+{"prompt":"x","structured_outputs":{"grammar":"root ::= [0-9]+"},"guided_grammar":null}
 BODIES
         printf 'chat%s%s' "$sep" '{"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"w","arguments":"{\"t\":\"Bath\"}"}}]},{"role":"tool","tool_call_id":"c1","content":"rain"}],"tools":[{"type":"function","function":{"name":"w","description":"d","parameters":{"type":"object","properties":{"t":{"type":"string","maxLength":8}},"required":["t"]}}},{"type":"function","function":{"name":"v"}}],"tool_choice":"required","parallel_tool_calls":false}' > "$dir/chat-tools"
         printf 'chat%s%s' "$sep" '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"w"}}],"tool_choice":{"type":"function","function":{"name":"w"}}}' > "$dir/chat-tool-named"
@@ -153,6 +157,7 @@ BODIES
             printf 'chat:%s%s%s' "$f" "$sep" '{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello"},{"role":"user","content":[{"type":"text","text":"Tell "},{"type":"text","text":"a story"}]}],"max_completion_tokens":8,"logprobs":true,"top_logprobs":3,"response_format":{"type":"text"}}' > "$dir/chat-$f"
         done
         printf 'chat%s%s' "$sep" '{"messages":[{"role":"user","content":"caf\u00e9 \ud83d\ude42","name":"n"}],"max_tokens":4,"stream":true}' > "$dir/chat-unicode"
+        printf 'chat%s%s' "$sep" '{"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"enable_thinking":false},"guided_choice":["a","b"]}' > "$dir/chat-thinking"
         # Finished answers read as tool calls (tool_calls_of), one per form.
         printf 'answer%s%s' "$sep" 'Checking.<tool_call>{"name": "get_weather", "arguments": {"town": "Bath"}}</tool_call>
 <tool_call>{"name": "f", "arguments": {}}' > "$dir/answer-hermes"
@@ -171,7 +176,7 @@ for t in $targets; do
     dict=()
     case $t in gguf) dict=(-dict=fuzz/gguf.dict) ;; safetensors|vocab|presets|kv_trace) dict=(-dict=fuzz/json.dict) ;;
         kv_scheme) dict=(-dict=fuzz/kv_scheme.dict) ;; openai_request|json_schema) dict=(-dict=fuzz/openai.dict) ;;
-        regex) dict=(-dict=fuzz/regex.dict) ;; esac
+        regex) dict=(-dict=fuzz/regex.dict) ;; grammar) dict=(-dict=fuzz/grammar.dict) ;; esac
     log=fuzz-corpus/$t.log starved=fuzz-corpus/$t-starved
     mkdir -p "$starved"
     set +e

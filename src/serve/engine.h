@@ -126,6 +126,8 @@ struct GenerationRequest {
     std::shared_ptr<const JsonSchema> json_schema;
     /// Instead of JSON mode: the whole text must match `regex` (RegexDfa::Match::whole).
     std::shared_ptr<const RegexDfa> regex;
+    /// Instead of JSON mode: the whole text must match `grammar` (a GBNF grammar's root).
+    std::shared_ptr<const Grammar> grammar;
     /// A reasoning model's answer (OutputGuide::reason_first): where the prompt left it. Closed:
     /// the constraint holds from the first token; free or open: after the reasoning's </think>.
     ReasoningStart reasoning = ReasoningStart::closed;

@@ -288,7 +288,9 @@ void Engine::Impl::start(Slot& s, Pending& p) {
     s.request = std::move(p.request);
     s.n_generated = 0;  // a parked sequence continued counts this request's tokens only
     s.first_generated = s.tokens.size();
-    s.guide = s.request.regex ? OutputGuide(*s.request.regex) : OutputGuide(s.request.json_schema.get());
+    s.guide = s.request.regex     ? OutputGuide(*s.request.regex)
+              : s.request.grammar ? OutputGuide(*s.request.grammar)
+                                  : OutputGuide(s.request.json_schema.get());
     s.guide.reason_first(s.request.reasoning);
     s.guide_end_tokens.clear();
     for (const auto& seq : s.request.stop_sequences)

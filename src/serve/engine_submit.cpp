@@ -40,8 +40,8 @@ std::string Engine::Impl::invalid_reason(const GenerationRequest& r) const {
     const GuideVocabulary* guide = r.guide_vocabulary.get();
     if (guide && std::int64_t(guide->size()) != n_vocab)
         return fmt::format("the output constraint's vocabulary has {} token texts, the model {} tokens", guide->size(), n_vocab);
-    if ((r.json_schema || r.regex) && !guide) return "a JSON schema or a regex needs the constraint's vocabulary (guide_vocabulary)";
-    if (r.json_schema && r.regex) return "a request takes a JSON schema or a regex, not both";
+    if ((r.json_schema || r.regex || r.grammar) && !guide) return "a JSON schema, a regex or a grammar needs the constraint's vocabulary (guide_vocabulary)";
+    if (int(bool(r.json_schema)) + int(bool(r.regex)) + int(bool(r.grammar)) > 1) return "a request takes one of a JSON schema, a regex and a grammar";
     if (guide && (r.resume_slot >= 0 || r.park)) return "an output constraint does not continue or park a sequence";
     if (guide && guide->eos() != opt.eos_token)
         return fmt::format("the output constraint's EOS is token {}, the engine's {}", guide->eos(), opt.eos_token);

@@ -202,9 +202,10 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         g.resume_slot = p.id_slot;
         g.park = p.keep_slot;
         g.cache_salt = p.cache_salt;
-        if (p.json_mode || p.regex) g.guide_vocabulary = guide_vocabulary;
+        if (p.constrained()) g.guide_vocabulary = guide_vocabulary;
         g.json_schema = p.json_schema;
         g.regex = p.regex;
+        g.grammar = p.grammar;
         g.reasoning = reasoning_start;
 
         std::int32_t prev = slot_token;

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "serve/json_bytes.h"
+#include "serve/grammar.h"
 #include "serve/json_schema.h"
 #include "serve/regex_dfa.h"
 
@@ -209,6 +210,8 @@ void mask_guided(const Prefix& state, const GuideVocabulary& vocab, float* logit
     };
     const AutomatonAt a = state.automaton();
     const std::uint64_t* cached = a.dfa && !state.complete() ? a.dfa->token_cache().tokens_from(*a.dfa, a.state, vocab) : nullptr;
+    if constexpr (std::is_same_v<Prefix, GrammarPrefix>)
+        if (!state.complete()) cached = state.tokens(vocab);  // a grammar's stacks: the walk once per set
     if (cached) {
         const bool recheck = a.exact_within < vocab.longest_plain_;
         const std::size_t n = std::min(std::size_t(n_vocab), vocab.size());
@@ -246,5 +249,6 @@ void mask_guided(const Prefix& state, const GuideVocabulary& vocab, float* logit
 template void mask_guided(const JsonPrefix&, const GuideVocabulary&, float*, int, float, const std::vector<std::int32_t>&);
 template void mask_guided(const JsonSchemaPrefix&, const GuideVocabulary&, float*, int, float, const std::vector<std::int32_t>&);
 template void mask_guided(const RegexPrefix&, const GuideVocabulary&, float*, int, float, const std::vector<std::int32_t>&);
+template void mask_guided(const GrammarPrefix&, const GuideVocabulary&, float*, int, float, const std::vector<std::int32_t>&);
 
 }  // namespace aqpim::serve

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -23,7 +24,7 @@ class RegexDfa;
 
 /// Where a recognizer reads its next bytes through an automaton alone (RegexPrefix; a `pattern`'s
 /// string of JsonSchemaPrefix, whose plain tokens only): the mask then takes the tokens the
-/// automaton reads from `state` from the automaton's DfaTokenCache.
+/// automaton reads from `state` from the automaton's TokenSetCache.
 struct AutomatonAt {
     const RegexDfa* dfa = nullptr;  ///< nullptr: not here
     std::int32_t state = 0;
@@ -154,27 +155,29 @@ private:
     std::vector<std::int32_t> textless_, tag_enders_;
 };
 
-/// Per automaton state, the tokens whose whole text the automaton reads from it without a dead
-/// step (a bit per token), found by one walk of the vocabulary's trie the first time the state is
-/// masked: a regex's later steps in that state cost a pass over the bits instead of the walk.
-/// Thread-safe (sequences of one request are masked on several threads). Its sets take bytes
-/// from a budget (its own, or one shared with the other patterns of a schema: share_budget);
-/// past that a state is walked each time (tokens_from returns nullptr), as it is for any
-/// vocabulary but the first one it was asked about.
-class DfaTokenCache {
+/// Per recognizer state, the tokens whose whole text it reads without a dead step (a bit per
+/// token), found by one walk of the vocabulary's trie the first time the state is masked: later
+/// steps in that state cost a pass over the bits instead of the walk. The states are a regex
+/// automaton's (tokens_from) or a grammar's stacks (tokens, keyed by their bytes). Thread-safe
+/// (sequences of one request are masked on several threads). Its sets take bytes from a budget
+/// (its own, or one shared with the other patterns of a schema: share_budget); past that a state
+/// is walked each time (nullptr), as it is for any vocabulary but the first one it was asked about.
+class TokenSetCache {
 public:
     static constexpr std::int64_t kMaxBytes = std::int64_t(1) << 20;  ///< 64 states at 128K tokens, 2048 at 4096
 
-    DfaTokenCache() : budget_(std::make_shared<std::atomic<std::int64_t>>(kMaxBytes)) {}
-    /// Draw from `budget` (bytes left) from now on; call before the first tokens_from.
+    TokenSetCache() : budget_(std::make_shared<std::atomic<std::int64_t>>(kMaxBytes)) {}
+    /// Draw from `budget` (bytes left) from now on; call before the first lookup.
     void share_budget(std::shared_ptr<std::atomic<std::int64_t>> budget) { budget_ = std::move(budget); }
     const std::uint64_t* tokens_from(const RegexDfa& dfa, std::int32_t state, const GuideVocabulary& vocab);
+    /// The set of the state named `key`; the first time, `fill` sets its bits (zeroed before).
+    const std::uint64_t* tokens(std::string_view key, const GuideVocabulary& vocab, const std::function<void(std::uint64_t*)>& fill);
     std::size_t bytes() const;
 
 private:
     mutable std::mutex mu_;
     const GuideVocabulary* vocab_ = nullptr;  ///< the sets are this vocabulary's
-    std::unordered_map<std::int32_t, std::unique_ptr<std::uint64_t[]>> sets_;
+    std::unordered_map<std::string, std::unique_ptr<std::uint64_t[]>> sets_;
     std::size_t bytes_ = 0;
     std::shared_ptr<std::atomic<std::int64_t>> budget_;
 };

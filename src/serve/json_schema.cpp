@@ -125,7 +125,7 @@ JsonSchema::JsonSchema(const Json& schema, Root root) : document_(&schema) {
         else if (key.first != bytes_of("\""))
             throw JsonSchemaError(wheres_[i] + "/propertyNames", "must describe strings only (a key is a string)");
     }
-    const auto cache_budget = std::make_shared<std::atomic<std::int64_t>>(DfaTokenCache::kMaxBytes);
+    const auto cache_budget = std::make_shared<std::atomic<std::int64_t>>(TokenSetCache::kMaxBytes);
     for (RegexDfa& p : patterns_) p.token_cache().share_budget(cache_budget);
     document_ = nullptr;
     refs_.clear();

@@ -42,7 +42,7 @@ public:
     static constexpr std::size_t kMaxLiteralBytes = 1024; ///< one enum or const value as compact JSON, one property name
     static constexpr std::size_t kMaxNodes = 4096;        ///< compiled nodes (a $ref target compiles once)
     static constexpr std::size_t kMaxVariants = 64;       ///< objects of one anyOf / oneOf (the variants still admitted: a 64-bit set)
-    static constexpr std::size_t kMaxPatterns = 32;  ///< distinct `pattern`s and `format`s (their DfaTokenCaches share one budget)
+    static constexpr std::size_t kMaxPatterns = 32;  ///< distinct `pattern`s and `format`s (their TokenSetCaches share one budget)
     static constexpr std::size_t kMaxPatternTableBytes = std::size_t(2) << 20;  ///< their automata and length tables together
     static constexpr std::uint64_t kMaxPatternWork = RegexDfa::kMaxWork;  ///< their determinization and length tables' steps together
     /// Nodes every schema has first: any value, and any value of each JSON type (`any` starts one of them).

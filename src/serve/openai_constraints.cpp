@@ -19,8 +19,21 @@ namespace {
 
 /// response_format into p.json_mode and p.json_schema: {"type": "text"}, {"type": "json_object"}
 /// (JSON mode; llama-server's "schema" member beside it taken as a schema), or OpenAI's
-/// {"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}}.
+/// {"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}}; or
+/// llama-server's top-level "json_schema": {...}.
 void read_response_format(const json& body, OrderedBody& ordered, CompletionParams& p) {
+    if (const json* schema = field(body, "json_schema"); schema && !schema->is_null()) {
+        // llama-server's own field: the schema itself, beside no response_format.
+        if (field(body, "response_format")) bad("json_schema", "one output constraint per request (json_schema or response_format)");
+        if (!schema->is_object()) bad("json_schema", fmt::format("expected a schema object, got {}", type_name(*schema)));
+        try {
+            p.json_schema = std::make_shared<const JsonSchema>(ordered.at({"json_schema"}));
+        } catch (const JsonSchemaError& e) {
+            bad("json_schema", e.what());
+        }
+        p.json_mode = true;
+        return;
+    }
     const json* v = field(body, "response_format");
     if (!v) return;
     const json* t = v->is_object() ? field(*v, "type") : nullptr;
@@ -55,29 +68,32 @@ std::string regex_literal(const std::string& text) {
     return out;
 }
 
-/// vLLM's structured outputs into p.regex (or p.json_mode and p.json_schema): {"structured_outputs":
-/// {"regex": R}}, {"choice": [texts]} or {"json": schema} (vLLM 0.12 on), or the fields those
-/// replaced, guided_regex, guided_choice and guided_json. The whole output matches the regex, is
-/// one of the choices, or is a JSON object of the schema. One constraint per request.
+/// vLLM's structured outputs into p.regex (or p.json_mode and p.json_schema, or p.grammar):
+/// {"structured_outputs": {"regex": R}}, {"choice": [texts]}, {"json": schema} or {"grammar": G}
+/// (vLLM 0.12 on), or the fields those replaced, guided_regex, guided_choice, guided_json and
+/// guided_grammar, or llama-server's `grammar`. The whole output matches the regex, is one of the
+/// choices, is a JSON object of the schema, or matches the GBNF grammar. One constraint per request.
 void read_structured_outputs(const json& body, OrderedBody& ordered, CompletionParams& p) {
     std::vector<std::vector<std::string>> found;  // paths to the constraints given
     if (const json* so = field(body, "structured_outputs")) {
         if (!so->is_object()) bad("structured_outputs", fmt::format("expected an object, got {}", type_name(*so)));
         for (const auto& [key, value] : so->items()) {
-            if (key != "regex" && key != "choice" && key != "json")
-                bad("structured_outputs." + key, "is not supported (regex, choice and json are)");
+            if (key != "regex" && key != "choice" && key != "json" && key != "grammar")
+                bad("structured_outputs." + key, "is not supported (regex, choice, json and grammar are)");
             if (!value.is_null()) found.push_back({"structured_outputs", key});
         }
     }
-    for (const char* key : {"guided_regex", "guided_choice", "guided_json"})
-        if (field(body, key)) found.push_back({key});
+    for (const char* key : {"guided_regex", "guided_choice", "guided_json", "guided_grammar", "grammar"})
+        if (const json* v = field(body, key); v && !(key == std::string_view("grammar") && v->is_string() && v->get<std::string>().empty()))
+            found.push_back({key});  // llama-server sends "grammar": "" for none
     if (found.empty()) return;
     const std::string name = found[0].size() == 2 ? found[0][0] + "." + found[0][1] : found[0][0];
     if (found.size() > 1 || p.json_mode)
-        bad(name, "one output constraint per request (structured_outputs' regex, choice or json, a guided_ field, or response_format)");
+        bad(name, "one output constraint per request (structured_outputs' regex, choice, json or grammar, a guided_ field, grammar, or response_format)");
     const json* v = &body;
     for (const std::string& key : found[0]) v = &(*v)[key];
-    const std::string kind = found[0].back().substr(found[0].back().rfind('_') + 1);  // regex, choice, json
+    const std::string& last = found[0].back();
+    const std::string kind = last.substr(last.rfind('_') + 1);  // regex, choice, json, grammar
     if (kind == "json") {
         try {
             p.json_schema = std::make_shared<const JsonSchema>(
@@ -88,6 +104,14 @@ void read_structured_outputs(const json& body, OrderedBody& ordered, CompletionP
             bad(name, e.what());
         }
         p.json_mode = true;
+        return;
+    }
+    if (kind == "grammar") {
+        try {
+            p.grammar = std::make_shared<const Grammar>(string(*v, name.c_str()));
+        } catch (const GrammarError& e) {
+            bad(name, e.what());
+        }
         return;
     }
     std::string pattern;

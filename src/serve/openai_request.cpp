@@ -241,7 +241,7 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
         "model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "user", "n",
         "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "id_slot", "keep_slot", "cache_salt",
         "top_k", "min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n", "response_format",
-        "structured_outputs", "guided_regex", "guided_choice", "guided_json"};
+        "structured_outputs", "guided_regex", "guided_choice", "guided_json", "guided_grammar", "grammar", "json_schema"};
     static const std::set<std::string> completions_only = {"prompt", "echo", "best_of", "suffix"};
     static const std::set<std::string> chat_only = {"messages", "top_logprobs", "max_completion_tokens", "tools",
                                                     "tool_choice", "parallel_tool_calls", "chat_template_kwargs"};
@@ -326,9 +326,9 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
             fmt::format("{} prompts x {} = {} is {} choices: at most {} per request", p.prompts.size(),
                         p.best_of > p.n ? "best_of" : "n", p.best_of, n_choices, limits.max_choices));
     read_output_constraints(body, body_text, p);
-    if ((p.json_mode || p.regex || p.tool_choice != CompletionParams::ToolChoice::none) && (p.id_slot >= 0 || p.keep_slot))
+    if ((p.constrained() || p.tool_choice != CompletionParams::ToolChoice::none) && (p.id_slot >= 0 || p.keep_slot))
         bad(p.id_slot >= 0 ? "id_slot" : "keep_slot",
-            "an output constraint (response_format json_object or json_schema, structured_outputs, tools) does not continue or park a sequence");
+            "an output constraint (response_format json_object or json_schema, structured_outputs, grammar, tools) does not continue or park a sequence");
     if (n_choices > 1 && (p.id_slot >= 0 || p.keep_slot))
         bad(p.id_slot >= 0 ? "id_slot" : "keep_slot", "takes one choice (one prompt, n = 1)");
     return p;

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "serve/chat_template.h"
+#include "serve/grammar.h"
 #include "serve/json_schema.h"
 #include "serve/regex_dfa.h"
 #include "serve/logit_processing.h"
@@ -86,6 +87,9 @@ struct CompletionParams {
     bool json_mode = false;             ///< response_format {"type": "json_object"} or "json_schema"
     std::shared_ptr<const JsonSchema> json_schema;  ///< response_format json_schema's schema (null: any object)
     std::shared_ptr<const RegexDfa> regex;  ///< structured_outputs regex or choice: the whole output matches it
+    std::shared_ptr<const Grammar> grammar;  ///< a GBNF grammar (grammar, structured_outputs.grammar): the whole output matches it
+    /// An output constraint holds the text (JSON mode or a schema, a regex or choice, a grammar).
+    bool constrained() const { return json_mode || regex || grammar; }
     /// chat `tool_choice` (docs/serve.md "Tool calls"): none (no tools, or "none"), auto (the model
     /// may answer with a call), required (it must call one of the tools), named (that one).
     enum class ToolChoice : std::uint8_t { none, auto_call, required, named };

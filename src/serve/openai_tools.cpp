@@ -127,8 +127,8 @@ void read_tools(const json& body, OrderedBody& ordered, CompletionParams& p) {
     if (!p.messages.empty() && p.messages[0].role == "system") p.messages[0].content += "\n\n" + described;
     else p.messages.insert(p.messages.begin(), {"system", described});
     if (p.tool_choice == CompletionParams::ToolChoice::auto_call) return;
-    if (p.json_mode || p.regex)
-        bad("tool_choice", "one output constraint per request: a required or named tool call, or response_format / structured_outputs");
+    if (p.constrained())
+        bad("tool_choice", "one output constraint per request: a required or named tool call, or response_format / structured_outputs / grammar");
     // A call's schema: {"name": N, "arguments": N's parameters}, N the named function or any of
     // them when one is required (an anyOf of objects told apart by the name before the
     // arguments, json_schema_variants.cpp); several calls (required, parallel_tool_calls): the

@@ -1,6 +1,6 @@
 #pragma once
 // A sequence's output constraint (docs/serve.md "JSON mode", "JSON schemas", "Regular expressions
-// and choices"): the recognizer of its text so far, and the token mask it gives. A reasoning
+// and choices", "Grammars"): the recognizer of its text so far, and the token mask it gives. A reasoning
 // model's answer may reason first and is held to the constraint after its reasoning ("Reasoning").
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include <variant>
 #include <vector>
 
+#include "serve/grammar.h"
 #include "serve/json_constraint.h"
 #include "serve/json_schema.h"
 #include "serve/reasoning.h"
@@ -24,6 +25,8 @@ public:
     explicit OutputGuide(const JsonSchema* schema);
     /// The whole text matches `pattern` (compiled with RegexDfa::Match::whole), which must outlive the guide.
     explicit OutputGuide(const RegexDfa& pattern) : state_(RegexPrefix(pattern)) {}
+    /// The whole text matches `grammar`'s root; the grammar must outlive the guide.
+    explicit OutputGuide(const Grammar& grammar) : state_(GrammarPrefix(grammar)) {}
 
     /// Before any text: the answer reasons first, and the constraint holds after its </think>.
     /// `start` is where the prompt left it: open (it starts in the reasoning), free (a first token
@@ -40,7 +43,7 @@ public:
               const std::vector<std::int32_t>& end_tokens = {}) const;
 
 private:
-    using Recognizer = std::variant<JsonPrefix, JsonSchemaPrefix, RegexPrefix>;
+    using Recognizer = std::variant<JsonPrefix, JsonSchemaPrefix, RegexPrefix, GrammarPrefix>;
     enum class Phase : std::uint8_t {
         answer,     ///< the constraint reads the text
         opening,    ///< nothing written yet: a first token opening with <think> reasons

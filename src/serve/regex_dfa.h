@@ -25,7 +25,7 @@
 
 namespace aqpim::serve {
 
-class DfaTokenCache;  // json_constraint.h
+class TokenSetCache;  // json_constraint.h
 
 /// A pattern the compiler refuses, or one too large for the limits below.
 class RegexError : public std::runtime_error {
@@ -73,7 +73,7 @@ public:
     std::size_t table_bytes() const { return table_.size() * sizeof(std::int32_t); }
     std::uint64_t work() const { return work_; }  ///< steps the determinization took
     /// The tokens each state reads (the mask's cache, filled as states are masked).
-    DfaTokenCache& token_cache() const { return *token_cache_; }
+    TokenSetCache& token_cache() const { return *token_cache_; }
 
 private:
     unsigned char class_of_[256] = {};     ///< bytes that no transition tells apart share a class
@@ -82,7 +82,7 @@ private:
     std::vector<std::uint8_t> accepting_;  ///< [state]: bit 0 a match, bit 1 no byte leads on
     std::int32_t start_ = 0;
     std::uint64_t work_ = 0;
-    std::unique_ptr<DfaTokenCache> token_cache_;
+    std::unique_ptr<TokenSetCache> token_cache_;
 };
 
 /// Reads the output text byte by byte against a whole-text pattern (a recognizer for mask_guided,

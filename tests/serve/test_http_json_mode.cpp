@@ -161,6 +161,13 @@ TEST(HttpJsonMode, AJsonSchemaShapesTheObject) {
                                                    {"response_format", {{"type", "json_object"}, {"schema", json::parse(kCharacterSchema)}}}});
     EXPECT_TRUE(serve::JsonSchemaPrefix(sorted).feed(llama["choices"][0]["text"].get<std::string>())) << llama.dump();
     EXPECT_FALSE(serve::JsonSchemaPrefix(compiled).feed(llama["choices"][0]["text"].get<std::string>())) << "the order matters";
+    // llama-server's top-level "json_schema": the same text as the same schema in response_format.
+    const json top = post(c, "/v1/completions", {{"prompt", "Catherine said"}, {"max_tokens", 60}, {"temperature", 0}, {"seed", 1},
+                                                 {"json_schema", json::parse(kCharacterSchema)}});
+    EXPECT_EQ(top["choices"][0]["text"], llama["choices"][0]["text"]);
+    EXPECT_EQ(post(c, "/v1/completions", {{"prompt", "x"}, {"json_schema", json::parse(kCharacterSchema)},
+                                          {"response_format", {{"type", "json_object"}}}}, 400)["error"]["param"], "json_schema");
+    EXPECT_EQ(post(c, "/v1/completions", {{"prompt", "x"}, {"json_schema", "{}"}}, 400)["error"]["param"], "json_schema");
 }
 
 }  // namespace

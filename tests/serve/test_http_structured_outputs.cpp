@@ -156,7 +156,7 @@ TEST(HttpStructuredOutputs, RefusesBadPatternsAndTwoConstraints) {
     EXPECT_EQ(e["message"], "structured_outputs.regex: at byte 1 of the pattern: lookaround is not supported");
     EXPECT_EQ(refused({{"guided_regex", "(a|b)*a(a|b){13}"}})["message"],
               "guided_regex: the pattern needs more than 8192 automaton states");
-    EXPECT_EQ(refused({{"structured_outputs", {{"grammar", "root ::= \"a\""}}}})["param"], "structured_outputs.grammar");
+    EXPECT_EQ(refused({{"structured_outputs", {{"structural_tag", "{}"}}}})["param"], "structured_outputs.structural_tag");
     EXPECT_EQ(refused({{"guided_choice", json::array()}})["param"], "guided_choice");
     EXPECT_EQ(refused({{"guided_choice", {"a", 1}}})["param"], "guided_choice");
     EXPECT_EQ(refused({{"structured_outputs", "a+"}})["param"], "structured_outputs");
