@@ -484,14 +484,22 @@ Grammar::Grammar(std::string_view source) {
     }
 }
 
-GrammarPrefix::GrammarPrefix(const Grammar& g) : g_(&g) { close(nullptr, 0, g.rule_start_[std::size_t(g.root_)], stacks_); }
+GrammarPrefix::GrammarPrefix(const Grammar& g) : g_(&g) {
+    std::vector<std::int32_t> start;
+    close(nullptr, 0, g.rule_start_[std::size_t(g.root_)], start);
+    stacks_.assign(start.data(), start.size());
+}
 
 namespace {
 
 /// Whether the stack at `stack`[0..n) (flat: depth, returns, state) is in `set`.
 bool holds(const std::vector<std::int32_t>& set, const std::int32_t* stack, std::size_t n) {
-    for (std::size_t i = 0; i < set.size(); i += std::size_t(set[i]) + 2)
-        if (std::size_t(set[i]) + 2 == n && std::equal(stack, stack + n, set.data() + i)) return true;
+    for (std::size_t i = 0; i < set.size(); i += std::size_t(set[i]) + 2) {
+        if (std::size_t(set[i]) + 2 != n || set[i + n - 1] != stack[n - 1]) continue;  // the state first: most differ there
+        std::size_t k = 1;
+        while (k + 1 < n && set[i + k] == stack[k]) ++k;
+        if (k + 1 >= n) return true;
+    }
     return false;
 }
 
@@ -543,20 +551,33 @@ void GrammarPrefix::close(const std::int32_t* returns, std::int32_t depth, std::
 }
 
 bool GrammarPrefix::feed(std::string_view text) {
-    thread_local std::vector<std::int32_t> next;
+    thread_local std::vector<std::int32_t> next, stack;
     for (const char ch : text) {
         const unsigned char c = static_cast<unsigned char>(ch);
         next.clear();
         for (std::size_t i = 0; i < stacks_.size(); i += std::size_t(stacks_[i]) + 2) {
             const std::int32_t depth = stacks_[i], s = stacks_[i + std::size_t(depth) + 1];
             if (s < 0) continue;
-            for (const Edge& e : g_->edges_[std::size_t(s)])
-                if (e.call == Grammar::kBytes && e.lo <= c && c <= e.hi) close(stacks_.data() + i + 1, depth, e.to, next);
+            for (const Edge& e : g_->edges_[std::size_t(s)]) {
+                if (e.call != Grammar::kBytes || e.lo > c || c > e.hi) continue;
+                const Grammar::Reach& r = g_->reach_[std::size_t(e.to)];
+                if (!r.calls.empty() || r.ends) {
+                    close(stacks_.data() + i + 1, depth, e.to, next);
+                    continue;
+                }
+                // Within the rule (most bytes): this stack at each state its empty paths reach that reads.
+                const std::size_t n = std::size_t(depth) + 2;
+                stack.assign(stacks_.data() + i, stacks_.data() + i + n);
+                for (const std::int32_t t : r.reads) {
+                    stack[n - 1] = t;
+                    if (!holds(next, stack.data(), n)) next.insert(next.end(), stack.begin(), stack.end());
+                }
+            }
         }
         std::size_t count = 0;
         for (std::size_t i = 0; i < next.size(); i += std::size_t(next[i]) + 2) ++count;
         if (count == 0 || count > std::size_t(Grammar::kMaxStacks) || next.size() > Grammar::kMaxStackWords) return false;
-        stacks_.assign(next.begin(), next.end());
+        stacks_.assign(next.data(), next.size());
     }
     return true;
 }

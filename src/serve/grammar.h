@@ -5,6 +5,8 @@
 // of other rules, and the recognizer holds a set of stacks of return states (a pushdown
 // automaton), so nesting of any depth up to a bound (brackets, JSON) is held exactly.
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -92,9 +94,28 @@ private:
     /// reading (calls, returns, empty edges) that are at a state that reads bytes or at the root's end.
     void close(const std::int32_t* returns, std::int32_t depth, std::int32_t state, std::vector<std::int32_t>& out) const;
 
+    /// Integers held in place up to a few stacks' worth (a copy, which the mask's walk makes at
+    /// each node of the vocabulary's trie, then allocates nothing), on the heap beyond.
+    class Words {
+    public:
+        const std::int32_t* data() const { return heap_.empty() ? inline_.data() : heap_.data(); }
+        std::size_t size() const { return size_; }
+        std::int32_t operator[](std::size_t i) const { return data()[i]; }
+        void assign(const std::int32_t* from, std::size_t n) {
+            if (n <= inline_.size()) std::copy(from, from + n, inline_.begin()), heap_.clear();
+            else heap_.assign(from, from + n);
+            size_ = n;
+        }
+
+    private:
+        std::array<std::int32_t, 14> inline_{};
+        std::vector<std::int32_t> heap_;
+        std::size_t size_ = 0;
+    };
+
     const Grammar* g_;
     /// Flat: for each stack, its depth d, d return states, then its state (-1: the root has ended).
-    std::vector<std::int32_t> stacks_;
+    Words stacks_;
 };
 
 }  // namespace aqpim::serve

@@ -120,14 +120,14 @@ public:
         stack.clear();
         stack.emplace_back(0, start);
         while (!stack.empty()) {
-            const auto [node, at] = stack.back();
+            auto [node, at] = std::move(stack.back());  // moved: a recognizer may hold a vector
             stack.pop_back();
             for (std::int32_t c = trie_[std::size_t(node)].first_child; c >= 0; c = trie_[std::size_t(c)].next_sibling) {
                 const Node& child = trie_[std::size_t(c)];
                 State next = at;
                 if (!step(next, child.byte)) continue;
                 for (std::uint32_t i = child.tokens_begin; i < child.tokens_end; ++i) take(tokens_[i]);
-                if (child.first_child >= 0) stack.emplace_back(c, next);
+                if (child.first_child >= 0) stack.emplace_back(c, std::move(next));
             }
         }
     }

@@ -98,6 +98,13 @@ const chosen = await client.chat.completions.create({
 assert.ok(['Bath', 'Northanger Abbey', 'Fullerton'].includes(chosen.choices[0].message.content),
   `one of the choices: ${chosen.choices[0].message.content}`);
 assert.equal(chosen.choices[0].finish_reason, 'stop');
+// A GBNF grammar (llama-server's field), nested: bracketed lists of digits.
+const listed = await client.chat.completions.create({
+  ...chatParams, max_tokens: 60, grammar: 'root ::= list\nlist ::= "[" item ("," item){0,2} "]"\nitem ::= [0-9] | list\n',
+});
+const listText = listed.choices[0].message.content;
+assert.match(listText, /^[\[\]0-9,]*$/, `the grammar's bytes only: ${listText}`);
+if (listed.choices[0].finish_reason === 'stop') assert.doesNotThrow(() => JSON.parse(listText), `a finished list is balanced: ${listText}`);
 const dated = await client.completions.create({
   ...params, max_tokens: 120,
   structured_outputs: { json: { type: 'object', properties: { year: { type: 'string', pattern: '^1[78]\\d\\d$' } }, required: ['year'] } },
