@@ -211,6 +211,16 @@ void HttpServer::Impl::routes() {
                         {"data", json::array({{{"id", options.model_alias}, {"object", "model"}, {"created", started},
                                                {"owned_by", "aqpim"}, {"meta", meta}}})}});
     });
+    // llama-server's properties, as its web UI and clients read them at start.
+    http.Get("/props", [this](const Request&, Response& res) {
+        const EngineOptions& eo = engine.options();
+        send_json(res, {{"default_generation_settings",
+                         {{"n_ctx", n_ctx}, {"params", {{"n_predict", options.default_max_tokens}, {"temperature", 1.0}, {"top_p", 1.0},
+                                                        {"top_k", 0}, {"min_p", 0.0}, {"seed", -1}}}}},
+                        {"total_slots", eo.parallel}, {"model_path", options.model_alias}, {"model_alias", options.model_alias},
+                        {"chat_template", tokenizer->vocab().chat_template}, {"modalities", {{"vision", false}, {"audio", false}}},
+                        {"build_info", "aqpim"}, {"kv", eo.kv}, {"kv_budget_bytes", eo.kv_budget_bytes}});
+    });
     http.Get("/metrics", [this](const Request&, Response& res) {
         HttpCounters c;
         {

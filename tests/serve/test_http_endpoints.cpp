@@ -219,6 +219,15 @@ TEST(HttpEndpoints, ModelsHealthSlotsAndMetrics) {
     EXPECT_EQ(mj["data"][0]["id"], "synth-a");
     EXPECT_EQ(mj["data"][0]["meta"]["kv"], "pq");
     EXPECT_EQ(mj["data"][0]["meta"]["n_ctx"], 512);
+    auto props = c.Get("/props");  // llama-server's
+    ASSERT_TRUE(props && props->status == 200);
+    const json pj = json::parse(props->body);
+    EXPECT_EQ(pj["default_generation_settings"]["n_ctx"], 512);
+    EXPECT_EQ(pj["default_generation_settings"]["params"]["n_predict"], so.default_max_tokens);
+    EXPECT_EQ(pj["total_slots"], 4);
+    EXPECT_EQ(pj["model_alias"], "synth-a");
+    EXPECT_EQ(pj["modalities"]["vision"], false);
+    EXPECT_EQ(pj["chat_template"], m.tokenizer->vocab().chat_template);
     auto slots = c.Get("/slots");
     ASSERT_TRUE(slots && slots->status == 200);
     const json sj = json::parse(slots->body);
