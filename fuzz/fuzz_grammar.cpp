@@ -17,7 +17,7 @@ using aqpim::serve::Grammar;
 using aqpim::serve::GrammarPrefix;
 
 void write_seeds(const std::filesystem::path& dir) {
-    const char* seeds[][2] = {
+    aqpim::fuzz::write_two_part_seeds(dir, "grammar", {
         {"root ::= object\nobject ::= \"{\" ws (pair (\",\" ws pair)*)? \"}\" ws\npair ::= string \":\" ws value\n"
          "value ::= object | \"[\" ws (value (\",\" ws value)*)? \"]\" ws | string | [0-9]+ ws\n"
          "string ::= \"\\\"\" ([^\"\\\\] | \"\\\\\" [\"\\\\nt])* \"\\\"\" ws\nws ::= [ \\t\\n]{0,4}\n",
@@ -26,10 +26,7 @@ void write_seeds(const std::filesystem::path& dir) {
         {"root ::= word (\" \" word){2,5} [.!]  # a sentence\nword ::= [A-Za-z\\u00e0-\\u00ff]+", "Catherine was h\xc3\xa9re."},
         {"root ::= a b?\na ::= \"\" | \"a\" a\nb ::= .{0,3} \"\\x41\"", "aaxyA"},
         {"root ::= [^\\]\\n]{1,8}\n\n# comment\nunused ::= \"q\"", "ab]"},
-    };
-    int i = 0;
-    for (const auto& [grammar, text] : seeds)
-        std::ofstream(dir / ("grammar" + std::to_string(i++)), std::ios::binary) << grammar << aqpim::fuzz::kPartSeparator << text;
+    });
 }
 
 struct Read {
@@ -45,10 +42,7 @@ Read read(const Grammar& g, std::string_view a, std::string_view b) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-    aqpim::fuzz::write_seeds_if_asked(write_seeds);
-    return 0;
-}
+AQPIM_FUZZ_WRITES_SEEDS(write_seeds)
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     const auto parts = aqpim::fuzz::split_parts(data, size);

@@ -11,9 +11,11 @@
 #include <cstdlib>
 #include <cstdint>
 #include <filesystem>
+#include <initializer_list>
 #include <fstream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "aqpim/error.h"
@@ -71,6 +73,21 @@ inline void write_seeds_if_asked(void (*write_seeds)(const std::filesystem::path
         std::exit(0);
     }
 }
+
+/// Two-part seeds (FIRST kPartSeparator SECOND), written to DIR/NAME0, NAME1, ...
+inline void write_two_part_seeds(const std::filesystem::path& dir, const std::string& name,
+                                 std::initializer_list<std::pair<std::string_view, std::string_view>> seeds) {
+    int i = 0;
+    for (const auto& [first, second] : seeds)
+        std::ofstream(dir / (name + std::to_string(i++)), std::ios::binary) << first << kPartSeparator << second;
+}
+
+/// Defines LLVMFuzzerInitialize for a target that makes its own seeds (write_seeds_if_asked).
+#define AQPIM_FUZZ_WRITES_SEEDS(write_seeds)                     \
+    extern "C" int LLVMFuzzerInitialize(int*, char***) {         \
+        aqpim::fuzz::write_seeds_if_asked(write_seeds);          \
+        return 0;                                                \
+    }
 
 /// Run f; an aqpim::Error (a clear error naming the bad input) is a normal outcome.
 template <class F>

@@ -54,10 +54,7 @@ void write_seeds(const std::filesystem::path& dir) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-    aqpim::fuzz::write_seeds_if_asked(write_seeds);
-    return 0;
-}
+AQPIM_FUZZ_WRITES_SEEDS(write_seeds)
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     using namespace aqpim::serve;

@@ -19,7 +19,7 @@ namespace {
 using aqpim::serve::RegexDfa;
 
 void write_seeds(const std::filesystem::path& dir) {
-    const char* seeds[][2] = {
+    aqpim::fuzz::write_two_part_seeds(dir, "regex", {
         {"^\\d{4}-\\d{2}-\\d{2}$", "2026-12-07"},
         {"[A-Z][a-z]+( [a-z]+){1,4}[.!]", "Catherine was here."},
         {"^[a-z0-9._%+-]+@[a-z0-9.-]+\\.[a-z]{2,}$", "cath@bath.uk"},
@@ -27,10 +27,7 @@ void write_seeds(const std::filesystem::path& dir) {
         {"[^\\s\\u00e0-\\u4e00]*\\u{1F600}?.", "ab\xf0\x9f\x98\x80x"},
         {"(?<n>a|bc)+?\\x41[\\b\\t]\\cJ", "bcaA\t\n"},
         {"a\"b\\\\c\\n", "a\"b\\c\n"},
-    };
-    int i = 0;
-    for (const auto& [pattern, text] : seeds)
-        std::ofstream(dir / ("regex" + std::to_string(i++)), std::ios::binary) << pattern << aqpim::fuzz::kPartSeparator << text;
+    });
 }
 
 std::unique_ptr<RegexDfa> compile(std::string_view pattern, RegexDfa::Match match, const std::bitset<256>& writable) {
@@ -85,10 +82,7 @@ bool accepts(const RegexDfa& d, std::string_view text) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-    aqpim::fuzz::write_seeds_if_asked(write_seeds);
-    return 0;
-}
+AQPIM_FUZZ_WRITES_SEEDS(write_seeds)
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     const auto parts = aqpim::fuzz::split_parts(data, size);
