@@ -29,6 +29,7 @@ struct GrammarBuilder {
     std::vector<std::size_t> first_use;  ///< [rule] where it was first called (kUnused: never)
     std::vector<bool> defined;
     std::int32_t rule = -1;              ///< the rule being read
+    int nesting = 0;                     ///< groups open at pos
 
     [[noreturn]] void fail(std::size_t at, const std::string& what) const {
         std::size_t line = 1, column = 1;
@@ -211,11 +212,13 @@ struct GrammarBuilder {
             return chars({{0, 0x10FFFF}});
         }
         if (c == '(') {
+            if (++nesting > Grammar::kMaxNesting) fail(pos, fmt::format("groups nested deeper than {}", Grammar::kMaxNesting));
             ++pos;
             space(true);
             const Fragment f = alternatives(true);
             if (peek() != ')') fail(pos, "expected ')'");
             ++pos;
+            --nesting;
             return f;
         }
         if (c == '<') fail(pos, "token references (<...>) are not supported");
@@ -398,7 +401,7 @@ std::vector<bool> rules_that_finish(const std::vector<std::vector<Edge>>& edges,
 }  // namespace
 
 Grammar::Grammar(std::string_view source) {
-    GrammarBuilder b{*this, source, 0, {}, {}, {}, -1};
+    GrammarBuilder b{*this, source, 0, {}, {}, {}, -1, 0};
     b.parse();
     const std::size_t n = edges_.size();
     // Rules that can finish at all; then drop calls of the others and the states from which
@@ -482,11 +485,41 @@ Grammar::Grammar(std::string_view source) {
             r.ends = r.ends || s == rule_end_[std::size_t(rule_of_[std::size_t(s)])];
         }
     }
+    // Every closure the recognizer can start (from the root's start, after a byte, on a return)
+    // within the bounds, followed once here: a grammar whose empty paths fan out (a chain of
+    // hundreds of rules that read nothing, rules that call two nullable rules each, a run of
+    // optional elements) is refused now, not met at each byte of each request. Beyond these, each
+    // byte's closures together are bounded again (kMaxClosureSteps): a byte past that is not read.
+    GrammarPrefix probe(*this);
+    std::vector<std::int32_t> out;
+    std::size_t total = 0;
+    auto bounded = [&](std::int32_t s) {
+        out.clear();
+        std::size_t steps = 0;
+        const bool ok = probe.close(nullptr, 0, s, out, steps);
+        total += steps;
+        std::size_t stacks = 0;
+        for (std::size_t i = 0; i < out.size(); i += std::size_t(out[i]) + 2) ++stacks;
+        return ok && stacks <= std::size_t(kMaxStacks) && out.size() <= kMaxStackWords;
+    };
+    if (!bounded(rule_start_[std::size_t(root_)]))
+        b.fail(0, fmt::format("the grammar's start holds more than {} readings or {} rule calls before its first character",
+                              kMaxStacks, kMaxClosureSteps));
+    for (std::size_t s = 0; s < n; ++s)
+        for (const Edge& e : edges_[s]) {
+            if (e.call != kEmpty && !bounded(e.to))
+                b.fail(0, fmt::format("rule '{}': after a character or a call it reaches more than {} readings or {} rule calls and "
+                                      "returns before the next character",
+                                      rule_names_[std::size_t(rule_of_[s])], kMaxStacks, kMaxClosureSteps));
+            if (total > kMaxReach)
+                b.fail(0, fmt::format("the grammar's empty paths take more than {} steps to follow", kMaxReach));
+        }
 }
 
 GrammarPrefix::GrammarPrefix(const Grammar& g) : g_(&g) {
     std::vector<std::int32_t> start;
-    close(nullptr, 0, g.rule_start_[std::size_t(g.root_)], start);
+    std::size_t steps = 0;
+    close(nullptr, 0, g.rule_start_[std::size_t(g.root_)], start, steps);  // within the bounds: checked when g was built
     stacks_.assign(start.data(), start.size());
 }
 
@@ -505,7 +538,8 @@ bool holds(const std::vector<std::int32_t>& set, const std::int32_t* stack, std:
 
 }  // namespace
 
-void GrammarPrefix::close(const std::int32_t* returns, std::int32_t depth, std::int32_t state, std::vector<std::int32_t>& out) const {
+bool GrammarPrefix::close(const std::int32_t* returns, std::int32_t depth, std::int32_t state, std::vector<std::int32_t>& out,
+                          std::size_t& steps) const {
     // Depth first over stacks not seen in this closure, each flat as in stacks_ (the scratch
     // vectors are the thread's: a closure allocates nothing once they have grown).
     thread_local std::vector<std::int32_t> todo, seen, stack;
@@ -516,6 +550,7 @@ void GrammarPrefix::close(const std::int32_t* returns, std::int32_t depth, std::
     todo.push_back(state);
     todo.push_back(depth + 2);  // each entry ends with its length, so the last one can be popped
     while (!todo.empty()) {
+        if (++steps > Grammar::kMaxClosureSteps) return false;
         const std::size_t n = std::size_t(todo.back());
         stack.assign(todo.end() - std::ptrdiff_t(n) - 1, todo.end() - 1);
         todo.resize(todo.size() - n - 1);
@@ -548,6 +583,7 @@ void GrammarPrefix::close(const std::int32_t* returns, std::int32_t depth, std::
             else push(d - 1, std::size_t(d) - 1, stack[std::size_t(d)], 0);
         }
     }
+    return true;
 }
 
 bool GrammarPrefix::feed(std::string_view text) {
@@ -555,6 +591,7 @@ bool GrammarPrefix::feed(std::string_view text) {
     for (const char ch : text) {
         const unsigned char c = static_cast<unsigned char>(ch);
         next.clear();
+        std::size_t steps = 0;  // the closures' work for this byte, all stacks together
         for (std::size_t i = 0; i < stacks_.size(); i += std::size_t(stacks_[i]) + 2) {
             const std::int32_t depth = stacks_[i], s = stacks_[i + std::size_t(depth) + 1];
             if (s < 0) continue;
@@ -562,7 +599,7 @@ bool GrammarPrefix::feed(std::string_view text) {
                 if (e.call != Grammar::kBytes || e.lo > c || c > e.hi) continue;
                 const Grammar::Reach& r = g_->reach_[std::size_t(e.to)];
                 if (!r.calls.empty() || r.ends) {
-                    close(stacks_.data() + i + 1, depth, e.to, next);
+                    if (!close(stacks_.data() + i + 1, depth, e.to, next, steps)) return false;
                     continue;
                 }
                 // Within the rule (most bytes): this stack at each state its empty paths reach that reads.

@@ -33,8 +33,13 @@ public:
     /// (depths, returns and states) together: a byte that would make more is not read.
     static constexpr int kMaxStacks = 64;
     static constexpr std::size_t kMaxStackWords = 1024;
-    /// Steps to follow every state's empty paths (a run of n optional elements takes n^2 / 2).
+    /// Steps to follow every state's empty paths (a run of n optional elements takes n^2 / 2),
+    /// and to check each closure the recognizer can start.
     static constexpr std::size_t kMaxReach = std::size_t(1) << 24;
+    /// Stacks a closure visits (calls, returns): one from any state the recognizer can start one
+    /// at, checked at compile time; and each byte's closures together at run time.
+    static constexpr std::size_t kMaxClosureSteps = 128;
+    static constexpr int kMaxNesting = 256;  ///< groups inside groups
 
     /// Parses and compiles `source` (UTF-8): rules `name ::= alternatives`, one per line (a
     /// rule goes on over lines inside parentheses and after `::=` or `|`), `root` the whole text;
@@ -90,9 +95,12 @@ public:
     const std::uint64_t* tokens(const GuideVocabulary& vocab) const;
 
 private:
+    friend class Grammar;
     /// Adds to `out` (once each) the stacks reached from `depth` `returns` and `state` without
-    /// reading (calls, returns, empty edges) that are at a state that reads bytes or at the root's end.
-    void close(const std::int32_t* returns, std::int32_t depth, std::int32_t state, std::vector<std::int32_t>& out) const;
+    /// reading (calls, returns, empty edges) that are at a state that reads bytes or at the root's
+    /// end. Counts the stacks it visits into `steps`: false (out partial) past kMaxClosureSteps.
+    bool close(const std::int32_t* returns, std::int32_t depth, std::int32_t state, std::vector<std::int32_t>& out,
+               std::size_t& steps) const;
 
     /// Integers held in place up to a few stacks' worth (a copy, which the mask's walk makes at
     /// each node of the vocabulary's trie, then allocates nothing), on the heap beyond.

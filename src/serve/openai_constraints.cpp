@@ -23,11 +23,15 @@ namespace {
 /// llama-server's top-level "json_schema": {...}.
 void read_response_format(const json& body, OrderedBody& ordered, CompletionParams& p) {
     if (const json* schema = field(body, "json_schema"); schema && !schema->is_null()) {
-        // llama-server's own field: the schema itself, beside no response_format.
-        if (field(body, "response_format")) bad("json_schema", "one output constraint per request (json_schema or response_format)");
+        // llama-server's own field: the schema itself, of any JSON value (as llama-server takes it),
+        // beside no response_format but {"type": "text"}.
+        const json* rf = field(body, "response_format");
+        const json* rf_type = rf && rf->is_object() ? field(*rf, "type") : nullptr;
+        if (rf && !(rf_type && *rf_type == "text"))
+            bad("json_schema", "one output constraint per request (json_schema or response_format)");
         if (!schema->is_object()) bad("json_schema", fmt::format("expected a schema object, got {}", type_name(*schema)));
         try {
-            p.json_schema = std::make_shared<const JsonSchema>(ordered.at({"json_schema"}));
+            p.json_schema = std::make_shared<const JsonSchema>(ordered.at({"json_schema"}), JsonSchema::Root::any);
         } catch (const JsonSchemaError& e) {
             bad("json_schema", e.what());
         }

@@ -174,6 +174,23 @@ TEST(Grammar, RefusalsNameTheLineAndColumn) {
     expect("root ::= \"a\" ) \"b\"", "expected a new line after rule 'root'");
     expect("root ::= \"a\"\n  | \"b\"", "at line 2, column 3: expected a rule name");
     expect(std::string(Grammar::kMaxSourceBytes + 1, '#'), "over 65536 bytes");
+    // Bounds on work a hostile grammar could make each byte or the parser do.
+    expect("root ::= " + std::string(20000, '(') + "\"a\"" + std::string(20000, ')'), "groups nested deeper than 256");
+    std::string doubling = "root ::= r0 \"x\"\n";  // 2^18 ways to read nothing before the x
+    for (int i = 0; i < 18; ++i) doubling += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + " r" + std::to_string(i + 1) + "\n";
+    doubling += "r18 ::= \"a\" | \"\"\n";
+    expect(doubling, "rule calls before its first character");
+    std::string chain = "root ::= ([a-z ] n0)*\n";  // 100 calls after each letter
+    for (int i = 0; i < 100; ++i) chain += "n" + std::to_string(i) + " ::= n" + std::to_string(i + 1) + "\n";
+    chain += "n100 ::= \"\"\n";
+    expect(chain, "rule 'root': after a character or a call it reaches more than 64 readings or 128 rule calls");
+    std::string alternatives = "root ::= \"{\" (t0";  // 40 rules as alternatives: within the bounds
+    for (int i = 1; i < 40; ++i) alternatives += " | t" + std::to_string(i);
+    alternatives += ") \"}\"\n";
+    for (int i = 0; i < 40; ++i) alternatives += "t" + std::to_string(i) + " ::= \"tool_" + std::to_string(i) + "\"\n";
+    EXPECT_EQ(refusal(alternatives), "");
+    expect("root ::= \"x\" (\"y\"?){70}", "rule 'root': after a character");
+    expect("root ::= (\"y\"?){70} \"!\"", "the grammar's start holds more than 64 readings");
     EXPECT_EQ(refusal("# a comment\nroot ::= \"a\" # another\n\n"), "");
 }
 

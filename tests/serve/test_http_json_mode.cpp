@@ -168,6 +168,12 @@ TEST(HttpJsonMode, AJsonSchemaShapesTheObject) {
     EXPECT_EQ(post(c, "/v1/completions", {{"prompt", "x"}, {"json_schema", json::parse(kCharacterSchema)},
                                           {"response_format", {{"type", "json_object"}}}}, 400)["error"]["param"], "json_schema");
     EXPECT_EQ(post(c, "/v1/completions", {{"prompt", "x"}, {"json_schema", "{}"}}, 400)["error"]["param"], "json_schema");
+    // As llama-server: any value's schema, and beside response_format text.
+    const json word = post(c, "/v1/completions", {{"prompt", "x"}, {"max_tokens", 30}, {"seed", 2},
+                                                  {"json_schema", {{"enum", {"yes", "no"}}}}, {"response_format", {{"type", "text"}}}});
+    EXPECT_EQ(word["choices"][0]["finish_reason"], "stop") << word;
+    const json value = json::parse(word["choices"][0]["text"].get<std::string>());  // whitespace around it allowed
+    EXPECT_TRUE(value == "yes" || value == "no") << word;
 }
 
 }  // namespace
