@@ -30,6 +30,7 @@ struct GrammarBuilder {
     std::vector<bool> defined;
     std::int32_t rule = -1;              ///< the rule being read
     int nesting = 0;                     ///< groups open at pos
+    std::size_t reread = 0;              ///< bytes read again for the copies of repeated elements
 
     [[noreturn]] void fail(std::size_t at, const std::string& what) const {
         std::size_t line = 1, column = 1;
@@ -261,6 +262,8 @@ struct GrammarBuilder {
                 used_first = true;
                 return first;
             }
+            reread += after - from;  // a copy is the element read again: bound the bytes so read
+            if (reread > Grammar::kMaxReach) fail(from, fmt::format("repetitions that read more than {} bytes of the grammar again", Grammar::kMaxReach));
             const std::size_t save = pos;
             pos = from;
             const Fragment f = primary();
@@ -401,7 +404,7 @@ std::vector<bool> rules_that_finish(const std::vector<std::vector<Edge>>& edges,
 }  // namespace
 
 Grammar::Grammar(std::string_view source) {
-    GrammarBuilder b{*this, source, 0, {}, {}, {}, -1, 0};
+    GrammarBuilder b{*this, source, 0, {}, {}, {}, -1, 0, 0};
     b.parse();
     const std::size_t n = edges_.size();
     // Rules that can finish at all; then drop calls of the others and the states from which

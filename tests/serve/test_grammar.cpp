@@ -191,6 +191,7 @@ TEST(Grammar, RefusalsNameTheLineAndColumn) {
     EXPECT_EQ(refusal(alternatives), "");
     expect("root ::= \"x\" (\"y\"?){70}", "rule 'root': after a character");
     expect("root ::= (\"y\"?){70} \"!\"", "the grammar's start holds more than 64 readings");
+    expect("root ::= ((\"\"  #" + std::string(60000, 'c') + "\n){1000}){1000}", "repetitions that read more than");
     EXPECT_EQ(refusal("# a comment\nroot ::= \"a\" # another\n\n"), "");
 }
 
