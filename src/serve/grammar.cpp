@@ -579,8 +579,13 @@ bool GrammarPrefix::close(const std::int32_t* returns, std::int32_t depth, std::
             if (!holds(out, stack.data(), n)) out.insert(out.end(), stack.begin(), stack.end());
         }
         stack[n - 1] = s;
-        for (const auto& [callee, ret] : r.calls)
-            if (d < Grammar::kMaxDepth) push(d + 1, std::size_t(d), ret, g_->rule_start_[std::size_t(callee)]);  // deeper calls are not taken
+        for (const auto& [callee, ret] : r.calls) {
+            const Grammar::Reach& after = g_->reach_[std::size_t(ret)];
+            if (after.ends && after.reads.empty() && after.calls.empty())
+                push(d, std::size_t(d), g_->rule_start_[std::size_t(callee)], 0);  // a tail call: it returns where this rule would
+            else if (d < Grammar::kMaxDepth)
+                push(d + 1, std::size_t(d), ret, g_->rule_start_[std::size_t(callee)]);  // deeper calls are not taken
+        }
         if (r.ends) {  // the rule returns
             if (d == 0) push(0, 0, -1, 0);
             else push(d - 1, std::size_t(d) - 1, stack[std::size_t(d)], 0);

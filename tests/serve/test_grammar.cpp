@@ -139,6 +139,14 @@ TEST(Grammar, NestingIsHeldExactly) {
     // Depth beyond the bound is not read.
     EXPECT_TRUE(is_prefix(g, std::string(Grammar::kMaxDepth - 1, '(')));
     EXPECT_FALSE(is_prefix(g, std::string(Grammar::kMaxDepth + 1, '(')));
+    // A call that ends its rule (right recursion: lists) takes no depth: it returns where its
+    // rule would (as llama.cpp's stacks do).
+    const Grammar list("root ::= \"[\" items \"]\"\nitems ::= \"1\" (\",\" items)?");
+    std::string long_list = "[1";
+    for (int i = 0; i < 2000; ++i) long_list += ",1";
+    EXPECT_TRUE(matches(list, long_list + "]"));
+    const Grammar run("root ::= x\nx ::= \"a\" x | \"\"");
+    EXPECT_TRUE(matches(run, std::string(5000, 'a')));
 }
 
 TEST(Grammar, RulesThatCannotFinishAreCutSoNoPrefixIsADeadEnd) {
@@ -180,8 +188,8 @@ TEST(Grammar, RefusalsNameTheLineAndColumn) {
     for (int i = 0; i < 18; ++i) doubling += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + " r" + std::to_string(i + 1) + "\n";
     doubling += "r18 ::= \"a\" | \"\"\n";
     expect(doubling, "rule calls before its first character");
-    std::string chain = "root ::= ([a-z ] n0)*\n";  // 100 calls after each letter
-    for (int i = 0; i < 100; ++i) chain += "n" + std::to_string(i) + " ::= n" + std::to_string(i + 1) + "\n";
+    std::string chain = "root ::= ([a-z ] n0)*\n";  // 100 calls after each letter, each returning to an optional x
+    for (int i = 0; i < 100; ++i) chain += "n" + std::to_string(i) + " ::= n" + std::to_string(i + 1) + " \"x\"?\n";
     chain += "n100 ::= \"\"\n";
     expect(chain, "rule 'root': after a character or a call it reaches more than 64 readings or 128 rule calls");
     std::string alternatives = "root ::= \"{\" (t0";  // 40 rules as alternatives: within the bounds
