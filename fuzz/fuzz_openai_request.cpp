@@ -4,9 +4,10 @@
 // server sends it (dump_json of ApiError::to_json); the bodies of /tokenize and /detokenize through
 // their parsers; a model's finished answer read as tool calls (tool_calls_of: each call names a tool
 // and its arguments are a JSON object; an answer read as calls with no content before them may be
-// calls at each of its prefixes, as a stream holds it). Input: ENDPOINT SEP body, ENDPOINT one of
+// calls at each of its prefixes, as a stream holds it); llama-server's own /completion and /infill
+// bodies through parse_llama_completion_request. Input: ENDPOINT SEP body, ENDPOINT one of
 // `completions`, `chat`, `chat:FORMAT` (FORMAT a --chat-template name; unknown names: plain),
-// `tokenize`, `detokenize` or `answer`.
+// `tokenize`, `detokenize`, `answer`, `completion` or `infill`.
 // An ApiError with a 4xx status is the expected refusal of a bad body (the server's answer); any
 // other status, exception or crash is a finding. Seeds: scripts/fuzz.sh.
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "fuzz_input.h"
 #include "serve/chat_template.h"
+#include "serve/llama_request.h"
 #include "serve/openai_request.h"
 #include "serve/openai_response.h"
 
@@ -64,6 +66,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             return 0;
         }
         const std::string body(aqpim::fuzz::part(parts, 1));
+        if (endpoint == "completion" || endpoint == "infill") {
+            // A text's tokens: its bytes (every id below n_vocab).
+            const TokenizeFn tokenize = [](const std::string& t) { return std::vector<std::int32_t>(t.begin(), t.end()); };
+            const LlamaCompletionParams lp =
+                parse_llama_completion_request(parse_request_json(body), endpoint == "infill", limits, tokenize, body);
+            if (!lp.params.processing.invalid_reason(limits.n_vocab).empty()) std::abort();  // read, then the engine refuses it
+            return 0;
+        }
         const CompletionParams p = parse_completion_request(parse_request_json(body), chat, limits, body);
         if (chat) {
             aqpim::fuzz::expect_success_or_error([&] { (void)render_chat(format, p.messages, tokens); });

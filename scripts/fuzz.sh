@@ -150,6 +150,18 @@ BODIES
         printf 'chat%s%s' "$sep" '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"w"}}],"tool_choice":{"type":"function","function":{"name":"w"}}}' > "$dir/chat-tool-named"
         printf 'chat%s%s' "$sep" '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"a","parameters":{"type":"object","properties":{"n":{"type":"integer"}}}}},{"type":"function","function":{"name":"b","parameters":{"$defs":{"K":{"enum":["p","q"]}},"type":"object","properties":{"k":{"$ref":"#/$defs/K"}}}}}],"tool_choice":"required"}' > "$dir/chat-tools-parallel"
         printf 'chat%s%s' "$sep" '{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"u","schema":{"type":"object","properties":{"pet":{"oneOf":[{"type":"object","properties":{"t":{"const":"cat"},"m":{"type":"integer"}},"required":["t"]},{"type":"object","properties":{"t":{"const":"dog"},"m":{"type":"object"}},"required":["t"]}]}}}}}}' > "$dir/chat-union"
+        # llama-server's own /completion and /infill
+        while IFS= read -r body; do
+            printf 'completion%s%s' "$sep" "$body" > "$dir/llama$((i++))"
+        done <<'BODIES'
+{"prompt":"Once upon","n_predict":16,"temperature":0.8,"top_k":40,"top_p":0.95,"min_p":0.05,"seed":-1,"stop":["
+"],"stream":true,"n_probs":2}
+{"prompt":[[1,2,"x",3],"y"],"samplers":["penalties","top_k","top_p","temperature"],"repeat_penalty":1.1,"repeat_last_n":-1,"logit_bias":[[5,false],["ab",1.5]],"ignore_eos":true}
+{"prompt":"x","samplers":"kpmt","typical_p":1,"mirostat":0,"dry_multiplier":0,"dry_sequence_breakers":["
+"],"xtc_probability":0,"min_keep":0,"return_tokens":true,"response_fields":["content","timings/prompt_n"],"cache_prompt":true,"n_keep":-1}
+{"prompt":"x","grammar":"root ::= [a-z]+","n_predict":-1,"timings_per_token":true,"id_slot":-1,"lora":[]}
+BODIES
+        printf 'infill%s%s' "$sep" '{"input_prefix":"def f(a):\n    ","input_suffix":"\n    return a\n","input_extra":[{"filename":"u.py","text":"x = 1"},{"text":"y"}],"prompt":"re","n_indent":4,"t_max_predict_ms":500,"samplers":["top_k","top_p"]}' > "$dir/infill0"
         printf 'tokenize%s%s' "$sep" '{"prompt":"Once upon","add_special_tokens":false}' > "$dir/tokenize0"
         printf 'tokenize%s%s' "$sep" '{"content":"Once upon","add_special":true,"model":"m"}' > "$dir/tokenize1"
         printf 'detokenize%s%s' "$sep" '{"tokens":[1,2,3,511]}' > "$dir/detokenize0"

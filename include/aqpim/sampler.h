@@ -2,6 +2,7 @@
 // Choosing the next token from logits: greedy at temperature 0, else temperature + nucleus (top-p)
 // sampling with a seeded generator (same seed, same text).
 
+#include <cstddef>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -37,6 +38,28 @@ struct SamplerState {
     bool operator==(const SamplerState&) const;
 };
 
+/// The nucleus of a distribution given by logits: its most probable tokens, best first (ties: the
+/// lowest id), until their probability reaches top_p (at least one token). Keeps its buffers
+/// between calls.
+class Nucleus {
+public:
+    /// Softmax of logits [n_vocab] at temperature (> 0), then the nucleus of top_p (in (0, 1]; 0
+    /// keeps the most likely token). Returns its size.
+    std::size_t find(const float* logits, int n_vocab, float temperature, float top_p);
+    /// The i-th token of the nucleus, and its weight (the softmax's numerator).
+    std::int32_t id(std::size_t i) const { return std::int32_t(keys_[i] & 0xFFFFFFFFu); }
+    float weight(std::size_t i) const;
+    double kept() const { return kept_; }  ///< the nucleus' weights, summed
+
+private:
+    /// keys_ into ascending order (from any permutation of it).
+    void sort_keys();
+
+    std::vector<std::uint64_t> keys_;     ///< per token: ~bits(weight) << 32 | id
+    std::vector<std::uint64_t> scratch_;  ///< sort_keys' second buffer
+    double kept_ = 0.0;
+};
+
 class Sampler {
 public:
     explicit Sampler(const SamplerParams& params);
@@ -65,13 +88,9 @@ private:
         std::uint64_t draws_ = 0;
     };
 
-    /// keys_ into ascending order (from any permutation of it).
-    void sort_keys();
-
     SamplerParams params_;
     CountingEngine rng_;
-    std::vector<std::uint64_t> keys_;     ///< per token: ~bits(probability) << 32 | id
-    std::vector<std::uint64_t> scratch_;  ///< sort_keys' second buffer
+    Nucleus nucleus_;
 };
 
 /// Index of the largest value (lowest index on ties).

@@ -88,6 +88,10 @@ struct TokenEvent {
     int n_prompt = 0;                        ///< prompt tokens fed (usage)
     int n_generated = 0;                     ///< tokens generated so far (this one included)
     std::string error;                       ///< finish == error: what went wrong
+    // On generated tokens and the final event of a request that started in a slot:
+    int slot = -1;                           ///< the slot it runs in (-1: it never started)
+    int n_prompt_fed = 0;                    ///< prompt tokens it prefilled (the others came from the KV store)
+    double prompt_seconds = 0;               ///< from its start in the slot to its first token (or its end, without one)
 };
 /// Return true to stop the request now (a string stop the server found): it finishes with `stop`.
 using EventCallback = std::function<bool(const TokenEvent&)>;

@@ -56,6 +56,9 @@ struct Engine::Impl {
         std::uint64_t reserve = 0;
         bool in_cache = false;
         Timer since_submit, since_token;
+        Timer since_start;                 ///< since start(): the prompt's time (TokenEvent::prompt_seconds)
+        int n_prompt_fed = 0;              ///< prompt tokens prefilled by this request
+        double prompt_seconds = -1;        ///< start to first token (-1: none yet)
         std::unique_ptr<store::PrefixStore::Recorder> recorder;  ///< records the prompt's blocks (with --kv-store)
         std::uint64_t parked_at = 0;   ///< when it was parked (the oldest goes to disk first)
         std::string spilled_key;       ///< spilled: where its state lies in the disk tier
@@ -193,8 +196,10 @@ struct Engine::Impl {
     void finish(Slot& s, FinishReason reason, const std::string& error = {});
 
     void release(Slot& s);
-    void final_event(std::uint64_t id, const EventCallback& cb, FinishReason reason, int n_prompt, int n_generated,
-                     const std::string& error);
+    /// A request's final event: `ev` holds its counts (a request that never started: none).
+    void final_event(const EventCallback& cb, TokenEvent ev);
+    /// Sets ev's request id, counts, slot and prompt timing from s's request.
+    void stamp(const Slot& s, TokenEvent& ev) const;
 
     /// Snapshot for stats() and slots().
     void publish();

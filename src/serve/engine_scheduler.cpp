@@ -14,6 +14,15 @@ namespace aqpim::serve {
 
 namespace {
 
+/// The final event of a request that never started in a slot.
+TokenEvent unstarted(std::uint64_t id, FinishReason reason, std::string error = {}) {
+    TokenEvent ev;
+    ev.request_id = id;
+    ev.finish = reason;
+    ev.error = std::move(error);
+    return ev;
+}
+
 /// log-softmax of logits [n] at `token`, and the k most likely tokens (best first, lowest id on ties).
 float log_probabilities(const float* logits, int n, std::int32_t token, int k, std::vector<TokenLogprob>& top) {
     const float mx = *std::max_element(logits, logits + n);
@@ -97,7 +106,7 @@ void Engine::Impl::run() {
                     }
             }
         }
-        for (Pending& p : cancelled) final_event(p.id, p.on_event, FinishReason::cancelled, 0, 0, {});
+        for (Pending& p : cancelled) final_event(p.on_event, unstarted(p.id, FinishReason::cancelled));
         for (Slot& s : slots)
             if (running(s) && to_cancel.count(s.request_id)) finish(s, FinishReason::cancelled);
         if (stopping_now()) {
@@ -269,7 +278,7 @@ bool Engine::Impl::start_resume(Pending& p) {
         }
     }
     if (!why.empty()) {
-        final_event(p.id, p.on_event, FinishReason::error, 0, 0, why);
+        final_event(p.on_event, unstarted(p.id, FinishReason::error, why));
         return true;
     }
     reserved -= s.reserve;  // start() adds the new worst case
@@ -300,6 +309,9 @@ void Engine::Impl::start(Slot& s, Pending& p) {
         for (std::size_t i = s.tokens.size() - std::size_t(s.n_prompt); i < s.tokens.size(); ++i)
             s.prompt_scores.push_back({s.tokens[i], std::nullopt, {}});
     s.since_submit = p.since_submit;
+    s.since_start.reset();
+    s.n_prompt_fed = 0;
+    s.prompt_seconds = -1;
     reserved += s.reserve;
 }
 
@@ -322,6 +334,7 @@ void Engine::Impl::prefill_one() {
         if (!forward({&seq, 1}, false)) return;
         if (all_rows) score_prompt(s, s.n_cached, n);
         s.n_cached += n;
+        s.n_prompt_fed += int(std::min<std::int64_t>(n, s.n_prompt));
         record_phase(true, t.seconds(), std::uint64_t(n));
         if (s.recorder) record_block(s);
         if (s.n_cached == std::int64_t(s.tokens.size())) {
@@ -456,9 +469,9 @@ void Engine::Impl::report(Slot& s, TokenEvent ev) {
         return finish(s, FinishReason::stop);
     }
     const bool guide_done = s.request.guide_vocabulary && s.guide.complete();
-    ev.request_id = s.request_id;
-    ev.n_prompt = s.n_prompt;
-    ev.n_generated = ++s.n_generated;
+    ++s.n_generated;
+    if (s.prompt_seconds < 0) s.prompt_seconds = s.since_start.seconds();
+    stamp(s, ev);
     {
         std::lock_guard<std::mutex> lk(mu);
         ++published.generated_tokens;
@@ -479,9 +492,11 @@ void Engine::Impl::report(Slot& s, TokenEvent ev) {
 /// End s's request: release its pages (or park it), then its final event.
 void Engine::Impl::finish(Slot& s, FinishReason reason, const std::string& error) {
     const bool park = s.request.park && (reason == FinishReason::stop || reason == FinishReason::length);
-    const std::uint64_t id = s.request_id;
     EventCallback cb = std::move(s.on_event);
-    const int n_prompt = s.n_prompt, n_generated = s.n_generated;
+    TokenEvent ev;
+    stamp(s, ev);
+    ev.finish = reason;
+    ev.error = error;
     if (park) {
         s.recorder.reset();
         s.phase = SlotPhase::parked;
@@ -492,7 +507,16 @@ void Engine::Impl::finish(Slot& s, FinishReason reason, const std::string& error
         release(s);
     }
     publish();  // stats() tells the pages are back before the client hears the end
-    final_event(id, cb, reason, n_prompt, n_generated, error);
+    final_event(cb, std::move(ev));
+}
+
+void Engine::Impl::stamp(const Slot& s, TokenEvent& ev) const {
+    ev.request_id = s.request_id;
+    ev.n_prompt = s.n_prompt;
+    ev.n_generated = s.n_generated;
+    ev.slot = int(&s - slots.data());
+    ev.n_prompt_fed = s.n_prompt_fed;
+    ev.prompt_seconds = s.prompt_seconds >= 0 ? s.prompt_seconds : s.since_start.seconds();
 }
 
 void Engine::Impl::release(Slot& s) {
@@ -504,19 +528,12 @@ void Engine::Impl::release(Slot& s) {
     s = Slot{};
 }
 
-void Engine::Impl::final_event(std::uint64_t id, const EventCallback& cb, FinishReason reason, int n_prompt, int n_generated,
-                 const std::string& error) {
+void Engine::Impl::final_event(const EventCallback& cb, TokenEvent ev) {
     {
         std::lock_guard<std::mutex> lk(mu);
-        live.erase(id);
+        live.erase(ev.request_id);
         ++published.requests_finished;
     }
-    TokenEvent ev;
-    ev.request_id = id;
-    ev.finish = reason;
-    ev.n_prompt = n_prompt;
-    ev.n_generated = n_generated;
-    ev.error = error;
     if (cb) cb(ev);
 }
 

@@ -14,84 +14,11 @@ namespace aqpim::serve {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-std::uint64_t Wakeup::generation() {
-    std::lock_guard<std::mutex> lk(mu_);
-    return generation_;
-}
-
-void Wakeup::notify() {
-    {
-        std::lock_guard<std::mutex> lk(mu_);
-        ++generation_;
-    }
-    cv_.notify_all();
-}
-
-bool Wakeup::wait_until(std::uint64_t seen, std::chrono::steady_clock::time_point until) {
-    std::unique_lock<std::mutex> lk(mu_);
-    return cv_.wait_until(lk, until, [&] { return generation_ != seen; });
-}
-
-bool Channel::on_event(const TokenEvent& e) {
-    if (e.finish == FinishReason::none && e.token < 0) {  // the prompt's scores
-        {
-            std::lock_guard<std::mutex> lk(mu_);
-            prompt_ = e.prompt;
-        }
-        wakeup_->notify();
-        return false;
-    }
-    const bool last = e.finish != FinishReason::none;
-    TextDelta d = last ? text_.flush() : text_.push(e);
-    {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (!d.empty()) deltas_.push_back(std::move(d));
-        if (last) {
-            done_ = true;
-            final_ = {e.finish, text_.stopped(), e.n_prompt, e.n_generated, e.error};
-        }
-    }
-    wakeup_->notify();
-    return !last && text_.stopped();
-}
-
-bool Channel::poll(std::vector<TextDelta>& out, Final& final) {
-    std::lock_guard<std::mutex> lk(mu_);
-    for (auto& d : deltas_) out.push_back(std::move(d));
-    deltas_.clear();
-    if (done_) final = final_;
-    return done_;
-}
-
-bool Channel::wait(std::chrono::milliseconds timeout, std::vector<TextDelta>& out, Final& final) {
-    const auto until = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-        const std::uint64_t seen = wakeup_->generation();  // before looking: an event after it wakes us
-        const bool done = poll(out, final);
-        if (done || !out.empty() || std::chrono::steady_clock::now() >= until || !wakeup_->wait_until(seen, until))
-            return done;
-    }
-}
-
-std::optional<std::vector<ScoredToken>> Channel::prompt_scores() {
-    std::lock_guard<std::mutex> lk(mu_);
-    return prompt_;
-}
-
 namespace {
 
 const char* finish_name(const Channel::Final& f) {
     return f.finish == FinishReason::length ? "length" : "stop";  // eos, a stop sequence or a stop string
 }
-
-/// One prompt of a request on its way through the engine (a choice of the response).
-struct Choice {
-    std::vector<std::int32_t> prompt;
-    std::shared_ptr<Channel> channel;
-    std::uint64_t request_id = 0;
-    std::vector<TokenText> echoed;  ///< echo: the prompt's tokens with their texts (scores added at the end)
-    std::string echo_text;          ///< their texts, concatenated
-};
 
 /// The echoed prompt's tokens with the scores the engine sent (unscored where it sent none).
 std::vector<TokenText> scored(std::vector<TokenText> echoed, const std::optional<std::vector<ScoredToken>>& scores) {
@@ -122,6 +49,98 @@ std::vector<ChoiceText> best_of_each(std::vector<ChoiceText> out, const std::vec
 
 }  // namespace
 
+std::shared_ptr<Wakeup> HttpServer::Impl::submit_choices(const CompletionParams& p, std::vector<Choice>& choices,
+                                                         const ChoiceSettings& settings) {
+    std::int32_t slot_token = -1;  // the parked sequence's last token (id_slot): text continues after it
+    if (p.id_slot >= 0)
+        for (const SlotInfo& s : engine.slots()) {
+            if (s.id != p.id_slot) continue;
+            // An idle slot holds nothing to continue: refused here, before the response starts (any
+            // other phase may be parked by the time the request starts; the engine checks it then).
+            if (s.phase == SlotPhase::idle)
+                throw ApiError(400, fmt::format("slot {} holds no parked sequence (idle): park one with keep_slot first",
+                                                p.id_slot), "id_slot");
+            slot_token = s.last_token;
+        }
+    const std::uint64_t seed = p.seed ? *p.seed : draw_seed();
+    const auto wakeup = std::make_shared<Wakeup>();  // one for the request: a stream waits on all its choices
+    std::vector<GenerationRequest> requests;
+    std::vector<EventCallback> callbacks;
+    std::size_t logprob_entries = 0;  // what the response's logprobs will hold
+    for (std::size_t i = 0; i < choices.size(); ++i) {
+        Choice& c = choices[i];
+        GenerationRequest g;
+        g.prompt = c.prompt;
+        g.stop_sequences = settings.stop_sequences;
+        const std::int64_t room = n_ctx - std::int64_t(g.prompt.size());
+        g.max_tokens = p.max_tokens                                         ? *p.max_tokens
+                     : p.default_length == CompletionParams::DefaultLength::server  ? int(std::clamp<std::int64_t>(room, 1, options.default_max_tokens))
+                     : p.default_length == CompletionParams::DefaultLength::context ? int(std::clamp<std::int64_t>(room, 1, std::numeric_limits<int>::max()))
+                                                                                    : 16;
+        if (std::int64_t(g.prompt.size()) + g.max_tokens > n_ctx)  // named here: the engine knows no field names
+            throw ApiError(400, fmt::format("prompt ({} tokens) + {} ({}) exceeds the context of {} tokens", g.prompt.size(),
+                                            p.max_tokens_name, g.max_tokens, n_ctx), p.max_tokens_name);
+        g.sampler.temperature = p.top_p == 0.0f ? 0.0f : p.temperature;
+        g.sampler.top_p = p.top_p == 0.0f ? 1.0f : p.top_p;
+        g.sampler.seed = seed + std::uint64_t(i % std::size_t(p.best_of));  // choice j of a prompt: seed + j
+        g.top_logprobs = p.logprobs ? p.top_logprobs : 0;
+        g.processing = p.processing;
+        g.prompt_logprobs = p.echo && p.logprobs;
+        g.resume_slot = p.id_slot;
+        g.park = p.keep_slot;
+        g.cache_salt = p.cache_salt;
+        if (p.constrained()) g.guide_vocabulary = guide_vocabulary;
+        g.json_schema = p.json_schema;
+        g.regex = p.regex;
+        g.grammar = p.grammar;
+        g.reasoning = settings.reasoning;
+
+        std::int32_t prev = slot_token;
+        if (p.echo)
+            for (std::int32_t t : c.prompt) {
+                c.echoed.push_back({t, tokenizer->piece(prev, t), 0.0f, {}, false, prev});
+                c.echo_text += c.echoed.back().text;
+                prev = t;
+            }
+        const std::int32_t prev_token = c.prompt.empty() ? slot_token : c.prompt.back();
+        c.channel = std::make_shared<Channel>(tokenizer, settings.stops, prev_token, wakeup, settings.limits);
+        if (p.logprobs)
+            logprob_entries += (c.echoed.size() + std::size_t(std::max(0, g.max_tokens))) * std::size_t(1 + p.top_logprobs);
+        requests.push_back(std::move(g));
+        callbacks.push_back([ch = c.channel](const TokenEvent& e) { return ch->on_event(e); });
+    }
+    // The whole response is built in memory when it is not streamed: bound what logprobs can make it.
+    if (!p.stream && logprob_entries > limits.max_logprob_entries)
+        throw ApiError(400, fmt::format("logprobs of {} tokens x (1 + {} alternatives) over {} choices: {} entries, "
+                                        "more than {} (fewer choices, tokens or alternatives, or stream)",
+                                        logprob_entries / std::size_t(1 + p.top_logprobs) / choices.size(),
+                                        p.top_logprobs, choices.size(), logprob_entries, limits.max_logprob_entries),
+                       "logprobs");
+    const std::vector<SubmitResult> submitted = engine.submit_all(std::move(requests), std::move(callbacks));
+    const SubmitResult& r = submitted[0];  // all accepted, or all with the same rejection
+    switch (r.rejection) {
+        case Rejection::none: break;
+        case Rejection::queue_full: throw ApiError(503, r.message);
+        case Rejection::never_fits: throw ApiError(400, r.message, p.max_tokens_name);
+        case Rejection::invalid: throw ApiError(400, r.message);
+    }
+    for (std::size_t i = 0; i < choices.size(); ++i) choices[i].request_id = submitted[i].request_id;
+
+    return wakeup;
+}
+
+std::string HttpServer::Impl::chat_prompt(const CompletionParams& p) const {
+    std::string text;
+    try {
+        text = render_chat(chat_format, p.messages, chat_tokens);
+    } catch (const Error& e) {
+        throw ApiError(400, e.what(), "messages");
+    }
+    if (reasoning_format == ReasoningFormat::deepseek)
+        text += reasoning_prompt_end(template_opens_reasoning, p.enable_thinking.value_or(options.reasoning_budget != 0));
+    return text;
+}
+
 void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
     const CompletionParams p = parse_completion_request(parse_request_json(req.body), chat, limits, req.body);
 
@@ -133,16 +152,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     const bool reasoning = chat && reasoning_format == ReasoningFormat::deepseek;
     ReasoningStart reasoning_start = ReasoningStart::closed;
     if (chat) {
-        std::string text;
-        try {
-            text = render_chat(chat_format, p.messages, chat_tokens);
-        } catch (const Error& e) {
-            throw ApiError(400, e.what(), "messages");
-        }
-        if (reasoning) {
-            text += reasoning_prompt_end(template_opens_reasoning, p.enable_thinking.value_or(options.reasoning_budget != 0));
-            reasoning_start = reasoning_start_of(text);
-        }
+        const std::string text = chat_prompt(p);
+        if (reasoning) reasoning_start = reasoning_start_of(text);
         // Continuing a parked sequence (id_slot): the text goes after it, without BOS.
         choices.push_back({tokenizer->encode(text, p.id_slot < 0), nullptr, 0, {}, {}});
         stops.insert(stops.end(), chat_turn_end.begin(), chat_turn_end.end());
@@ -168,77 +179,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             throw ApiError(400, choices.size() > 1 ? fmt::format("prompt {} is empty", i / std::size_t(p.best_of)) : "the prompt is empty",
                            chat ? "messages" : "prompt");
 
-    std::int32_t slot_token = -1;  // the parked sequence's last token (id_slot): text continues after it
-    if (p.id_slot >= 0)
-        for (const SlotInfo& s : engine.slots()) {
-            if (s.id != p.id_slot) continue;
-            // An idle slot holds nothing to continue: refused here, before the response starts (any
-            // other phase may be parked by the time the request starts; the engine checks it then).
-            if (s.phase == SlotPhase::idle)
-                throw ApiError(400, fmt::format("slot {} holds no parked sequence (idle): park one with keep_slot first",
-                                                p.id_slot), "id_slot");
-            slot_token = s.last_token;
-        }
-    const std::uint64_t seed = p.seed ? *p.seed : draw_seed();
-    const auto wakeup = std::make_shared<Wakeup>();  // one for the request: a stream waits on all its choices
-    std::vector<GenerationRequest> requests;
-    std::vector<EventCallback> callbacks;
-    std::size_t logprob_entries = 0;  // what the response's logprobs will hold
-    for (std::size_t i = 0; i < choices.size(); ++i) {
-        Choice& c = choices[i];
-        GenerationRequest g;
-        g.prompt = c.prompt;
-        g.stop_sequences = chat ? chat_turn_end_tokens : fim_end;
-        const std::int64_t room = n_ctx - std::int64_t(g.prompt.size());
-        g.max_tokens = p.max_tokens ? *p.max_tokens
-                     : chat         ? int(std::clamp<std::int64_t>(room, 1, options.default_max_tokens))
-                                    : 16;
-        g.sampler.temperature = p.top_p == 0.0f ? 0.0f : p.temperature;
-        g.sampler.top_p = p.top_p == 0.0f ? 1.0f : p.top_p;
-        g.sampler.seed = seed + std::uint64_t(i % std::size_t(p.best_of));  // choice j of a prompt: seed + j
-        g.top_logprobs = p.logprobs ? p.top_logprobs : 0;
-        g.processing = p.processing;
-        g.prompt_logprobs = p.echo && p.logprobs;
-        g.resume_slot = p.id_slot;
-        g.park = p.keep_slot;
-        g.cache_salt = p.cache_salt;
-        if (p.constrained()) g.guide_vocabulary = guide_vocabulary;
-        g.json_schema = p.json_schema;
-        g.regex = p.regex;
-        g.grammar = p.grammar;
-        g.reasoning = reasoning_start;
-
-        std::int32_t prev = slot_token;
-        if (p.echo)
-            for (std::int32_t t : c.prompt) {
-                c.echoed.push_back({t, tokenizer->piece(prev, t), 0.0f, {}, false, prev});
-                c.echo_text += c.echoed.back().text;
-                prev = t;
-            }
-        const std::int32_t prev_token = c.prompt.empty() ? slot_token : c.prompt.back();
-        c.channel = std::make_shared<Channel>(tokenizer, stops, prev_token, wakeup);
-        if (p.logprobs)
-            logprob_entries += (c.echoed.size() + std::size_t(std::max(0, g.max_tokens))) * std::size_t(1 + p.top_logprobs);
-        requests.push_back(std::move(g));
-        callbacks.push_back([ch = c.channel](const TokenEvent& e) { return ch->on_event(e); });
-    }
-    // The whole response is built in memory when it is not streamed: bound what logprobs can make it.
-    if (!p.stream && logprob_entries > limits.max_logprob_entries)
-        throw ApiError(400, fmt::format("logprobs of {} tokens x (1 + {} alternatives) over {} choices: {} entries, "
-                                        "more than {} (fewer choices, tokens or alternatives, or stream)",
-                                        logprob_entries / std::size_t(1 + p.top_logprobs) / choices.size(),
-                                        p.top_logprobs, choices.size(), logprob_entries, limits.max_logprob_entries),
-                       "logprobs");
-    const std::vector<SubmitResult> submitted = engine.submit_all(std::move(requests), std::move(callbacks));
-    const SubmitResult& r = submitted[0];  // all accepted, or all with the same rejection
-    switch (r.rejection) {
-        case Rejection::none: break;
-        case Rejection::queue_full: throw ApiError(503, r.message);
-        case Rejection::never_fits: throw ApiError(400, r.message, "max_tokens");
-        case Rejection::invalid: throw ApiError(400, r.message);
-    }
-    for (std::size_t i = 0; i < choices.size(); ++i) choices[i].request_id = submitted[i].request_id;
-
+    const std::shared_ptr<Wakeup> wakeup = submit_choices(p, choices, {stops, chat ? chat_turn_end_tokens : fim_end, reasoning_start, {}});
     const ResponseHeader h{chat, fmt::format("{}-{}-{}", chat ? "chatcmpl" : "cmpl", id_prefix, choices[0].request_id),
                            options.model_alias, std::int64_t(std::time(nullptr))};
     // Cancels every choice still running; true when one was (a choice is cancelled once).

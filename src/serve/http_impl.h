@@ -37,21 +37,32 @@ private:
     std::uint64_t generation_ = 0;
 };
 
+/// What ends a text besides stop strings (llama-server's /completion and /infill options).
+struct TextLimits {
+    int min_indent = 0;                     ///< n_indent (TextStream::set_min_indent); 0: off
+    std::chrono::milliseconds max_predict{0};  ///< t_max_predict_ms: after this since the first token, stop at a new line; 0: off
+};
+
 /// One request's way from the scheduler thread (on_event) to its connection's thread (poll, wait).
 class Channel {
 public:
     Channel(std::shared_ptr<const Tokenizer> tokenizer, std::vector<std::string> stops, std::int32_t prev_token,
-            std::shared_ptr<Wakeup> wakeup)
-        : text_(std::move(tokenizer), std::move(stops), prev_token), wakeup_(std::move(wakeup)) {}
+            std::shared_ptr<Wakeup> wakeup, const TextLimits& limits = {});
 
-    /// The engine's callback: text for the client; true once a stop string appeared.
+    /// The engine's callback: text for the client; true once a stop string appeared (or a TextLimits one).
     bool on_event(const TokenEvent& e);
 
     struct Final {
         FinishReason finish = FinishReason::none;
-        bool stopped_by_text = false;
+        bool stopped_by_text = false;   ///< a stop string, the indentation or the time ended it
+        std::string stop_word;          ///< the stop string that ended it ("" if none did)
+        bool stopped_by_limit = false;  ///< the indentation or the time (TextLimits) ended it
         int n_prompt = 0, n_generated = 0;
         std::string error;
+        int slot = -1;                  ///< TokenEvent's slot, n_prompt_fed and prompt_seconds
+        int n_prompt_fed = 0;
+        double prompt_seconds = 0;
+        double predicted_seconds = 0;   ///< from the first token to the end
     };
     /// Moves the text that arrived into `out` without waiting. True when finished (then `final` is filled).
     bool poll(std::vector<TextDelta>& out, Final& final);
@@ -61,16 +72,46 @@ public:
     bool first_to_see_gone() { return !gone_.exchange(true); }
     /// The prompt's scores (GenerationRequest::prompt_logprobs), once their event came.
     std::optional<std::vector<ScoredToken>> prompt_scores();
+    /// Where the request stands once its first token came (a stream's timings_per_token).
+    struct Progress {
+        int slot = -1;
+        int n_prompt_fed = 0;
+        double prompt_seconds = 0;
+        double predicted_seconds = 0;  ///< from the first token to now
+    };
+    std::optional<Progress> progress();
 
 private:
     TextStream text_;  // scheduler thread only
     std::shared_ptr<Wakeup> wakeup_;
+    std::chrono::milliseconds max_predict_;
+    std::chrono::steady_clock::time_point first_token_;  // written before started_ is set
+    bool saw_new_line_ = false;                          // scheduler thread only
+    std::optional<Progress> started_;                    // under mu_: from the first token on
+    bool stopped_by_time_ = false;
     std::mutex mu_;
     std::deque<TextDelta> deltas_;
     bool done_ = false;
     std::optional<std::vector<ScoredToken>> prompt_;
     Final final_;
     std::atomic<bool> gone_{false};
+};
+
+/// One prompt of a request on its way through the engine (a choice of the response).
+struct Choice {
+    std::vector<std::int32_t> prompt;
+    std::shared_ptr<Channel> channel;
+    std::uint64_t request_id = 0;
+    std::vector<TokenText> echoed;  ///< echo: the prompt's tokens with their texts (scores added at the end)
+    std::string echo_text;          ///< their texts, concatenated
+};
+
+/// What a request's choices share besides their prompts and its parameters.
+struct ChoiceSettings {
+    std::vector<std::string> stops;                        ///< stop strings
+    std::vector<std::vector<std::int32_t>> stop_sequences;  ///< GenerationRequest::stop_sequences
+    ReasoningStart reasoning = ReasoningStart::closed;
+    TextLimits limits;
 };
 
 /// httplib::Server with a listen backlog fit for many clients: the library's is 5 (a compile-time
@@ -111,6 +152,15 @@ struct HttpServer::Impl {
     void routes();
     void tokenizer_routes();  ///< http_tokenize.cpp
     void completion(const httplib::Request& req, httplib::Response& res, bool chat);
+    /// A chat request's prompt text: its messages in the chat format, and the reasoning format's end
+    /// of the prompt (what POST /apply-template answers). Throws ApiError 400 naming `messages`.
+    std::string chat_prompt(const CompletionParams& p) const;
+    /// llama-server's own /completion (and /completions) and /infill (http_llama_completion.cpp).
+    void llama_completion(const httplib::Request& req, httplib::Response& res, bool infill);
+    /// Submit each choice (p.best_of per prompt, consecutive) as a request of the engine, all or
+    /// none, with its channel; fills their request ids. Returns the wakeup all their channels
+    /// notify. Throws ApiError when they are refused.
+    std::shared_ptr<Wakeup> submit_choices(const CompletionParams& p, std::vector<Choice>& choices, const ChoiceSettings& settings);
     void slot_action(const httplib::Request& req, httplib::Response& res);
     void count_disconnect();
     std::uint64_t draw_seed();

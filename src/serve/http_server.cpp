@@ -237,6 +237,10 @@ void HttpServer::Impl::routes() {
     http.Post(R"(/slots/([^/]+))", [this](const Request& req, Response& res) { slot_action(req, res); });
     http.Post("/v1/completions", [this](const Request& req, Response& res) { completion(req, res, false); });
     http.Post("/v1/chat/completions", [this](const Request& req, Response& res) { completion(req, res, true); });
+    // llama-server's own formats (its /completions is the same as /completion, not OpenAI's).
+    for (const char* path : {"/completion", "/completions"})
+        http.Post(path, [this](const Request& req, Response& res) { llama_completion(req, res, false); });
+    http.Post("/infill", [this](const Request& req, Response& res) { llama_completion(req, res, true); });
     tokenizer_routes();
 }
 

@@ -1,6 +1,7 @@
 // The tokenizer's endpoints (docs/serve.md, "Tokenizer endpoints"): POST /tokenize and
 // /detokenize with vLLM's and llama-server's field names, GET /tokenizer_info as vLLM answers it
-// (what lm-evaluation-harness's remote tokenizer reads).
+// (what lm-evaluation-harness's remote tokenizer reads), and llama-server's POST /apply-template
+// (a chat request's prompt text).
 
 #include "serve/http_impl.h"
 
@@ -27,6 +28,10 @@ void HttpServer::Impl::tokenizer_routes() {
     http.Post("/detokenize", [this](const Request& req, Response& res) {
         const std::string text = tokenizer->decode(parse_detokenize_request(parse_request_json(req.body), limits));
         send_json(res, {{"prompt", text}, {"content", text}});
+    });
+    http.Post("/apply-template", [this](const Request& req, Response& res) {
+        const CompletionParams p = parse_completion_request(parse_request_json(req.body), true, limits, req.body);
+        send_json(res, {{"prompt", chat_prompt(p)}});
     });
     http.Get("/tokenizer_info", [this](const Request&, Response& res) {
         const VocabData& v = tokenizer->vocab();

@@ -3,7 +3,8 @@
 // parameters"), in this order: OpenAI's logit_bias, the repetition penalty of vLLM and
 // llama-server, OpenAI's frequency_penalty and presence_penalty, then top_k and min_p; then the
 // sampler's temperature and top_p (JSON mode's mask, json_constraint.h, goes before all of them).
-// Reported logprobs stay those of the unprocessed logits (as vLLM's).
+// Reported logprobs stay those of the unprocessed logits (as vLLM's). llama-server's order is an
+// option (unit_temperature).
 
 #include <cstdint>
 #include <span>
@@ -25,6 +26,15 @@ struct LogitProcessing {
     std::int64_t repetition_window = -1;  ///< the last this many tokens of the sequence (-1: all of them)
     int top_k = 0;                    ///< keep the k largest logits (0: all)
     float min_p = 0.0f;               ///< drop tokens below min_p x the most likely one's probability (at the temperature)
+    /// Never drawn: their logits are dropped before anything else (llama-server's logit_bias
+    /// `false` and ignore_eos).
+    std::vector<std::int32_t> banned;
+    /// llama-server's order (its /completion and /infill): after top_k, the nucleus `top_p` here,
+    /// then min_p, both on the probabilities at temperature 1 (llama.cpp's chain scales by the
+    /// temperature last); the sampler's own top_p is then 1. False: vLLM's, min_p at the
+    /// request's temperature and the nucleus in the sampler.
+    bool unit_temperature = false;
+    float top_p = 1.0f;               ///< unit_temperature only: the nucleus kept (1: all; 0: the most likely token)
 
     /// Whether anything changes the logits.
     bool active() const;

@@ -3,6 +3,7 @@
 // returns the value or throws ApiError 400 naming the field and what is wrong with it.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,6 +26,23 @@ bool boolean(const nlohmann::json& v, const std::string& param);
 std::string string(const nlohmann::json& v, const std::string& param);
 
 }  // namespace aqpim::serve::fields
+
+namespace aqpim::serve {
+
+/// Whose conventions a request body follows: OpenAI's (and vLLM's) endpoints, or llama-server's
+/// own /completion and /infill.
+enum class Dialect : std::uint8_t { openai, llama };
+/// Text to token ids, without BOS (llama-server's logit_bias texts).
+using TokenizeFn = std::function<std::vector<std::int32_t>(const std::string&)>;
+
+/// logit_bias, the penalties, top_k and min_p into lp (docs/serve.md "Sampling parameters"),
+/// over what lp holds (the dialect's defaults). llama: logit_bias may also be llama-server's
+/// [[token id or text, bias or false], ...] (a text's tokens by `tokenize`; false: never drawn),
+/// repeat_last_n needs no repeat_penalty, vLLM's repetition_penalty is not a field, any top_k <= 0 is off.
+void read_processing(const nlohmann::json& body, const RequestLimits& limits, Dialect dialect, const TokenizeFn& tokenize,
+                     LogitProcessing& lp);
+
+}  // namespace aqpim::serve
 
 namespace aqpim::serve {
 

@@ -199,9 +199,43 @@ void refuse_unknown_fields(const json& body, Known known) {
         if (!known(item.key())) throw ApiError(400, "Unrecognized request argument supplied: " + item.key(), item.key());
 }
 
-/// logit_bias, the penalties, top_k and min_p (docs/serve.md, "Sampling parameters").
-void read_processing(const json& body, const RequestLimits& limits, LogitProcessing& lp) {
-    if (const json* v = field(body, "logit_bias")) {
+}  // namespace
+
+namespace {
+
+/// llama-server's logit_bias: [[token id or text, bias or false], ...] (a text: each of its tokens;
+/// false: never drawn).
+void read_llama_logit_bias(const json& v, const RequestLimits& limits, const TokenizeFn& tokenize, LogitProcessing& lp) {
+    std::set<std::int32_t> seen;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::string param = fmt::format("logit_bias[{}]", i);
+        if (!v[i].is_array() || v[i].size() != 2) bad(param, "expected a pair [token id or text, bias or false]");
+        std::vector<std::int32_t> ids;
+        if (v[i][0].is_string()) {
+            if (!tokenize) bad(param, "a text needs the model's tokenizer");
+            ids = tokenize(v[i][0].get<std::string>());
+            if (ids.empty()) bad(param + "[0]", "the text has no tokens");
+        } else {
+            ids.push_back(std::int32_t(integer(v[i][0], param + "[0]", 0, limits.n_vocab - 1)));
+        }
+        const bool ban = v[i][1].is_boolean() && !v[i][1].get<bool>();
+        const float bias = ban ? 0.0f : float(number(v[i][1], param + "[1]", -100, 100));
+        for (const std::int32_t id : ids) {
+            if (!seen.insert(id).second) bad(param, fmt::format("token {} is biased twice", id));
+            if (ban) lp.banned.push_back(id);
+            else lp.logit_bias.emplace_back(id, bias);
+        }
+    }
+}
+
+}  // namespace
+
+void read_processing(const json& body, const RequestLimits& limits, Dialect dialect, const TokenizeFn& tokenize,
+                     LogitProcessing& lp) {
+    const bool llama = dialect == Dialect::llama;
+    if (const json* v = field(body, "logit_bias"); v && llama && v->is_array()) {
+        read_llama_logit_bias(*v, limits, tokenize, lp);
+    } else if (v) {
         if (!v->is_object()) bad("logit_bias", fmt::format("expected an object of token id: bias, got {}", type_name(*v)));
         std::set<std::int32_t> seen;
         for (const auto& [key, value] : v->items()) {
@@ -217,23 +251,24 @@ void read_processing(const json& body, const RequestLimits& limits, LogitProcess
     }
     if (const json* v = field(body, "frequency_penalty")) lp.frequency_penalty = float(number(*v, "frequency_penalty", -2, 2));
     if (const json* v = field(body, "presence_penalty")) lp.presence_penalty = float(number(*v, "presence_penalty", -2, 2));
-    const json* vllm = field(body, "repetition_penalty");
-    const json* llama = field(body, "repeat_penalty");
-    if (vllm && llama) bad("repeat_penalty", "give one of repetition_penalty (vLLM) or repeat_penalty (llama-server)");
+    const json* vllm = llama ? nullptr : field(body, "repetition_penalty");
+    const json* penalty = field(body, "repeat_penalty");
+    if (vllm && penalty) bad("repeat_penalty", "give one of repetition_penalty (vLLM) or repeat_penalty (llama-server)");
     if (vllm) lp.repetition_penalty = float(number(*vllm, "repetition_penalty", 0.01, 10));  // the whole sequence
-    if (llama) {
-        lp.repetition_penalty = float(number(*llama, "repeat_penalty", 0.01, 10));
-        lp.repetition_window = 64;  // llama-server's repeat_last_n default
+    if (penalty) {
+        lp.repetition_penalty = float(number(*penalty, "repeat_penalty", 0.01, 10));
+        if (!llama) lp.repetition_window = 64;  // llama-server's repeat_last_n default
     }
     if (const json* v = field(body, "repeat_last_n")) {
-        if (!llama) bad("repeat_last_n", "needs repeat_penalty");
+        if (!penalty && !llama) bad("repeat_last_n", "needs repeat_penalty");
         lp.repetition_window = integer(*v, "repeat_last_n", -1, std::int64_t(1) << 30);
     }
-    if (const json* v = field(body, "top_k")) lp.top_k = std::max(0, int(integer(*v, "top_k", -1, limits.n_vocab)));
+    if (const json* v = field(body, "top_k"))
+        lp.top_k = llama ? int(std::clamp<std::int64_t>(integer(*v, "top_k", std::numeric_limits<std::int32_t>::min(),
+                                                                 std::numeric_limits<std::int32_t>::max()), 0, limits.n_vocab))
+                         : std::max(0, int(integer(*v, "top_k", -1, limits.n_vocab)));
     if (const json* v = field(body, "min_p")) lp.min_p = float(number(*v, "min_p", 0, 1));
 }
-
-}  // namespace
 
 CompletionParams parse_completion_request(const json& body, bool chat, const RequestLimits& limits,
                                           std::string_view body_text) {
@@ -251,6 +286,7 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
 
     CompletionParams p;
     p.chat = chat;
+    if (chat) p.default_length = CompletionParams::DefaultLength::server;
     if (const json* v = field(body, "model")) (void)string(*v, "model");
     if (const json* v = field(body, "user")) (void)string(*v, "user");
     if (chat) {
@@ -274,6 +310,7 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
     const char* max_name = chat && field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     // 0 scores the prompt only (echo with logprobs, OpenAI's legacy completions).
     const bool scoring = !chat && field(body, "echo") && boolean(*field(body, "echo"), "echo") && field(body, "logprobs");
+    p.max_tokens_name = max_name;
     if (const json* v = field(body, max_name))
         p.max_tokens = int(integer(*v, max_name, scoring ? 0 : 1, std::numeric_limits<int>::max()));
     if (const json* v = field(body, "temperature")) p.temperature = float(number(*v, "temperature", 0, 2));
@@ -312,7 +349,7 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
         if (!p.suffix.empty() && (p.id_slot >= 0 || p.keep_slot))
             bad("suffix", "fills a middle between a prompt and a suffix: it does not continue or park a sequence");
     }
-    read_processing(body, limits, p.processing);
+    read_processing(body, limits, Dialect::openai, nullptr, p.processing);
     if (const json* v = field(body, "n")) p.n = int(integer(*v, "n", 1, limits.max_choices));
     p.best_of = p.n;
     if (const json* v = field(body, "best_of")) {

@@ -68,7 +68,12 @@ struct CompletionParams {
     /// chat_template_kwargs.enable_thinking (vLLM's, llama-server's; Qwen3's template reads it):
     /// false asks a reasoning model to answer without reasoning. Absent: the server's default.
     std::optional<bool> enable_thinking;
-    std::optional<int> max_tokens;      ///< absent: the server's default
+    std::optional<int> max_tokens;      ///< absent: default_length
+    /// Tokens generated without max_tokens: 16 (OpenAI's completions), the server's --n-predict
+    /// within the context (chat, llama-server's /completion), or up to the context (n_predict -1).
+    enum class DefaultLength : std::uint8_t { sixteen, server, context };
+    DefaultLength default_length = DefaultLength::sixteen;
+    std::string max_tokens_name = "max_tokens";  ///< the field a never-fitting length is blamed on
     float temperature = 1.0f;           ///< OpenAI's defaults
     float top_p = 1.0f;
     std::optional<std::uint64_t> seed;  ///< absent: the server draws one

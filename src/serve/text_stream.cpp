@@ -92,7 +92,14 @@ TextDelta TextStream::push(const TokenEvent& e) {
     pending_tokens_.push_back({std::move(t), n_text});
 
     std::size_t stop_at = std::string::npos;
-    for (const std::string& s : stops_) stop_at = std::min(stop_at, pending_.find(s));
+    for (const std::string& s : stops_) {
+        const std::size_t at = pending_.find(s);
+        if (at < stop_at) stop_at = at, stop_word_ = s;
+    }
+    if (const std::size_t at = indent_break(std::string_view(pending_).substr(pending_.size() - n_text)); at != std::string::npos) {
+        const std::size_t in_pending = pending_.size() - n_text + at;
+        if (in_pending < stop_at) stop_at = in_pending, stop_word_.clear(), indent_stop_ = true;
+    }
     if (stop_at == std::string::npos) return release(pending_.size() - held_bytes());
 
     stopped_ = true;
@@ -112,6 +119,22 @@ TextDelta TextStream::push(const TokenEvent& e) {
     TextDelta d = release(stop_at);
     pending_tokens_.clear();
     return d;
+}
+
+std::size_t TextStream::indent_break(std::string_view t) {
+    if (min_indent_ <= 0) return std::string::npos;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        if (t[i] == '\n') {
+            at_line_start_ = true;
+            indent_ = 0;
+        } else if (at_line_start_ && (t[i] == ' ' || t[i] == '\t')) {
+            ++indent_;
+        } else if (at_line_start_) {
+            at_line_start_ = false;
+            if (indent_ < min_indent_) return i;
+        }
+    }
+    return std::string::npos;
 }
 
 TextDelta TextStream::flush() {

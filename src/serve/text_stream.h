@@ -46,6 +46,15 @@ public:
     /// The end of generation: everything still held back.
     TextDelta flush();
     bool stopped() const { return stopped_; }
+    /// The stop string that stopped it ("" when none did: not stopped, or stopped by the indentation).
+    const std::string& stop_word() const { return stop_word_; }
+
+    /// llama-server's n_indent (its /infill): a line that starts in the generated text and whose
+    /// first character other than a space or tab comes after fewer than n spaces and tabs stops the
+    /// text before that character (the line's new line and indentation are kept). 0: off.
+    void set_min_indent(int n) { min_indent_ = n; }
+    /// Whether the indentation stopped it.
+    bool stopped_by_indent() const { return indent_stop_; }
 
 private:
     TextDelta release(std::size_t n_bytes);
@@ -61,6 +70,14 @@ private:
     };
     std::deque<Pending> pending_tokens_;
     bool stopped_ = false;
+    std::string stop_word_;
+    int min_indent_ = 0;
+    bool at_line_start_ = false;  ///< min_indent_: after a new line of the generated text, only spaces and tabs since
+    int indent_ = 0;              ///< those spaces and tabs
+    bool indent_stop_ = false;    ///< the indentation stopped it
+
+    /// min_indent_: where in t (the token's text) a line breaks the indentation rule, or npos.
+    std::size_t indent_break(std::string_view t);
 };
 
 /// Bytes at the end of `text` that start a UTF-8 character not yet complete (0..3).

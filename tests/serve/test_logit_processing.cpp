@@ -65,6 +65,45 @@ TEST(LogitProcessing, TopKKeepsTheLargestWithTiesAndMinPScalesWithTemperature) {
     EXPECT_EQ(processed(p, {}, 0, {1, 5, 4.4f, 2.5f}, 0.0f), (std::vector<float>{1, 5, 4.4f, 2.5f}));  // greedy
 }
 
+TEST(LogitProcessing, LlamaServersOrderTakesTheNucleusAndMinPAtTemperatureOne) {
+    LogitProcessing p;
+    p.unit_temperature = true;
+    p.top_p = 0.7f;
+    // ln-probabilities at T = 1 of {ln 4, ln 2, ln 1, ln 1} / 8: 0.5, 0.25, 0.125, 0.125. The
+    // nucleus reaching 0.7 is the first two (0.5 < 0.7 <= 0.75), whatever the request's temperature.
+    const float a = std::log(4.0f), b = std::log(2.0f);
+    for (const float t : {0.5f, 1.0f, 3.0f})
+        EXPECT_EQ(processed(p, {}, 0, {0, b, a, 0}, t), (std::vector<float>{kDropped, b, a, kDropped})) << t;
+    p.top_p = 0.0f;  // keeps the most likely one
+    EXPECT_EQ(processed(p, {}, 0, {0, b, a, 0}), (std::vector<float>{kDropped, kDropped, a, kDropped}));
+    p.top_p = 1.0f;
+    p.min_p = 0.4f;  // p / p_max >= 0.4 at T = 1: 1, 0.5 kept, 0.25 dropped (at T = 4 all would stay)
+    EXPECT_EQ(processed(p, {}, 0, {0, b, a, 0}, 4.0f), (std::vector<float>{kDropped, b, a, kDropped}));
+    EXPECT_EQ(processed(p, {}, 0, {0, b, a, 0}, 0.0f), (std::vector<float>{kDropped, b, a, kDropped}));
+    // The nucleus is taken over what top_k kept: of {4, 2} alone (2/3, 1/3), 0.6 needs only the
+    // first, where over all four (0.5, 0.25, ...) it needs two.
+    p = {};
+    p.unit_temperature = true;
+    p.top_k = 2;
+    p.top_p = 0.6f;
+    EXPECT_EQ(processed(p, {}, 0, {0, b, a, 0}), (std::vector<float>{kDropped, kDropped, a, kDropped}));
+    EXPECT_EQ(p.invalid_reason(4), "");
+    p.unit_temperature = false;
+    EXPECT_NE(p.invalid_reason(4).find("unit_temperature"), std::string::npos);
+}
+
+TEST(LogitProcessing, BannedTokensAreNeverDrawnEvenTheLargest) {
+    LogitProcessing p;
+    p.banned = {2};
+    p.logit_bias = {{2, 100.0f}};
+    ASSERT_TRUE(p.active());
+    const auto l = processed(p, {}, 0, {0, 1, 9, 3});
+    EXPECT_LT(l[2], -1e29f);
+    EXPECT_EQ(l[3], 3.0f);
+    p.banned = {4};
+    EXPECT_NE(p.invalid_reason(4).find("banned token 4"), std::string::npos);
+}
+
 TEST(LogitProcessing, InvalidFieldsAreNamed) {
     LogitProcessing p;
     p.logit_bias = {{7, 1.0f}};

@@ -12,6 +12,7 @@
 #include "serve/openai_request.h"
 #include "serve/prometheus.h"
 #include "serve/text_stream.h"
+#include "serve/byte_vocab.h"
 #include "support/errors.h"
 
 namespace aqpim {
@@ -19,6 +20,16 @@ namespace {
 
 using nlohmann::json;
 using serve::ChatFormat;
+using test::byte_id;
+using test::byte_tokenizer;
+using test::byte_vocab;
+using test::ev;
+using test::kAb;
+using test::kC;
+using test::kEnd;
+using test::kHello;
+using test::kLd;
+using test::kWor;
 
 void expect_error_contains(const std::function<void()>& f, const std::string& fragment) {
     const std::string e = test::error_of(f);
@@ -93,39 +104,6 @@ TEST(ChatTemplate, RefusesConversationsTheFormatCannotHold) {
                                 "last message");
     expect_error_contains([&] { serve::render_chat(ChatFormat::plain, {}, t); }, "at least one");
     expect_error_contains([&] { serve::render_chat(ChatFormat::gemma, {{"assistant", "x"}, {"user", "y"}}, t); }, "alternates");
-}
-
-/// <unk> <s> </s>, the 256 byte tokens (ids 3..258), then a few pieces.
-/// `control`: more control tokens after those (ids 265 on).
-VocabData byte_vocab(const std::vector<std::string>& control = {}) {
-    VocabData v;
-    v.tokens = {"<unk>", "<s>", "</s>"};
-    v.types = {TokenType::unknown, TokenType::control, TokenType::control};
-    for (int b = 0; b < 256; ++b) {
-        v.tokens.push_back(fmt::format("<0x{:02X}>", b));
-        v.types.push_back(TokenType::byte);
-    }
-    for (const char* p : {"\xe2\x96\x81hello", "\xe2\x96\x81wor", "ld", "ab", "c", "END"}) {
-        v.tokens.push_back(p);
-        v.types.push_back(TokenType::normal);
-    }
-    for (const std::string& c : control) {
-        v.tokens.push_back(c);
-        v.types.push_back(TokenType::control);
-    }
-    v.scores.assign(v.tokens.size(), 0.0f);
-    v.unk = 0, v.bos = 1, v.eos = 2;
-    return v;
-}
-std::shared_ptr<const Tokenizer> byte_tokenizer() { return Tokenizer::create(byte_vocab()); }
-constexpr std::int32_t kHello = 259, kWor = 260, kLd = 261, kAb = 262, kC = 263, kEnd = 264;
-std::int32_t byte_id(unsigned char b) { return 3 + b; }
-
-serve::TokenEvent ev(std::int32_t token, float lp = -0.5f) {
-    serve::TokenEvent e;
-    e.token = token;
-    e.logprob = lp;
-    return e;
 }
 
 TEST(TextStream, ReleasesTextAndTokensAsTheyComplete) {

@@ -1,0 +1,103 @@
+// A request's way from the engine's scheduler thread to its connection's thread (http_impl.h):
+// its text released as it can no longer change, its end, and what it took.
+
+#include "serve/http_impl.h"
+
+namespace aqpim::serve {
+
+std::uint64_t Wakeup::generation() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return generation_;
+}
+
+void Wakeup::notify() {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        ++generation_;
+    }
+    cv_.notify_all();
+}
+
+bool Wakeup::wait_until(std::uint64_t seen, std::chrono::steady_clock::time_point until) {
+    std::unique_lock<std::mutex> lk(mu_);
+    return cv_.wait_until(lk, until, [&] { return generation_ != seen; });
+}
+
+Channel::Channel(std::shared_ptr<const Tokenizer> tokenizer, std::vector<std::string> stops, std::int32_t prev_token,
+                 std::shared_ptr<Wakeup> wakeup, const TextLimits& limits)
+    : text_(std::move(tokenizer), std::move(stops), prev_token), wakeup_(std::move(wakeup)), max_predict_(limits.max_predict) {
+    text_.set_min_indent(limits.min_indent);
+}
+
+bool Channel::on_event(const TokenEvent& e) {
+    if (e.finish == FinishReason::none && e.token < 0) {  // the prompt's scores
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            prompt_ = e.prompt;
+        }
+        wakeup_->notify();
+        return false;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const bool last = e.finish != FinishReason::none;
+    if (!last && e.n_generated == 1) first_token_ = now;
+    TextDelta d = last ? text_.flush() : text_.push(e);
+    saw_new_line_ = saw_new_line_ || d.text.find('\n') != std::string::npos;
+    // t_max_predict_ms: past the time since the first token, the text ends at a new line.
+    const bool out_of_time = !last && max_predict_.count() > 0 && saw_new_line_ && now - first_token_ > max_predict_;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!d.empty()) deltas_.push_back(std::move(d));
+        if (out_of_time) stopped_by_time_ = true;
+        if (!last && e.n_generated == 1) started_ = Progress{e.slot, e.n_prompt_fed, e.prompt_seconds, 0.0};
+        if (last) {
+            done_ = true;
+            final_.finish = e.finish;
+            final_.stopped_by_text = text_.stopped();
+            final_.stop_word = text_.stop_word();
+            final_.stopped_by_limit = text_.stopped_by_indent() || stopped_by_time_;
+            final_.n_prompt = e.n_prompt;
+            final_.n_generated = e.n_generated;
+            final_.error = e.error;
+            final_.slot = e.slot;
+            final_.n_prompt_fed = e.n_prompt_fed;
+            final_.prompt_seconds = e.prompt_seconds;
+            final_.predicted_seconds = e.n_generated > 0 ? std::chrono::duration<double>(now - first_token_).count() : 0.0;
+        }
+    }
+    wakeup_->notify();
+    return !last && (text_.stopped() || out_of_time);
+}
+
+bool Channel::poll(std::vector<TextDelta>& out, Final& final) {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& d : deltas_) out.push_back(std::move(d));
+    deltas_.clear();
+    if (done_) final = final_;
+    return done_;
+}
+
+bool Channel::wait(std::chrono::milliseconds timeout, std::vector<TextDelta>& out, Final& final) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+        const std::uint64_t seen = wakeup_->generation();  // before looking: an event after it wakes us
+        const bool done = poll(out, final);
+        if (done || !out.empty() || std::chrono::steady_clock::now() >= until || !wakeup_->wait_until(seen, until))
+            return done;
+    }
+}
+
+std::optional<Channel::Progress> Channel::progress() {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!started_) return std::nullopt;
+    Progress p = *started_;
+    p.predicted_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - first_token_).count();
+    return p;
+}
+
+std::optional<std::vector<ScoredToken>> Channel::prompt_scores() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return prompt_;
+}
+
+}  // namespace aqpim::serve
