@@ -100,4 +100,31 @@ std::optional<std::vector<ScoredToken>> Channel::prompt_scores() {
     return prompt_;
 }
 
+bool read_whole_choice(Channel& channel, httplib::DataSink& sink, std::string& text, std::vector<TokenText>& tokens,
+                       Channel::Final& fin) {
+    using namespace std::chrono_literals;
+    for (auto wait = 2000ms;; wait = 1000ms) {
+        std::vector<TextDelta> got;
+        const bool done = channel.wait(wait, got, fin);
+        for (TextDelta& d : got) {
+            text += d.text;
+            for (TokenText& t : d.tokens) tokens.push_back(std::move(t));
+        }
+        if (done) return true;
+        if (got.empty() && !sink.write(" ", 1)) return false;
+    }
+}
+
+bool write_last(httplib::DataSink& sink, const std::string& s) {
+    if (!sink.write(s.data(), s.size())) return false;
+    sink.done();
+    return true;
+}
+
+void start_event_stream(httplib::Response& res, httplib::ContentProviderWithoutLength provider,
+                        httplib::ContentProviderResourceReleaser release) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", std::move(provider), std::move(release));
+}
+
 }  // namespace aqpim::serve

@@ -182,17 +182,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     const std::shared_ptr<Wakeup> wakeup = submit_choices(p, choices, {stops, chat ? chat_turn_end_tokens : fim_end, reasoning_start, {}});
     const ResponseHeader h{chat, fmt::format("{}-{}-{}", chat ? "chatcmpl" : "cmpl", id_prefix, choices[0].request_id),
                            options.model_alias, std::int64_t(std::time(nullptr))};
-    // Cancels every choice still running; true when one was (a choice is cancelled once).
-    auto cancel_all = [this, choices] {
-        bool cancelled = false;
-        for (const Choice& c : choices)
-            if (c.channel->first_to_see_gone() && engine.cancel(c.request_id)) cancelled = true;
-        return cancelled;
-    };
-    auto gone = [this, cancel_all] {
-        if (cancel_all()) count_disconnect();  // one client
-        return false;
-    };
+    auto cancel_all = [this, choices] { return cancel_choices(choices); };
+    auto gone = [this, choices] { return client_gone(choices); };
     auto logprobs = [this, chat, want = p.logprobs](const std::vector<TokenText>& tokens, std::size_t offset) {
         return want ? logprobs_json(chat, tokens, offset, [this](std::int32_t prev, std::int32_t t) { return tokenizer->piece(prev, t); }) : json(nullptr);
     };
@@ -209,8 +200,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
 
     if (!p.stream) {
         const std::int32_t eos = engine.options().eos_token;
-        // Sent chunked: while the request waits, a space every second (JSON allows leading
-        // whitespace) notices a client that went away, and its pages are freed at once.
+        // Sent chunked: while the request waits, a space every second notices a client that went
+        // away (read_whole_choice), and its pages are freed at once.
         res.set_chunked_content_provider("application/json", [=](std::size_t, httplib::DataSink& sink) {
             std::vector<ChoiceText> out;
             std::vector<double> mean_logprob;  // per generated token, of each choice (best_of)
@@ -221,16 +212,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                 std::string text;
                 std::vector<TokenText> tokens;
                 Channel::Final fin;
-                for (auto wait = 2000ms;; wait = 1000ms) {
-                    std::vector<TextDelta> got;
-                    const bool done = c.channel->wait(wait, got, fin);
-                    for (TextDelta& d : got) {
-                        text += d.text;
-                        for (TokenText& t : d.tokens) tokens.push_back(std::move(t));
-                    }
-                    if (done) break;
-                    if (got.empty() && !sink.write(" ", 1)) return gone();
-                }
+                if (!read_whole_choice(*c.channel, sink, text, tokens, fin)) return gone();
                 if (fin.finish == FinishReason::error && !failed) failed = &error.emplace(500, fin.error);
                 // best_of ranks by the generated tokens' mean log probability: EOS left out (it is
                 // reported only to a scoring request), a choice without a token (EOS or a stop
@@ -267,17 +249,14 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             }
             if (p.best_of > p.n) out = best_of_each(std::move(out), mean_logprob, p.n, p.best_of);
             const std::string s = dump_json(failed ? failed->to_json() : completion_json(h, out, usage));
-            if (!sink.write(s.data(), s.size())) return gone();
-            sink.done();
-            return true;
+            return write_last(sink, s) || gone();
         }, release);
         return;
     }
 
     // Streamed: each choice's chunks carry its index, interleaved as its tokens come (OpenAI's
     // order for n > 1); a choice's finish_reason chunk ends it, [DONE] ends the stream.
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [=](std::size_t, httplib::DataSink& sink) {
+    start_event_stream(res, [=](std::size_t, httplib::DataSink& sink) {
         auto send = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
         struct Progress {
             std::size_t offset = 0;  ///< text sent so far (logprobs' text_offset)

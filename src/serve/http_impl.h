@@ -163,8 +163,23 @@ struct HttpServer::Impl {
     std::shared_ptr<Wakeup> submit_choices(const CompletionParams& p, std::vector<Choice>& choices, const ChoiceSettings& settings);
     void slot_action(const httplib::Request& req, httplib::Response& res);
     void count_disconnect();
+    /// Cancel every choice still running (each once); true when one was.
+    bool cancel_choices(const std::vector<Choice>& choices);
+    /// The client went away: its choices cancelled and counted once; false (a content provider's "stop").
+    bool client_gone(const std::vector<Choice>& choices);
     std::uint64_t draw_seed();
 };
+
+/// A choice's whole text and tokens, waited for; while nothing comes a space goes out every second
+/// (JSON allows leading whitespace), which notices a client that went away: then false.
+bool read_whole_choice(Channel& channel, httplib::DataSink& sink, std::string& text, std::vector<TokenText>& tokens,
+                       Channel::Final& fin);
+
+/// Write a response's last bytes and end it; false when the client is gone.
+bool write_last(httplib::DataSink& sink, const std::string& s);
+/// A server-sent-event response (no caching) whose events `provider` writes.
+void start_event_stream(httplib::Response& res, httplib::ContentProviderWithoutLength provider,
+                        httplib::ContentProviderResourceReleaser release);
 
 /// Answer with an OpenAI-style error object.
 void send_error(httplib::Response& res, const ApiError& e);

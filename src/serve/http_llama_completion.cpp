@@ -74,16 +74,8 @@ void HttpServer::Impl::llama_completion(const httplib::Request& req, httplib::Re
     const ChoiceSettings settings{p.stop, stop_sequences, ReasoningStart::closed, {lp.min_indent, lp.max_predict}};
     const std::shared_ptr<Wakeup> wakeup = submit_choices(p, choices, settings);
 
-    auto cancel_all = [this, choices] {
-        bool cancelled = false;
-        for (const Choice& c : choices)
-            if (c.channel->first_to_see_gone() && engine.cancel(c.request_id)) cancelled = true;
-        return cancelled;
-    };
-    auto gone = [this, cancel_all] {
-        if (cancel_all()) count_disconnect();
-        return false;
-    };
+    auto cancel_all = [this, choices] { return cancel_choices(choices); };
+    auto gone = [this, choices] { return client_gone(choices); };
     auto release = [gone](bool success) {
         if (!success) gone();
     };
@@ -112,16 +104,7 @@ void HttpServer::Impl::llama_completion(const httplib::Request& req, httplib::Re
                 std::string text;
                 std::vector<TokenText> tokens;
                 Channel::Final fin;
-                for (auto wait = 2000ms;; wait = 1000ms) {
-                    std::vector<TextDelta> got;
-                    const bool done = choices[i].channel->wait(wait, got, fin);
-                    for (TextDelta& d : got) {
-                        text += d.text;
-                        for (TokenText& t : d.tokens) tokens.push_back(std::move(t));
-                    }
-                    if (done) break;
-                    if (got.empty() && !sink.write(" ", 1)) return gone();  // notices a client that went away
-                }
+                if (!read_whole_choice(*choices[i].channel, sink, text, tokens, fin)) return gone();
                 if (fin.finish == FinishReason::error || fin.finish == FinishReason::cancelled) {
                     cancel_all();
                     const std::string s = dump_json(error_of(fin).to_json());
@@ -135,17 +118,14 @@ void HttpServer::Impl::llama_completion(const httplib::Request& req, httplib::Re
                 results.push_back(select_fields(r, lp.response_fields));
             }
             const std::string s = dump_json(results.size() == 1 ? results[0] : results);
-            if (!sink.write(s.data(), s.size())) return gone();
-            sink.done();
-            return true;
+            return write_last(sink, s) || gone();
         }, release);
         return;
     }
 
     // Streamed: a chunk per piece of text ({index, content, tokens, stop: false, id_slot,
     // tokens_predicted, tokens_evaluated}), each choice's result last (stop: true); no [DONE].
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [=](std::size_t, httplib::DataSink& sink) {
+    start_event_stream(res, [=](std::size_t, httplib::DataSink& sink) {
         auto send = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
         std::vector<int> n_sent(choices.size(), 0);
         std::vector<bool> done(choices.size(), false), new_line(choices.size(), false);

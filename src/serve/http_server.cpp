@@ -92,6 +92,18 @@ void HttpServer::Impl::count_disconnect() {
     ++counters.disconnects;
 }
 
+bool HttpServer::Impl::cancel_choices(const std::vector<Choice>& choices) {
+    bool cancelled = false;
+    for (const Choice& c : choices)
+        if (c.channel->first_to_see_gone() && engine.cancel(c.request_id)) cancelled = true;
+    return cancelled;
+}
+
+bool HttpServer::Impl::client_gone(const std::vector<Choice>& choices) {
+    if (cancel_choices(choices)) count_disconnect();  // one client
+    return false;
+}
+
 
 namespace {
 

@@ -51,6 +51,22 @@ inline const LoadedModel& austen_serve_model() {
     return m;
 }
 
+/// The synth model with its last tokens made Qwen2.5-Coder's FIM tokens (<|fim_prefix|>,
+/// <|fim_suffix|>, <|fim_middle|>), and with `repository` its <|repo_name|> and <|file_sep|> too.
+inline LoadedModel fim_serve_model(bool repository = false) {
+    LoadedModel m = synth_serve_model();
+    VocabData v = m.tokenizer->vocab();
+    std::vector<std::string> fim = {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"};
+    if (repository) fim.insert(fim.end(), {"<|repo_name|>", "<|file_sep|>"});
+    const std::size_t first = v.tokens.size() - fim.size();
+    for (std::size_t i = 0; i < fim.size(); ++i) {
+        v.tokens[first + i] = fim[i];
+        v.types[first + i] = TokenType::control;
+    }
+    m.tokenizer = Tokenizer::create(v);
+    return m;
+}
+
 struct TestServer {
     std::unique_ptr<serve::Engine> engine;
     std::unique_ptr<serve::HttpServer> server;

@@ -11,22 +11,8 @@ namespace {
 
 using nlohmann::json;
 
-/// The synth model with its last three tokens made Qwen2.5-Coder's FIM tokens.
-LoadedModel fim_model() {
-    LoadedModel m = test::synth_serve_model();
-    VocabData v = m.tokenizer->vocab();
-    const std::size_t n = v.tokens.size();
-    const char* fim[] = {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"};
-    for (std::size_t i = 0; i < 3; ++i) {
-        v.tokens[n - 3 + i] = fim[i];
-        v.types[n - 3 + i] = TokenType::control;
-    }
-    m.tokenizer = Tokenizer::create(v);
-    return m;
-}
-
 TEST(HttpInfill, ASuffixMakesTheFillInTheMiddlePrompt) {
-    const LoadedModel m = fim_model();
+    const LoadedModel m = test::fim_serve_model();
     test::TestServer s(m, test::small_engine());
     auto c = s.client();
     const std::string prefix = "def add(a, b):\n    ", suffix = "\n    return c\n";

@@ -254,22 +254,8 @@ TEST(HttpLlamaCompletion, ApplyTemplateGivesTheChatPromptThatCompletionContinues
     EXPECT_EQ(test::post(c, "/apply-template", json::object(), 400)["error"]["param"], "messages");
 }
 
-/// The synth model with its last five tokens made Qwen2.5-Coder's FIM and repository tokens.
-LoadedModel fim_model() {
-    LoadedModel m = test::synth_serve_model();
-    VocabData v = m.tokenizer->vocab();
-    const std::size_t n = v.tokens.size();
-    const char* fim[] = {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|repo_name|>", "<|file_sep|>"};
-    for (std::size_t i = 0; i < 5; ++i) {
-        v.tokens[n - 5 + i] = fim[i];
-        v.types[n - 5 + i] = TokenType::control;
-    }
-    m.tokenizer = Tokenizer::create(v);
-    return m;
-}
-
 TEST(HttpLlamaCompletion, InfillBuildsTheRepositoryPromptAndFitsItToTheContext) {
-    const LoadedModel m = fim_model();
+    const LoadedModel m = test::fim_serve_model(true);
     test::TestServer s(m, test::small_engine());
     auto c = s.client();
     const auto& tok = *m.tokenizer;
