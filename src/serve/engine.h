@@ -111,6 +111,9 @@ struct GenerationRequest {
     /// token's log probability given those before it (and top_logprobs alternatives), computed
     /// by its own prefill (all-row logits): no stored prefix is restored for it.
     bool prompt_logprobs = false;
+    /// EOS is reported as a generated token (with its log probability) before the request ends, as
+    /// llama-server counts it; otherwise it ends the request unreported (OpenAI's usage).
+    bool report_eos = false;
     /// >= 0: continue the sequence parked in this slot (restore_slot, or an earlier request with
     /// park): prompt is appended to it and generation goes on with its saved sampler.
     int resume_slot = -1;

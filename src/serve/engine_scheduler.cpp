@@ -461,7 +461,7 @@ void Engine::Impl::report(Slot& s, TokenEvent ev) {
     // EOS ends the request; a scoring request (prompt_logprobs) reports it first, as vLLM does:
     // the token after the prompt is what its scores are read up to.
     const bool eos = next == opt.eos_token;
-    if (eos && !s.request.prompt_logprobs) return finish(s, FinishReason::stop);
+    if (eos && !s.request.prompt_logprobs && !s.request.report_eos) return finish(s, FinishReason::stop);
     // The output constraint: the mask let only continuations through, or EOS when nothing else was
     // left; a token it refuses (none was left at all) is not sent: the text stays a prefix.
     if (s.request.guide_vocabulary && !eos && !s.guide.feed(s.request.guide_vocabulary->text(next))) {

@@ -3,6 +3,8 @@
 
 #include "serve/http_impl.h"
 
+#include <utility>
+
 namespace aqpim::serve {
 
 std::uint64_t Wakeup::generation() {
@@ -24,8 +26,13 @@ bool Wakeup::wait_until(std::uint64_t seen, std::chrono::steady_clock::time_poin
 }
 
 Channel::Channel(std::shared_ptr<const Tokenizer> tokenizer, std::vector<std::string> stops, std::int32_t prev_token,
-                 std::shared_ptr<Wakeup> wakeup, const TextLimits& limits)
-    : text_(std::move(tokenizer), std::move(stops), prev_token), wakeup_(std::move(wakeup)), max_predict_(limits.max_predict) {
+                 std::shared_ptr<Wakeup> wakeup, const TextLimits& limits, bool per_token)
+    : text_(tokenizer, std::move(stops), prev_token),
+      tokenizer_(std::move(tokenizer)),
+      prev_token_(prev_token),
+      per_token_(per_token),
+      wakeup_(std::move(wakeup)),
+      max_predict_(limits.max_predict) {
     text_.set_min_indent(limits.min_indent);
 }
 
@@ -42,9 +49,14 @@ bool Channel::on_event(const TokenEvent& e) {
     const bool last = e.finish != FinishReason::none;
     if (!last && e.n_generated == 1) first_token_ = now;
     TextDelta d = last ? text_.flush() : text_.push(e);
-    saw_new_line_ = saw_new_line_ || d.text.find('\n') != std::string::npos;
-    // t_max_predict_ms: past the time since the first token, the text ends at a new line.
+    if (per_token_ && !last) {
+        const std::int32_t prev = std::exchange(prev_token_, e.token);
+        d.tokens = {TokenText{e.token, valid_utf8(tokenizer_->piece(prev, e.token)), e.logprob, e.top_logprobs, true, prev}};
+    }
+    // t_max_predict_ms: past the time since the first token, the token after one that wrote a new
+    // line is the last (llama-server looks at the new line before taking the next token).
     const bool out_of_time = !last && max_predict_.count() > 0 && saw_new_line_ && now - first_token_ > max_predict_;
+    saw_new_line_ = saw_new_line_ || d.text.find('\n') != std::string::npos;
     {
         std::lock_guard<std::mutex> lk(mu_);
         if (!d.empty()) deltas_.push_back(std::move(d));

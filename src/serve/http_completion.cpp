@@ -86,6 +86,7 @@ std::shared_ptr<Wakeup> HttpServer::Impl::submit_choices(const CompletionParams&
         g.top_logprobs = p.logprobs ? p.top_logprobs : 0;
         g.processing = p.processing;
         g.prompt_logprobs = p.echo && p.logprobs;
+        g.report_eos = p.report_eos;
         g.resume_slot = p.id_slot;
         g.park = p.keep_slot;
         g.cache_salt = p.cache_salt;
@@ -103,7 +104,7 @@ std::shared_ptr<Wakeup> HttpServer::Impl::submit_choices(const CompletionParams&
                 prev = t;
             }
         const std::int32_t prev_token = c.prompt.empty() ? slot_token : c.prompt.back();
-        c.channel = std::make_shared<Channel>(tokenizer, settings.stops, prev_token, wakeup, settings.limits);
+        c.channel = std::make_shared<Channel>(tokenizer, settings.stops, prev_token, wakeup, settings.limits, settings.per_token);
         if (p.logprobs)
             logprob_entries += (c.echoed.size() + std::size_t(std::max(0, g.max_tokens))) * std::size_t(1 + p.top_logprobs);
         requests.push_back(std::move(g));

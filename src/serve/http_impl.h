@@ -46,8 +46,11 @@ struct TextLimits {
 /// One request's way from the scheduler thread (on_event) to its connection's thread (poll, wait).
 class Channel {
 public:
+    /// `per_token`: each generated token makes its own delta holding that token whole, with the
+    /// text released by it (maybe none), so a stop string's tokens are reported too (llama-server);
+    /// otherwise a delta holds the tokens whose text it completes, cut at a stop string (OpenAI's).
     Channel(std::shared_ptr<const Tokenizer> tokenizer, std::vector<std::string> stops, std::int32_t prev_token,
-            std::shared_ptr<Wakeup> wakeup, const TextLimits& limits = {});
+            std::shared_ptr<Wakeup> wakeup, const TextLimits& limits = {}, bool per_token = false);
 
     /// The engine's callback: text for the client; true once a stop string appeared (or a TextLimits one).
     bool on_event(const TokenEvent& e);
@@ -83,6 +86,9 @@ public:
 
 private:
     TextStream text_;  // scheduler thread only
+    std::shared_ptr<const Tokenizer> tokenizer_;
+    std::int32_t prev_token_;  // scheduler thread only: per_token's leading-space rule
+    bool per_token_;
     std::shared_ptr<Wakeup> wakeup_;
     std::chrono::milliseconds max_predict_;
     std::chrono::steady_clock::time_point first_token_;  // written before started_ is set
@@ -112,6 +118,7 @@ struct ChoiceSettings {
     std::vector<std::vector<std::int32_t>> stop_sequences;  ///< GenerationRequest::stop_sequences
     ReasoningStart reasoning = ReasoningStart::closed;
     TextLimits limits;
+    bool per_token = false;  ///< Channel's per_token
 };
 
 /// httplib::Server with a listen backlog fit for many clients: the library's is 5 (a compile-time

@@ -48,6 +48,13 @@ void HttpServer::Impl::llama_completion(const httplib::Request& req, httplib::Re
         for (const auto& seq : stop_sequences) p.processing.banned.push_back(seq[0]);
         stop_sequences.clear();
     }
+    if (lp.infill_sampler) {  // its end tokens: EOS first, then the FIM ones not banned
+        InfillSampling sampling{guide_vocabulary, {}};
+        if (!lp.ignore_eos) sampling.ends.push_back(engine.options().eos_token);
+        for (const auto& seq : stop_sequences) sampling.ends.push_back(seq[0]);
+        if (sampling.ends.empty()) throw ApiError(400, "the infill sampler with ignore_eos leaves no token to end with", "samplers");
+        p.processing.infill = std::move(sampling);
+    }
     std::vector<Choice> choices;
     if (infill) {
         // The prompt is fitted to the context less the tokens asked for (the server's default when
@@ -71,7 +78,7 @@ void HttpServer::Impl::llama_completion(const httplib::Request& req, httplib::Re
             choices.push_back({std::move(prompt), nullptr, 0, {}, {}});
         }
     }
-    const ChoiceSettings settings{p.stop, stop_sequences, ReasoningStart::closed, {lp.min_indent, lp.max_predict}};
+    const ChoiceSettings settings{p.stop, stop_sequences, ReasoningStart::closed, {lp.min_indent, lp.max_predict}, true};
     const std::shared_ptr<Wakeup> wakeup = submit_choices(p, choices, settings);
 
     auto cancel_all = [this, choices] { return cancel_choices(choices); };
@@ -81,17 +88,18 @@ void HttpServer::Impl::llama_completion(const httplib::Request& req, httplib::Re
     };
     auto piece = [this](std::int32_t prev, std::int32_t t) { return tokenizer->piece(prev, t); };
     json settings_json = lp.settings;
+    const std::string model = lp.model.empty() ? options.model_alias : lp.model;  // llama-server echoes the request's
     settings_json["n_ctx"] = n_ctx;
-    settings_json["model"] = options.model_alias;
+    settings_json["model"] = model;
     // A finished choice's result; `streamed`: its text went out in chunks already.
-    auto result = [this, choices, settings_json, return_tokens = lp.return_tokens](std::size_t i, const Channel::Final& fin,
+    auto result = [this, choices, settings_json, model, return_tokens = lp.return_tokens](std::size_t i, const Channel::Final& fin,
                                                                                    std::string text, bool new_line,
                                                                                    std::vector<std::int32_t> ids) {
         std::string prompt;
         std::int32_t prev = -1;
         for (const std::int32_t t : choices[i].prompt) prompt += tokenizer->piece(std::exchange(prev, t), t);
         LlamaResult r{i, std::move(text), new_line, return_tokens ? std::move(ids) : std::vector<std::int32_t>{}, fin.slot,
-                      options.model_alias, fin.n_prompt, settings_json, valid_utf8(prompt), stop_of(fin),
+                      model, fin.n_prompt, settings_json, valid_utf8(prompt), stop_of(fin),
                       std::max(0, fin.n_prompt - fin.n_prompt_fed), timings_of(fin)};
         return llama_result_json(r);
     };
@@ -152,7 +160,7 @@ void HttpServer::Impl::llama_completion(const httplib::Request& req, httplib::Re
                     if (lp.timings_per_token && progress)
                         chunk["timings"] = llama_timings_json({progress->n_prompt_fed, progress->prompt_seconds, n_sent[i],
                                                                progress->predicted_seconds});
-                    if (!send(sse_event(select_fields(chunk, lp.response_fields)))) return gone();
+                    if (!send(sse_event(chunk))) return gone();  // response_fields: the results only, as llama-server
                 }
                 if (!finished) continue;
                 if (fin.finish == FinishReason::error || fin.finish == FinishReason::cancelled) {

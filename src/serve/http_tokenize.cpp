@@ -23,7 +23,18 @@ void HttpServer::Impl::tokenizer_routes() {
     http.Post("/tokenize", [this](const Request& req, Response& res) {
         const TokenizeParams p = parse_tokenize_request(parse_request_json(req.body));
         const std::vector<std::int32_t> ids = tokenizer->encode(p.text, p.add_special);
-        send_json(res, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", n_ctx}});
+        json tokens = ids;
+        if (p.with_pieces) {  // llama-server's: a piece that is not UTF-8 as its bytes
+            tokens = json::array();
+            const VocabData& v = tokenizer->vocab();
+            for (const std::int32_t id : ids) {
+                const std::string& piece = std::size_t(id) < v.types.size() && v.types[std::size_t(id)] == TokenType::control ? v.tokens[std::size_t(id)] : guide_vocabulary->text(id);
+                json bytes = json::array();
+                for (const char b : piece) bytes.push_back(static_cast<unsigned char>(b));
+                tokens.push_back({{"id", id}, {"piece", valid_utf8(piece) == piece ? json(piece) : bytes}});
+            }
+        }
+        send_json(res, {{"tokens", tokens}, {"count", ids.size()}, {"max_model_len", n_ctx}});
     });
     http.Post("/detokenize", [this](const Request& req, Response& res) {
         const std::string text = tokenizer->decode(parse_detokenize_request(parse_request_json(req.body), limits));

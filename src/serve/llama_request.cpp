@@ -21,8 +21,11 @@ namespace {
 constexpr std::int64_t kIntMax = std::numeric_limits<std::int32_t>::max();
 
 /// llama-server's samplers in the order its chain applies them (and aqpim's processing does).
-enum class Sampler : std::uint8_t { penalties, dry, top_k, typ_p, top_p, min_p, xtc, temperature };
-constexpr std::array<const char*, 8> kSamplerNames = {"penalties", "dry", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"};
+/// (llama-server's default chain has no infill sampler; a list may put it after the others, before
+/// the temperature.)
+enum class Sampler : std::uint8_t { penalties, dry, top_k, typ_p, top_p, min_p, xtc, infill, temperature };
+constexpr std::array<const char*, 9> kSamplerNames = {"penalties", "dry",  "top_k", "typ_p",      "top_p",
+                                                      "min_p",     "xtc",  "infill", "temperature"};
 
 /// A sampler's name or one-letter code (llama.cpp's names and aliases); nullopt: unknown.
 std::optional<Sampler> sampler_named(const std::string& name) {
@@ -33,6 +36,7 @@ std::optional<Sampler> sampler_named(const std::string& name) {
         {"typ-p", Sampler::typ_p}, {"typ", Sampler::typ_p}, {"y", Sampler::typ_p},
         {"top_p", Sampler::top_p}, {"top-p", Sampler::top_p}, {"nucleus", Sampler::top_p}, {"p", Sampler::top_p},
         {"min_p", Sampler::min_p}, {"min-p", Sampler::min_p}, {"m", Sampler::min_p}, {"xtc", Sampler::xtc}, {"x", Sampler::xtc},
+        {"infill", Sampler::infill}, {"i", Sampler::infill},
         {"temperature", Sampler::temperature}, {"temp", Sampler::temperature}, {"t", Sampler::temperature}};
     for (const auto& [n, s] : kNames)
         if (n == name) return s;
@@ -41,7 +45,7 @@ std::optional<Sampler> sampler_named(const std::string& name) {
 
 /// `samplers`: an array of names or a string of one-letter codes, in llama-server's order (each
 /// at most once). Returns which are on.
-std::array<bool, 8> read_samplers(const json& v) {
+std::array<bool, kSamplerNames.size()> read_samplers(const json& v) {
     std::vector<std::string> names;
     if (v.is_string()) {
         for (const char c : v.get<std::string>()) names.emplace_back(1, c);
@@ -50,15 +54,13 @@ std::array<bool, 8> read_samplers(const json& v) {
     } else {
         bad("samplers", fmt::format("expected an array of sampler names or a string of their letters, got {}", type_name(v)));
     }
-    std::array<bool, 8> on{};
+    std::array<bool, kSamplerNames.size()> on{};
     int last = -1;
     for (const std::string& name : names) {
-        if (name == "infill" || name == "i")
-            bad("samplers", "the infill sampler is not implemented (aqpim's /infill samples as /completion does)");
         const std::optional<Sampler> s = sampler_named(name);
         if (!s) bad("samplers", fmt::format("unknown sampler \"{}\"", name.substr(0, 32)));
         if (int(*s) <= last)
-            bad("samplers", fmt::format("\"{}\" out of order: aqpim applies the samplers in llama-server's default order ({})",
+            bad("samplers", fmt::format("\"{}\" out of order: aqpim applies the samplers in llama-server's default order, with infill last before the temperature ({})",
                                         name, fmt::join(kSamplerNames, ", ")));
         last = int(*s);
         on[std::size_t(*s)] = true;
@@ -206,11 +208,11 @@ LlamaCompletionParams parse_llama_completion_request(const json& body, bool infi
         }
     }
     if (const json* v = field(body, "stream")) p.stream = boolean(*v, "stream");
-    const char* probs_name = field(body, "n_probs") ? "n_probs" : "logprobs";
-    if (const json* v = field(body, probs_name)) {
-        p.top_logprobs = int(integer(*v, probs_name, 0, limits.max_top_logprobs));
-        p.logprobs = p.top_logprobs > 0;
-    }
+    // n_probs; `logprobs` where n_probs is absent or 0 (llama-server reads it when n_probs is at its default).
+    for (const char* name : {"n_probs", "logprobs"})
+        if (const json* v = field(body, name); v && p.top_logprobs == 0) p.top_logprobs = int(integer(*v, name, 0, limits.max_top_logprobs));
+    p.logprobs = p.top_logprobs > 0;
+    p.report_eos = true;  // llama-server counts and lists EOS as a generated token
     read_processing(body, limits, Dialect::llama, tokenize, p.processing);
     read_output_constraints(body, body_text, p);
     if (const json* v = field(body, "ignore_eos")) lp.ignore_eos = boolean(*v, "ignore_eos");
@@ -231,7 +233,7 @@ LlamaCompletionParams parse_llama_completion_request(const json& body, bool infi
     }
     if (const json* v = field(body, "n_indent")) lp.min_indent = int(integer(*v, "n_indent", 0, 1 << 16));
     if (const json* v = field(body, "t_max_predict_ms")) lp.max_predict = std::chrono::milliseconds(integer(*v, "t_max_predict_ms", 0, kIntMax));
-    if (const json* v = field(body, "model")) (void)string(*v, "model");
+    if (const json* v = field(body, "model")) lp.model = string(*v, "model");
     for (const char* name : {"lora", "image_data"})
         if (const json* v = field(body, name); v && !(v->is_array() && v->empty()))
             bad(name, "not supported (aqpim serves one model without adapters or images): give [] or leave it out");
@@ -252,8 +254,11 @@ LlamaCompletionParams parse_llama_completion_request(const json& body, bool infi
         if (!v->is_array() || v->empty()) bad("dry_sequence_breakers", "expected a non-empty array of strings");
         for (std::size_t i = 0; i < v->size(); ++i) (void)string((*v)[i], fmt::format("dry_sequence_breakers[{}]", i));
     }
+    std::array<bool, kSamplerNames.size()> sampler_on{};
+    sampler_on.fill(true);
+    sampler_on[std::size_t(Sampler::infill)] = false;
     if (const json* v = field(body, "samplers")) {
-        const std::array<bool, 8> on = read_samplers(*v);
+        const auto on = sampler_on = read_samplers(*v);
         auto off = [&](Sampler s) { return !on[std::size_t(s)]; };
         if (off(Sampler::penalties)) {
             p.processing.repetition_penalty = 1.0f;
@@ -263,25 +268,47 @@ LlamaCompletionParams parse_llama_completion_request(const json& body, bool infi
         if (off(Sampler::top_p)) p.processing.top_p = 1.0f;
         if (off(Sampler::min_p)) p.processing.min_p = 0.0f;
         if (off(Sampler::temperature)) p.temperature = 1.0f;  // the draw is at the logits' own scale
+        lp.infill_sampler = !off(Sampler::infill);
     }
+    // The settings as llama-server reports them; the samplers aqpim does not have, at the values
+    // that turn them off (the only ones accepted).
+    json samplers = json::array();  // as given, or llama-server's default chain
+    for (std::size_t i = 0; i < kSamplerNames.size(); ++i)
+        if (sampler_on[i]) samplers.push_back(kSamplerNames[i]);
+    const json* bias = field(body, "logit_bias");
     lp.settings = {{"n_predict", p.max_tokens ? *p.max_tokens : -1},
-                   {"seed", p.seed ? json(*p.seed) : json(-1)},
+                   {"max_tokens", p.max_tokens ? *p.max_tokens : -1},
+                   {"seed", p.seed ? json(*p.seed) : json(0xFFFFFFFFu)},
                    {"temperature", p.temperature},
+                   {"dynatemp_range", 0.0},
+                   {"dynatemp_exponent", 1.0},
                    {"top_k", p.processing.top_k},
                    {"top_p", p.processing.top_p},
                    {"min_p", p.processing.min_p},
+                   {"xtc_probability", 0.0},
+                   {"xtc_threshold", 0.1},
+                   {"typical_p", 1.0},
                    {"repeat_last_n", p.processing.repetition_window},
                    {"repeat_penalty", p.processing.repetition_penalty},
                    {"presence_penalty", p.processing.presence_penalty},
                    {"frequency_penalty", p.processing.frequency_penalty},
+                   {"dry_multiplier", 0.0},
+                   {"mirostat", 0},
+                   {"min_keep", 0},
                    {"stop", p.stop},
+                   {"n_keep", field(body, "n_keep") ? *field(body, "n_keep") : json(0)},
                    {"n_probs", p.top_logprobs},
                    {"stream", p.stream},
                    {"ignore_eos", lp.ignore_eos},
+                   {"logit_bias", bias ? *bias : json::array()},
+                   {"samplers", samplers},
+                   {"post_sampling_probs", false},
+                   {"lora", json::array()},
                    {"n_indent", lp.min_indent},
                    {"t_max_predict_ms", lp.max_predict.count()},
-                   {"return_tokens", lp.return_tokens}};
-    if (const json* v = field(body, "grammar")) lp.settings["grammar"] = *v;
+                   {"timings_per_token", lp.timings_per_token},
+                   {"return_tokens", lp.return_tokens},
+                   {"grammar", field(body, "grammar") ? *field(body, "grammar") : json("")}};
     return lp;
 }
 

@@ -30,6 +30,9 @@ struct LlamaCompletionParams {
     bool timings_per_token = false;    ///< `timings` in every streamed chunk
     std::vector<std::string> response_fields;  ///< only these fields ("a/b": nested) in a result
     bool ignore_eos = false;
+    /// `samplers` holds llama-server's infill sampler (the server gives it the token texts and end
+    /// tokens: LogitProcessing::infill).
+    bool infill_sampler = false;
     int min_indent = 0;                        ///< n_indent (TextStream::set_min_indent)
     std::chrono::milliseconds max_predict{0};  ///< t_max_predict_ms
     // /infill
@@ -37,6 +40,7 @@ struct LlamaCompletionParams {
     std::vector<InfillFile> input_extra;  ///< other files of the project
     /// The settings as given and defaulted, for a result's generation_settings.
     nlohmann::json settings;
+    std::string model;  ///< the request's `model`, echoed in its result ("": the server's alias)
 };
 
 /// Read a /completion (infill false) or /infill body. Unknown fields are refused (llama-server

@@ -1,6 +1,7 @@
 #include "serve/logit_processing.h"
 
 #include "aqpim/sampler.h"
+#include "serve/json_constraint.h"
 
 #include <algorithm>
 #include <cmath>
@@ -26,13 +27,20 @@ std::string LogitProcessing::invalid_reason(int n_vocab) const {
     if (top_p != 1.0f && !unit_temperature) return "top_p in the logit processing needs unit_temperature";
     for (const std::int32_t t : banned)
         if (t < 0 || t >= n_vocab) return fmt::format("banned token {} outside [0, {})", t, n_vocab);
+    if (infill) {
+        if (!unit_temperature) return "the infill sampler needs unit_temperature";
+        if (!infill->vocabulary || std::int64_t(infill->vocabulary->size()) != n_vocab) return "the infill sampler needs the model's token texts";
+        if (infill->ends.empty()) return "the infill sampler needs an end token";
+        for (const std::int32_t t : infill->ends)
+            if (t < 0 || t >= n_vocab) return fmt::format("infill end token {} outside [0, {})", t, n_vocab);
+    }
     return {};
 }
 
 bool LogitProcessing::active() const {
     return !logit_bias.empty() || frequency_penalty != 0.0f || presence_penalty != 0.0f ||
            (repetition_penalty != 1.0f && repetition_window != 0) || top_k > 0 || min_p > 0.0f || !banned.empty() ||
-           top_p < 1.0f;
+           top_p < 1.0f || infill.has_value();
 }
 
 namespace {
@@ -99,6 +107,7 @@ void apply_logit_processing(const LogitProcessing& p, std::span<const std::int32
         for (int i = 0; i < n_vocab; ++i)
             if (logits[i] < threshold) logits[i] = kDroppedLogit;
     }
+    if (p.infill) apply_infill_sampler(*p.infill, logits, n_vocab, kDroppedLogit);
 }
 
 }  // namespace aqpim::serve

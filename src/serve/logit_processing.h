@@ -7,10 +7,13 @@
 // option (unit_temperature).
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "serve/infill_sampler.h"
 
 namespace aqpim::serve {
 
@@ -35,6 +38,8 @@ struct LogitProcessing {
     /// request's temperature and the nucleus in the sampler.
     bool unit_temperature = false;
     float top_p = 1.0f;               ///< unit_temperature only: the nucleus kept (1: all; 0: the most likely token)
+    /// llama-server's infill sampler, last (infill_sampler.h); unit_temperature only.
+    std::optional<InfillSampling> infill;
 
     /// Whether anything changes the logits.
     bool active() const;

@@ -372,7 +372,7 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
 }
 
 TokenizeParams parse_tokenize_request(const json& body) {
-    static const std::set<std::string> known = {"prompt", "content", "add_special_tokens", "add_special", "model"};
+    static const std::set<std::string> known = {"prompt", "content", "add_special_tokens", "add_special", "with_pieces", "model"};
     refuse_unknown_fields(body, [](const std::string& key) { return known.count(key) > 0; });
     const json* prompt = field(body, "prompt");
     const json* content = field(body, "content");
@@ -382,6 +382,7 @@ TokenizeParams parse_tokenize_request(const json& body) {
     p.add_special = prompt != nullptr;  // each API's default
     if (const json* v = field(body, "add_special_tokens")) p.add_special = boolean(*v, "add_special_tokens");
     if (const json* v = field(body, "add_special")) p.add_special = boolean(*v, "add_special");
+    if (const json* v = field(body, "with_pieces")) p.with_pieces = boolean(*v, "with_pieces");
     if (const json* v = field(body, "model")) (void)string(*v, "model");
     return p;
 }

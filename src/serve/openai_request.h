@@ -74,6 +74,7 @@ struct CompletionParams {
     enum class DefaultLength : std::uint8_t { sixteen, server, context };
     DefaultLength default_length = DefaultLength::sixteen;
     std::string max_tokens_name = "max_tokens";  ///< the field a never-fitting length is blamed on
+    bool report_eos = false;            ///< GenerationRequest::report_eos (llama-server's endpoints)
     float temperature = 1.0f;           ///< OpenAI's defaults
     float top_p = 1.0f;
     std::optional<std::uint64_t> seed;  ///< absent: the server draws one
@@ -117,6 +118,7 @@ CompletionParams parse_completion_request(const nlohmann::json& body, bool chat,
 struct TokenizeParams {
     std::string text;
     bool add_special = false;
+    bool with_pieces = false;  ///< llama-server's: each token as {id, piece}
 };
 /// {"prompt": text, "add_special_tokens": b (default true)} (vLLM) or {"content": text,
 /// "add_special": b (default false)} (llama-server); "model" is ignored. Throws ApiError 400.

@@ -125,6 +125,7 @@ std::size_t TextStream::indent_break(std::string_view t) {
     if (min_indent_ <= 0) return std::string::npos;
     for (std::size_t i = 0; i < t.size(); ++i) {
         if (t[i] == '\n') {
+            if (at_line_start_ && indent_ < min_indent_) return i;  // a blank line is under-indented too (llama-server)
             at_line_start_ = true;
             indent_ = 0;
         } else if (at_line_start_ && (t[i] == ' ' || t[i] == '\t')) {

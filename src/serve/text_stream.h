@@ -50,8 +50,9 @@ public:
     const std::string& stop_word() const { return stop_word_; }
 
     /// llama-server's n_indent (its /infill): a line that starts in the generated text and whose
-    /// first character other than a space or tab comes after fewer than n spaces and tabs stops the
-    /// text before that character (the line's new line and indentation are kept). 0: off.
+    /// first character other than a space or tab (its new line, if it is blank) comes after fewer
+    /// than n spaces and tabs stops the text before that character (the line's indentation is
+    /// kept). 0: off.
     void set_min_indent(int n) { min_indent_ = n; }
     /// Whether the indentation stopped it.
     bool stopped_by_indent() const { return indent_stop_; }

@@ -114,17 +114,30 @@ TEST(HttpLlamaCompletion, StopWordsEosAndIgnoreEos) {
     const std::string word = text.substr(4, 3);
     json stopped = base;
     stopped["stop"] = {word};
+    stopped["return_tokens"] = true;
     const json r = test::post(c, "/completion", stopped);
     EXPECT_EQ(r["stop_type"], "word");
     EXPECT_EQ(r["stopping_word"], word);
     EXPECT_EQ(r["content"], text.substr(0, text.find(word)));
+    // Every generated token is listed, the stop string's too (their text is not sent).
+    const auto& tok = *test::austen_serve_model().tokenizer;
+    ASSERT_EQ(r["tokens"].size(), r["tokens_predicted"].get<std::size_t>());
+    std::vector<std::int32_t> ids = r["tokens"];
+    const std::string all = tok.decode(ids);
+    EXPECT_EQ(all.substr(0, r["content"].get<std::string>().size() + word.size()), r["content"].get<std::string>() + word);
     // EOS made the only choice: "eos" with no token; ignore_eos bans it and the text runs to the limit.
     const std::int32_t eos = test::austen_serve_model().tokenizer->eos();
     json forced = base;
     forced["logit_bias"] = json::array({json::array({eos, 100})});
+    forced["return_tokens"] = true;
+    forced["n_probs"] = 1;
     const json e = test::post(c, "/completion", forced);
     EXPECT_EQ(e["stop_type"], "eos");
     EXPECT_EQ(e["content"], "");
+    EXPECT_EQ(e["tokens"], json::array({eos})) << "EOS is a generated token here, as llama-server counts it";
+    EXPECT_EQ(e["tokens_predicted"], 1);
+    ASSERT_EQ(e["completion_probabilities"].size(), 1u);
+    EXPECT_EQ(e["completion_probabilities"][0]["id"], eos);
     forced["ignore_eos"] = true;
     const json ignored = test::post(c, "/completion", forced);
     EXPECT_EQ(ignored["stop_type"], "limit");
@@ -152,7 +165,8 @@ TEST(HttpLlamaCompletion, IndentationAndTimeEndACodeCompletion) {
     bool at_line_start = false;
     int indent = 0;
     for (std::size_t i = 0; i < full.size() && cut == std::string::npos; ++i) {
-        if (full[i] == '\n') at_line_start = true, indent = 0;
+        if (full[i] == '\n' && at_line_start && indent < 1) cut = i;  // a blank line
+        else if (full[i] == '\n') at_line_start = true, indent = 0;
         else if (at_line_start && (full[i] == ' ' || full[i] == '\t')) ++indent;
         else if (at_line_start) at_line_start = false, cut = indent < 1 ? i : cut;
     }
@@ -225,6 +239,20 @@ TEST(HttpLlamaCompletion, ResponseFieldsAndRefusals) {
         const json e = test::post(c, "/completion", body, 400);
         EXPECT_EQ(e["error"]["param"], param) << body.dump();
     }
+    // /tokenize with_pieces (llama-server's): each token's text, its bytes where they are not UTF-8.
+    const json plain = test::post(c, "/tokenize", {{"content", "Emma \u00e9"}});
+    const json pieces = test::post(c, "/tokenize", {{"content", "Emma \u00e9"}, {"with_pieces", true}});
+    ASSERT_EQ(pieces["tokens"].size(), plain["tokens"].size());
+    std::string joined;
+    bool some_bytes = false;
+    for (std::size_t i = 0; i < plain["tokens"].size(); ++i) {
+        EXPECT_EQ(pieces["tokens"][i]["id"], plain["tokens"][i]);
+        const json& piece = pieces["tokens"][i]["piece"];
+        if (piece.is_string()) joined += piece.get<std::string>();
+        else for (const json& b : piece) joined += char(b.get<int>()), some_bytes = true;
+    }
+    EXPECT_TRUE(some_bytes) << "austen-13m writes \u00e9 as two byte tokens";
+    EXPECT_EQ(joined, " Emma \u00e9");
     // A model without fill-in-the-middle tokens: 501, as llama-server answers.
     const json e = test::post(c, "/infill", {{"input_prefix", "a"}, {"input_suffix", "b"}}, 501);
     EXPECT_NE(test::post(c, "/completion", {{"prompt", kPrompt}, {"n_predict", 4096}}, 400)["error"]["message"].get<std::string>().find(
@@ -278,6 +306,13 @@ TEST(HttpLlamaCompletion, InfillBuildsTheRepositoryPromptAndFitsItToTheContext) 
                                                   {"return_tokens", true}, {"seed", 2}});
     EXPECT_LE(fitted["tokens_evaluated"].get<int>() + 100, 512);
     EXPECT_GT(fitted["tokens_evaluated"].get<int>(), 400) << "the room is used";
+    // llama.vim's samplers, its infill sampler last: each middle ends at an end token or the limit.
+    for (int seed = 1; seed <= 4; ++seed) {
+        const json v = test::post(c, "/infill", {{"input_prefix", prefix}, {"input_suffix", suffix}, {"n_predict", 16},
+                                                 {"samplers", {"top_k", "top_p", "infill"}}, {"seed", seed}});
+        EXPECT_TRUE(v["stop_type"] == "eos" || v["stop_type"] == "limit") << v.dump();
+        EXPECT_EQ(v["generation_settings"]["samplers"], json({"top_k", "top_p", "infill"}));
+    }
     // Fields of /infill only there; a model's own /completion still refuses them.
     EXPECT_EQ(test::post(c, "/completion", {{"prompt", "x"}, {"input_suffix", "y"}}, 400)["error"]["param"], "input_suffix");
     EXPECT_EQ(test::post(c, "/infill", {{"input_prefix", "x"}}, 400)["error"]["param"], "input_suffix");

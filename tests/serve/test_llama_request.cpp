@@ -128,7 +128,12 @@ TEST(LlamaRequest, SamplersListTurnsTheOthersOff) {
     EXPECT_FLOAT_EQ(lp.params.processing.min_p, 0.05f);
 
     EXPECT_NE(refusal({{"prompt", "x"}, {"samplers", {"top_p", "top_k"}}}).second.find("out of order"), std::string::npos);
-    EXPECT_NE(refusal({{"prompt", "x"}, {"samplers", {"top_k", "top_p", "infill"}}}).second.find("infill sampler"), std::string::npos);
+    lp = parse({{"prompt", "x"}, {"samplers", {"top_k", "top_p", "infill"}}});  // llama.vim's
+    EXPECT_TRUE(lp.infill_sampler);
+    EXPECT_EQ(lp.params.processing.min_p, 0.0f);
+    EXPECT_EQ(lp.settings["samplers"], json({"top_k", "top_p", "infill"}));
+    EXPECT_FALSE(parse({{"prompt", "x"}}).infill_sampler);
+    EXPECT_NE(refusal({{"prompt", "x"}, {"samplers", {"top_k", "temperature", "infill"}}}).second.find("out of order"), std::string::npos);
     EXPECT_NE(refusal({{"prompt", "x"}, {"samplers", {"warp"}}}).second.find("unknown sampler"), std::string::npos);
     EXPECT_EQ(refusal({{"prompt", "x"}, {"samplers", 3}}).first, "samplers");
 }
@@ -252,7 +257,7 @@ TEST(TextStream, AnUnderIndentedLineEndsTheTextBeforeItsFirstCharacter) {
         serve::TextStream s(test::byte_tokenizer(), {}, test::kHello);
         s.set_min_indent(4);
         // The first line continues the prefix's: not checked. "  z" has 2 < 4: cut before "z".
-        EXPECT_EQ(bytes(s, "x = 1\n    y = 2\n\n  z = 3\n"), "x = 1\n    y = 2\n\n  ");
+        EXPECT_EQ(bytes(s, "x = 1\n    y = 2\n    \n  z = 3\n"), "x = 1\n    y = 2\n    \n  ");
         EXPECT_TRUE(s.stopped());
         EXPECT_TRUE(s.stopped_by_indent());
         EXPECT_EQ(s.stop_word(), "");
@@ -262,6 +267,12 @@ TEST(TextStream, AnUnderIndentedLineEndsTheTextBeforeItsFirstCharacter) {
         s.set_min_indent(2);
         EXPECT_EQ(bytes(s, "a\n\t b\n  c\n \td"), "a\n\t b\n  c\n \td") << "a tab counts one";
         EXPECT_FALSE(s.stopped());
+    }
+    {
+        serve::TextStream s(test::byte_tokenizer(), {}, test::kHello);
+        s.set_min_indent(4);
+        EXPECT_EQ(bytes(s, "x\n    y\n\n    z"), "x\n    y\n") << "a blank line is under-indented (llama-server)";
+        EXPECT_TRUE(s.stopped_by_indent());
     }
     {
         serve::TextStream s(test::byte_tokenizer(), {"STOP"}, test::kHello);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "serve/json_constraint.h"
 #include "serve/logit_processing.h"
 
 namespace aqpim {
@@ -102,6 +103,50 @@ TEST(LogitProcessing, BannedTokensAreNeverDrawnEvenTheLargest) {
     EXPECT_EQ(l[3], 3.0f);
     p.banned = {4};
     EXPECT_NE(p.invalid_reason(4).find("banned token 4"), std::string::npos);
+}
+
+/// Token texts for the infill sampler: token i's text is texts[i] (EOS is token 0, no text).
+std::shared_ptr<const serve::GuideVocabulary> texts_of(const std::vector<std::string>& texts) {
+    return std::make_shared<const serve::GuideVocabulary>(texts, 0);
+}
+
+TEST(LogitProcessing, TheInfillSamplerEndsMergesAndThresholdsAsLlamaCpps) {
+    LogitProcessing p;
+    p.unit_temperature = true;
+    // 0: EOS, 1: "ret", 2: "return", 3: "x", 4: "y", 5: "<|file_sep|>" (an end token, no text here)
+    p.infill = serve::InfillSampling{texts_of({"", "ret", "return", "x", "y", ""}), {0, 5}};
+    ASSERT_EQ(p.invalid_reason(6), "");
+    const auto ln = [](double x) { return float(std::log(x)); };
+    // Probabilities 0.3 ret, 0.3 return, 0.3 x, 0.05 y, 0.05 EOS (ends 0.05: 3 x 0.05 x 5 = 0.75 < 0.95).
+    // "ret" starts "return": of a tie the first keeps both (ret, 0.6); y is below 0.2; then of the
+    // 0.95 left, below 1 / (2 texts + 1): x at 0.3 / 0.95 = 0.316 goes, ret at 0.63 stays, and EOS
+    // stays (an end token is never thresholded).
+    auto l = processed(p, {}, 0, {ln(0.05), ln(0.3), ln(0.3), ln(0.3), ln(0.05), kDropped});
+    EXPECT_GT(l[1], kDropped);
+    EXPECT_EQ(l[2], kDropped) << "merged into ret";
+    EXPECT_EQ(l[3], kDropped);
+    EXPECT_EQ(l[4], kDropped);
+    EXPECT_GT(l[0], kDropped);
+    EXPECT_FLOAT_EQ(l[1], ln(0.3)) << "the draw weighs a kept token by its own logit";
+    // The ends likely enough (3 x p_end x n > p_text): only the end tokens are left.
+    l = processed(p, {}, 0, {ln(0.2), ln(0.4), kDropped, ln(0.4), kDropped, kDropped});
+    EXPECT_EQ(l, (std::vector<float>{ln(0.2), kDropped, kDropped, kDropped, kDropped, kDropped}));
+    // Text tokens all below 0.2 (and no end in the running): the first end token alone.
+    std::vector<float> many(40, 0.0f);  // 40 texts of equal weight: each 0.025, all below 0.2
+    std::vector<std::string> t(40);
+    for (std::size_t i = 1; i < 40; ++i) t[i] = "t" + std::to_string(i) + "#";
+    LogitProcessing q;
+    q.unit_temperature = true;
+    q.infill = serve::InfillSampling{texts_of(t), {0}};
+    many[0] = kDropped;
+    const auto out = processed(q, {}, 0, many);
+    EXPECT_EQ(out[0], 0.0f);
+    for (std::size_t i = 1; i < 40; ++i) EXPECT_EQ(out[i], kDropped) << i;
+    q.infill->ends.clear();
+    EXPECT_NE(q.invalid_reason(40).find("end token"), std::string::npos);
+    q.infill->ends = {0};
+    q.unit_temperature = false;
+    EXPECT_NE(q.invalid_reason(40).find("unit_temperature"), std::string::npos);
 }
 
 TEST(LogitProcessing, InvalidFieldsAreNamed) {
