@@ -174,7 +174,11 @@ BODIES
         printf 'answer%s%s' "$sep" 'Checking.<tool_call>{"name": "get_weather", "arguments": {"town": "Bath"}}</tool_call>
 <tool_call>{"name": "f", "arguments": {}}' > "$dir/answer-hermes"
         printf 'answer%s%s' "$sep" '[TOOL_CALLS] [{"name": "f", "arguments": "{\"a\": 1}"}, {"get_weather": {}}]' > "$dir/answer-array"
-        printf 'answer%s%s' "$sep" '<|python_tag|>{"name": "get_weather", "parameters": {"town": "York"}}' > "$dir/answer-llama" ;;
+        printf 'answer%s%s' "$sep" '<|python_tag|>{"name": "get_weather", "parameters": {"town": "York"}}' > "$dir/answer-llama"
+        printf 'answer%s%s' "$sep" 'So.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather
+```json
+{"town": "Bath"}
+```<｜tool▁call▁end｜><｜tool▁calls▁end｜>' > "$dir/answer-deepseek" ;;
     esac
     rm -rf "$tmp"
 }

@@ -449,7 +449,7 @@ TokenEvent Engine::Impl::draw(Slot& s, const float* lg) const {
         drawn_from = s.processed.data();
     }
     ev.token = s.sampler->sample(drawn_from, n_vocab);
-    if (ev.token != opt.eos_token || s.request.prompt_logprobs)
+    if (ev.token != opt.eos_token || s.request.prompt_logprobs || s.request.report_eos)
         ev.logprob = log_probabilities(lg, n_vocab, ev.token, s.request.top_logprobs, ev.top_logprobs);
     return ev;
 }

@@ -49,9 +49,11 @@ bool Channel::on_event(const TokenEvent& e) {
     const bool last = e.finish != FinishReason::none;
     if (!last && e.n_generated == 1) first_token_ = now;
     TextDelta d = last ? text_.flush() : text_.push(e);
-    if (per_token_ && !last) {
+    if (per_token_ && last) {
+        d.tokens.clear();  // each was reported with its own event
+    } else if (per_token_) {  // the raw piece: its bytes are reported as they are
         const std::int32_t prev = std::exchange(prev_token_, e.token);
-        d.tokens = {TokenText{e.token, valid_utf8(tokenizer_->piece(prev, e.token)), e.logprob, e.top_logprobs, true, prev}};
+        d.tokens = {TokenText{e.token, tokenizer_->piece(prev, e.token), e.logprob, e.top_logprobs, true, prev}};
     }
     // t_max_predict_ms: past the time since the first token, the token after one that wrote a new
     // line is the last (llama-server looks at the new line before taking the next token).
@@ -115,15 +117,23 @@ std::optional<std::vector<ScoredToken>> Channel::prompt_scores() {
 bool read_whole_choice(Channel& channel, httplib::DataSink& sink, std::string& text, std::vector<TokenText>& tokens,
                        Channel::Final& fin) {
     using namespace std::chrono_literals;
-    for (auto wait = 2000ms;; wait = 1000ms) {
+    // A space every second whether or not text came: a client gone while tokens keep coming is
+    // noticed too.
+    auto next_space = std::chrono::steady_clock::now() + 2000ms;
+    for (;;) {
         std::vector<TextDelta> got;
-        const bool done = channel.wait(wait, got, fin);
+        const bool done = channel.wait(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           std::max<std::chrono::steady_clock::duration>(next_space - std::chrono::steady_clock::now(), 0ms)),
+                                       got, fin);
         for (TextDelta& d : got) {
             text += d.text;
             for (TokenText& t : d.tokens) tokens.push_back(std::move(t));
         }
         if (done) return true;
-        if (got.empty() && !sink.write(" ", 1)) return false;
+        if (std::chrono::steady_clock::now() >= next_space) {
+            if (!sink.write(" ", 1)) return false;
+            next_space = std::chrono::steady_clock::now() + 1000ms;
+        }
     }
 }
 

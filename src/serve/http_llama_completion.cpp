@@ -60,6 +60,10 @@ void HttpServer::Impl::llama_completion(const httplib::Request& req, httplib::Re
         // The prompt is fitted to the context less the tokens asked for (the server's default when
         // none or -1 is given).
         const std::int64_t out = p.max_tokens ? *p.max_tokens : options.default_max_tokens;
+        if (out >= n_ctx)
+            throw ApiError(400, fmt::format("{} ({}) leaves no room for the infill prompt in the context of {} tokens",
+                                            p.max_tokens ? p.max_tokens_name : "the server's --n-predict", out, n_ctx),
+                           p.max_tokens_name);
         const InfillParts parts{infill_extra_tokens(*tokenizer, *fim, lp.input_extra), tokenize(lp.input_prefix.text),
                                 lp.prompts.empty() ? std::vector<std::int32_t>{} : tokenize(lp.prompts[0][0].text),
                                 tokenize(lp.input_suffix.text)};

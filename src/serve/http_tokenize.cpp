@@ -3,7 +3,10 @@
 // (what lm-evaluation-harness's remote tokenizer reads), and llama-server's POST /apply-template
 // (a chat request's prompt text).
 
+#include <fmt/format.h>
+
 #include "serve/http_impl.h"
+#include "serve/openai_response.h"
 
 namespace aqpim::serve {
 
@@ -23,18 +26,26 @@ void HttpServer::Impl::tokenizer_routes() {
     http.Post("/tokenize", [this](const Request& req, Response& res) {
         const TokenizeParams p = parse_tokenize_request(parse_request_json(req.body));
         const std::vector<std::int32_t> ids = tokenizer->encode(p.text, p.add_special);
-        json tokens = ids;
-        if (p.with_pieces) {  // llama-server's: a piece that is not UTF-8 as its bytes
-            tokens = json::array();
-            const VocabData& v = tokenizer->vocab();
-            for (const std::int32_t id : ids) {
-                const std::string& piece = std::size_t(id) < v.types.size() && v.types[std::size_t(id)] == TokenType::control ? v.tokens[std::size_t(id)] : guide_vocabulary->text(id);
-                json bytes = json::array();
-                for (const char b : piece) bytes.push_back(static_cast<unsigned char>(b));
-                tokens.push_back({{"id", id}, {"piece", valid_utf8(piece) == piece ? json(piece) : bytes}});
+        if (!p.with_pieces) return send_json(res, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", n_ctx}});
+        // llama-server's pieces, a piece that is not UTF-8 as its bytes; written as text, not as a
+        // JSON object per token (a 1 MB body is some 300,000 tokens).
+        const VocabData& v = tokenizer->vocab();
+        std::string body = "{\"tokens\":[";
+        for (std::size_t i = 0; i < ids.size(); ++i) {
+            const std::size_t id = std::size_t(ids[i]);
+            const std::string& piece = id < v.types.size() && v.types[id] == TokenType::control ? v.tokens[id] : guide_vocabulary->text(ids[i]);
+            body += fmt::format("{}{{\"id\":{},\"piece\":", i ? "," : "", id);
+            if (valid_utf8(piece) == piece) {
+                body += dump_json(piece);
+            } else {
+                body += '[';
+                for (std::size_t k = 0; k < piece.size(); ++k) body += fmt::format("{}{}", k ? "," : "", static_cast<unsigned char>(piece[k]));
+                body += ']';
             }
+            body += '}';
         }
-        send_json(res, {{"tokens", tokens}, {"count", ids.size()}, {"max_model_len", n_ctx}});
+        body += fmt::format("],\"count\":{},\"max_model_len\":{}}}", ids.size(), n_ctx);
+        res.set_content(body, "application/json");
     });
     http.Post("/detokenize", [this](const Request& req, Response& res) {
         const std::string text = tokenizer->decode(parse_detokenize_request(parse_request_json(req.body), limits));

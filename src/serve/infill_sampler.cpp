@@ -59,10 +59,15 @@ void apply_infill_sampler(const InfillSampling& s, float* logits, int n_vocab, f
         x.kept = x.kept && (x.end || x.p >= 0.2);
         if (x.kept) n_text += !x.end, kept_p += x.p;
     }
-    if (n_text == 0) {  // nothing but an end: the first end token alone
-        for (int i = 0; i < n_vocab; ++i) logits[i] = dropped;
-        logits[s.ends.front()] = 0.0f;
-        return;
+    if (n_text == 0) {
+        // Nothing but an end: the end tokens in the running alone. llama.cpp forces its end-of-turn
+        // token; where a ban or a constraint left none in the running, the tokens stay as the
+        // merge left them.
+        bool any_end = false;
+        for (const Candidate& x : c) any_end = any_end || x.kept;
+        if (!any_end)
+            for (Candidate& x : c) x.kept = x.p > 0;
+        return apply();
     }
     const double threshold = 1.0 / double(n_text + 1);
     for (Candidate& x : c) x.kept = x.kept && (x.end || x.p / kept_p >= threshold);

@@ -17,7 +17,7 @@ class GuideVocabulary;
 struct InfillSampling {
     std::shared_ptr<const GuideVocabulary> vocabulary;  ///< each token's text
     /// The tokens that end a middle (llama.cpp's end-of-generation tokens: EOS and the FIM end
-    /// tokens); the first is the one a middle with nothing left to write ends with.
+    /// tokens).
     std::vector<std::int32_t> ends;
 };
 

@@ -201,6 +201,14 @@ std::string tool_calls_text(const json& tool_calls, const std::string& param) {
 namespace {
 
 constexpr std::string_view kCallOpen = "<tool_call>", kCallClose = "</tool_call>";
+/// DeepSeek V3's and R1's calls: <｜tool▁calls▁begin｜> then per call <｜tool▁call▁begin｜>function
+/// <｜tool▁sep｜>NAME\n```json\nARGUMENTS\n```<｜tool▁call▁end｜>, then <｜tool▁calls▁end｜>.
+constexpr std::string_view kDsCallsBegin = "<\uFF5Ctool\u2581calls\u2581begin\uFF5C>",
+                           kDsCallsEnd = "<\uFF5Ctool\u2581calls\u2581end\uFF5C>",
+                           kDsCallBegin = "<\uFF5Ctool\u2581call\u2581begin\uFF5C>",
+                           kDsCallEnd = "<\uFF5Ctool\u2581call\u2581end\uFF5C>", kDsSep = "<\uFF5Ctool\u2581sep\uFF5C>";
+/// Where a block of calls may open after content: Hermes' tag, DeepSeek's (with or without its outer token).
+constexpr std::string_view kBlockOpens[] = {kCallOpen, kDsCallsBegin, kDsCallBegin};
 /// Written before a JSON call by Llama 3.1 (`<|python_tag|>`) and Mistral (`[TOOL_CALLS]`).
 constexpr std::string_view kCallMarkers[] = {"<|python_tag|>", "[TOOL_CALLS]"};
 
@@ -267,6 +275,52 @@ bool calls_of_tags(std::string_view text, const std::vector<std::string>& names,
     }
 }
 
+/// DeepSeek's form: content, then its calls block (its outer tokens may be missing, the last
+/// call's end too), only whitespace after it.
+bool calls_of_deepseek(std::string_view text, const std::vector<std::string>& names, std::vector<Call>& out,
+                       std::string& content) {
+    const std::size_t block = text.find(kDsCallsBegin), first = text.find(kDsCallBegin);
+    if (first == std::string_view::npos) return false;
+    const std::size_t at = std::min(block, first);
+    content = std::string(trim_space(text.substr(0, at)));
+    std::string_view rest = trim_space(text.substr(at));
+    if (rest.substr(0, kDsCallsBegin.size()) == kDsCallsBegin) rest = trim_space(rest.substr(kDsCallsBegin.size()));
+    while (rest.substr(0, kDsCallBegin.size()) == kDsCallBegin) {
+        rest = rest.substr(kDsCallBegin.size());
+        const std::size_t sep = rest.find(kDsSep), end = rest.find(kDsCallEnd);
+        if (sep == std::string_view::npos || sep > end || trim_space(rest.substr(0, sep)) != "function") return false;
+        std::string_view call = rest.substr(sep + kDsSep.size(), end == std::string_view::npos ? std::string_view::npos : end - sep - kDsSep.size());
+        const std::size_t line = call.find('\n');
+        if (line == std::string_view::npos) return false;
+        const std::string name(trim_space(call.substr(0, line)));
+        std::string_view arguments = trim_space(call.substr(line + 1));
+        if (arguments.substr(0, 7) == "```json") arguments = arguments.substr(7);
+        else if (arguments.substr(0, 3) == "```") arguments = arguments.substr(3);
+        if (arguments.size() >= 3 && arguments.substr(arguments.size() - 3) == "```") arguments.remove_suffix(3);
+        OrderedJson args;
+        try {
+            args = parse_json<OrderedJson>(std::string(arguments), "a tool call's arguments");
+        } catch (const Error&) {
+            return false;
+        }
+        if (!args.is_object() || std::find(names.begin(), names.end(), name) == names.end()) return false;
+        out.emplace_back(name, std::move(args));
+        if (end == std::string_view::npos) return true;  // the last call's end missing
+        rest = trim_space(rest.substr(end + kDsCallEnd.size()));
+    }
+    if (rest.substr(0, kDsCallsEnd.size()) == kDsCallsEnd) rest = trim_space(rest.substr(kDsCallsEnd.size()));
+    return rest.empty() && !out.empty();
+}
+
+/// A block of calls after content: Hermes' tags or DeepSeek's.
+bool calls_of_block(std::string_view text, const std::vector<std::string>& names, std::vector<Call>& out, std::string& content) {
+    if (calls_of_tags(text, names, out, content)) return true;
+    out.clear();
+    if (calls_of_deepseek(text, names, out, content)) return true;
+    out.clear();
+    return false;
+}
+
 /// OpenAI's tool_calls array of `calls` (ids `id`, `id`_1, ...; with `parallel` false the first only).
 ToolCallsRead calls_read(std::vector<Call> calls, std::string content, const std::string& id, bool parallel) {
     if (!parallel) calls.resize(1);
@@ -288,7 +342,7 @@ ToolCallsRead tool_calls_of(const std::string& text, const std::vector<std::stri
         if (body.substr(0, marker.size()) == marker) body = trim_space(body.substr(marker.size()));
     if (!calls_of_json(body, names, calls)) {
         calls.clear();
-        if (!calls_of_tags(text, names, calls, content)) return {};
+        if (!calls_of_block(text, names, calls, content)) return {};
     }
     return calls_read(std::move(calls), std::move(content), id, parallel);
 }
@@ -297,14 +351,16 @@ ToolCallsRead tool_calls_in_tags(const std::string& text, const std::vector<std:
                                  bool parallel) {
     std::vector<Call> calls;
     std::string content;
-    if (!calls_of_tags(text, names, calls, content)) return {};
+    if (!calls_of_block(text, names, calls, content)) return {};
     return calls_read(std::move(calls), std::move(content), id, parallel);
 }
 
 bool may_open_tool_calls(std::string_view text) {
-    if (text.find(kCallOpen) != std::string_view::npos) return true;
-    for (std::size_t k = std::min(text.size(), kCallOpen.size() - 1); k > 0; --k)
-        if (text.substr(text.size() - k) == kCallOpen.substr(0, k)) return true;
+    for (const std::string_view open : kBlockOpens) {
+        if (text.find(open) != std::string_view::npos) return true;
+        for (std::size_t k = std::min(text.size(), open.size() - 1); k > 0; --k)
+            if (text.substr(text.size() - k) == open.substr(0, k)) return true;
+    }
     return false;
 }
 
@@ -316,7 +372,7 @@ bool may_be_tool_calls(std::string_view text) {
         const std::size_t next = rest.find_first_not_of(kSpaceBytes, 1);
         if (next == std::string_view::npos || rest[next] == (rest[0] == '{' ? '"' : '{')) return true;
     }
-    for (const std::string_view start : {kCallOpen, kCallMarkers[0], kCallMarkers[1]}) {
+    for (const std::string_view start : {kCallOpen, kCallMarkers[0], kCallMarkers[1], kDsCallsBegin, kDsCallBegin}) {
         const std::size_t n = std::min(rest.size(), start.size());
         if (rest.substr(0, n) == start.substr(0, n)) return true;
     }

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "serve/http_test_util.h"
@@ -138,6 +139,28 @@ TEST(HttpLlamaCompletion, StopWordsEosAndIgnoreEos) {
     EXPECT_EQ(e["tokens_predicted"], 1);
     ASSERT_EQ(e["completion_probabilities"].size(), 1u);
     EXPECT_EQ(e["completion_probabilities"][0]["id"], eos);
+    EXPECT_LT(e["completion_probabilities"][0]["logprob"].get<double>(), 0.0) << "EOS's own log probability (unbiased)";
+    EXPECT_EQ(e["completion_probabilities"][0]["top_logprobs"].size(), 1u);
+    // A byte token's bytes are its byte (its text is not UTF-8 alone).
+    const auto& vocab_tokens = tok.vocab().tokens;
+    const auto byte_c3 = std::int32_t(std::find(vocab_tokens.begin(), vocab_tokens.end(), "<0xC3>") - vocab_tokens.begin());
+    ASSERT_LT(std::size_t(byte_c3), vocab_tokens.size());
+    json one_byte = base;
+    one_byte["n_predict"] = 1;
+    one_byte["n_probs"] = 1;
+    one_byte["logit_bias"] = json::array({json::array({byte_c3, 100})});
+    const json bytes = test::post(c, "/completion", one_byte)["completion_probabilities"][0];
+    EXPECT_EQ(bytes["id"], byte_c3);
+    EXPECT_EQ(bytes["bytes"], json::array({0xC3}));
+    // A text whose end is held as the start of a stop string that never comes: every token once.
+    json held = base;
+    held["stop"] = {text.substr(text.size() - 2) + "QQQ"};
+    held["return_tokens"] = true;
+    held["n_probs"] = 1;
+    const json h = test::post(c, "/completion", held);
+    EXPECT_EQ(h["content"], text);
+    EXPECT_EQ(h["tokens"].size(), h["tokens_predicted"].get<std::size_t>());
+    EXPECT_EQ(h["completion_probabilities"].size(), h["tokens_predicted"].get<std::size_t>());
     forced["ignore_eos"] = true;
     const json ignored = test::post(c, "/completion", forced);
     EXPECT_EQ(ignored["stop_type"], "limit");
@@ -313,6 +336,9 @@ TEST(HttpLlamaCompletion, InfillBuildsTheRepositoryPromptAndFitsItToTheContext) 
         EXPECT_TRUE(v["stop_type"] == "eos" || v["stop_type"] == "limit") << v.dump();
         EXPECT_EQ(v["generation_settings"]["samplers"], json({"top_k", "top_p", "infill"}));
     }
+    // No room left for the prompt: a 400 naming the length, not a prompt without its prefix.
+    EXPECT_EQ(test::post(c, "/infill", {{"input_prefix", prefix}, {"input_suffix", suffix}, {"n_predict", 512}}, 400)["error"]["param"],
+              "n_predict");
     // Fields of /infill only there; a model's own /completion still refuses them.
     EXPECT_EQ(test::post(c, "/completion", {{"prompt", "x"}, {"input_suffix", "y"}}, 400)["error"]["param"], "input_suffix");
     EXPECT_EQ(test::post(c, "/infill", {{"input_prefix", "x"}}, 400)["error"]["param"], "input_suffix");

@@ -131,17 +131,22 @@ TEST(LogitProcessing, TheInfillSamplerEndsMergesAndThresholdsAsLlamaCpps) {
     // The ends likely enough (3 x p_end x n > p_text): only the end tokens are left.
     l = processed(p, {}, 0, {ln(0.2), ln(0.4), kDropped, ln(0.4), kDropped, kDropped});
     EXPECT_EQ(l, (std::vector<float>{ln(0.2), kDropped, kDropped, kDropped, kDropped, kDropped}));
-    // Text tokens all below 0.2 (and no end in the running): the first end token alone.
-    std::vector<float> many(40, 0.0f);  // 40 texts of equal weight: each 0.025, all below 0.2
+    // Text tokens all below 0.2: the end tokens in the running alone, at their own logits.
+    std::vector<float> many(40, 0.0f);  // 39 texts of equal weight: each about 0.025, all below 0.2
     std::vector<std::string> t(40);
     for (std::size_t i = 1; i < 40; ++i) t[i] = "t" + std::to_string(i) + "#";
     LogitProcessing q;
     q.unit_temperature = true;
     q.infill = serve::InfillSampling{texts_of(t), {0}};
-    many[0] = kDropped;
-    const auto out = processed(q, {}, 0, many);
-    EXPECT_EQ(out[0], 0.0f);
+    many[0] = -10.0f;
+    auto out = processed(q, {}, 0, many);
+    EXPECT_EQ(out[0], -10.0f);
     for (std::size_t i = 1; i < 40; ++i) EXPECT_EQ(out[i], kDropped) << i;
+    // No end token in the running (banned, or refused by a constraint): llama.cpp would force one;
+    // here the tokens stay as they were.
+    many[0] = kDropped;
+    out = processed(q, {}, 0, many);
+    EXPECT_EQ(out, many);
     q.infill->ends.clear();
     EXPECT_NE(q.invalid_reason(40).find("end token"), std::string::npos);
     q.infill->ends = {0};

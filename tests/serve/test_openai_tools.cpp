@@ -163,6 +163,30 @@ TEST(OpenAiTools, AFinishedTextIsReadAsCallsInTheFormsModelsWrite) {
         << "text after the calls: not a call";
     EXPECT_TRUE(calls(R"(<tool_call>{"name": "w"}</tool_call>)").calls.is_null());
     EXPECT_TRUE(calls(R"(<tool_call>{"name": "w", "arguments": {}}</tool_call><tool_call>nonsense</tool_call>)").calls.is_null());
+    // DeepSeek V3's and R1's tokens, content before them.
+    const std::string b = "<\uFF5Ctool\u2581calls\u2581begin\uFF5C>", cb = "<\uFF5Ctool\u2581call\u2581begin\uFF5C>",
+                      sep = "<\uFF5Ctool\u2581sep\uFF5C>", ce = "<\uFF5Ctool\u2581call\u2581end\uFF5C>",
+                      e = "<\uFF5Ctool\u2581calls\u2581end\uFF5C>";
+    const serve::ToolCallsRead ds = calls("Checking." + b + cb + "function" + sep + "w\n```json\n{\"z\": 1}\n```" + ce + cb + "function" +
+                                          sep + "v\n```json\n{}\n```" + ce + e + "\n");
+    ASSERT_EQ(ds.calls.size(), 2u);
+    EXPECT_EQ(ds.content, "Checking.");
+    EXPECT_EQ(ds.calls[0]["function"]["name"], "w");
+    EXPECT_EQ(ds.calls[0]["function"]["arguments"], R"({"z":1})");
+    EXPECT_EQ(ds.calls[1]["id"], "x_1");
+    EXPECT_EQ(calls(cb + "function" + sep + "v\n```json\n{\"k\": [1]}\n```").calls.size(), 1u)
+        << "the outer tokens and the last end may be missing";
+    EXPECT_EQ(calls(b + cb + "function" + sep + "w\n{}" + ce + e).calls.size(), 1u) << "arguments without the code fence";
+    EXPECT_TRUE(calls(b + cb + "function" + sep + "u\n```json\n{}\n```" + ce + e).calls.is_null()) << "not a tool";
+    EXPECT_TRUE(calls(b + cb + "code" + sep + "w\n```json\n{}\n```" + ce + e).calls.is_null()) << "not a function";
+    EXPECT_TRUE(calls(b + cb + "function" + sep + "w\n```json\n[1]\n```" + ce + e).calls.is_null()) << "arguments not an object";
+    EXPECT_TRUE(calls(b + cb + "function" + sep + "w\n```json\n{}\n```" + ce + e + " more").calls.is_null()) << "text after them";
+    EXPECT_TRUE(calls(b + e).calls.is_null()) << "no call";
+    EXPECT_EQ(serve::tool_calls_in_tags("So." + cb + "function" + sep + "w\n{}" + ce, names, "x", true).calls.size(), 1u)
+        << "after content, as a stream reads it";
+    EXPECT_TRUE(serve::may_open_tool_calls("so " + b.substr(0, 4)));
+    EXPECT_TRUE(serve::may_open_tool_calls("so " + cb));
+    EXPECT_TRUE(serve::may_be_tool_calls(b.substr(0, 5)));
     // What a stream holds while it may still be calls.
     for (const char* held : {"", "  ", " {\"na", "[", "[ {", "{ ", "<tool", "<tool_call>{", "<|python", "[TOOL_CALLS] ["})
         EXPECT_TRUE(serve::may_be_tool_calls(held)) << held;
