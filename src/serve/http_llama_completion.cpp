@@ -64,9 +64,9 @@ void HttpServer::Impl::llama_completion(const httplib::Request& req, httplib::Re
             throw ApiError(400, fmt::format("{} ({}) leaves no room for the infill prompt in the context of {} tokens",
                                             p.max_tokens ? p.max_tokens_name : "the server's --n-predict", out, n_ctx),
                            p.max_tokens_name);
-        const InfillParts parts{infill_extra_tokens(*tokenizer, *fim, lp.input_extra), tokenize(lp.input_prefix.text),
+        const InfillParts parts{infill_extra_tokens(*tokenizer, *fim, lp.input_extra), tokenize(lp.input_prefix),
                                 lp.prompts.empty() ? std::vector<std::int32_t>{} : tokenize(lp.prompts[0][0].text),
-                                tokenize(lp.input_suffix.text)};
+                                tokenize(lp.input_suffix)};
         choices.push_back({infill_prompt(*tokenizer, *fim, parts, std::size_t(std::max<std::int64_t>(0, n_ctx - out))), nullptr, 0, {}, {}});
     } else {
         for (const std::vector<PromptInput>& pieces : lp.prompts) {

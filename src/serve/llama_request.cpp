@@ -109,21 +109,13 @@ void only_off(const json& body, const char* name, Off off, const char* what) {
     }
 }
 
-void read_infill(const json& body, const RequestLimits& limits, LlamaCompletionParams& lp) {
+void read_infill(const json& body, LlamaCompletionParams& lp) {
     const json* prefix = field(body, "input_prefix");
     const json* suffix = field(body, "input_suffix");
     if (!prefix) bad("input_prefix", "missing (the code before the cursor)");
     if (!suffix) bad("input_suffix", "missing (the code after the cursor)");
-    auto one = [&](const json& v, const char* name) {
-        PromptInput in;
-        for (PromptInput& piece : read_pieces(v, limits, name)) {
-            if (piece.is_tokens) bad(name, "expected a string");
-            in.text += piece.text;
-        }
-        return in;
-    };
-    lp.input_prefix = one(*prefix, "input_prefix");
-    lp.input_suffix = one(*suffix, "input_suffix");
+    lp.input_prefix = string(*prefix, "input_prefix");
+    lp.input_suffix = string(*suffix, "input_suffix");
     if (const json* v = field(body, "input_extra")) {
         if (!v->is_array()) bad("input_extra", "expected an array of {\"filename\": string, \"text\": string}");
         if (v->size() > 1024) bad("input_extra", "at most 1024 chunks");
@@ -172,7 +164,7 @@ LlamaCompletionParams parse_llama_completion_request(const json& body, bool infi
     p.processing.repetition_window = 64;
 
     if (infill) {
-        read_infill(body, limits, lp);
+        read_infill(body, lp);
     } else {
         const json* v = field(body, "prompt");
         if (!v) bad("prompt", "missing");

@@ -36,7 +36,7 @@ struct LlamaCompletionParams {
     int min_indent = 0;                        ///< n_indent (TextStream::set_min_indent)
     std::chrono::milliseconds max_predict{0};  ///< t_max_predict_ms
     // /infill
-    PromptInput input_prefix, input_suffix;
+    std::string input_prefix, input_suffix;  ///< the code before and after the cursor
     std::vector<InfillFile> input_extra;  ///< other files of the project
     /// The settings as given and defaulted, for a result's generation_settings.
     nlohmann::json settings;

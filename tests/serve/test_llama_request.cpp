@@ -182,8 +182,8 @@ TEST(LlamaRequest, InfillReadsPrefixSuffixAndFiles) {
                                             {"input_extra", {{{"filename", "a.py"}, {"text", "x = 1"}}, {{"text", "y"}}}},
                                             {"prompt", "re"}, {"n_indent", 4}},
                                            true);
-    EXPECT_EQ(lp.input_prefix.text, "def f():\n    ");
-    EXPECT_EQ(lp.input_suffix.text, "\n");
+    EXPECT_EQ(lp.input_prefix, "def f():\n    ");
+    EXPECT_EQ(lp.input_suffix, "\n");
     ASSERT_EQ(lp.input_extra.size(), 2u);
     EXPECT_EQ(lp.input_extra[0].filename, "a.py");
     EXPECT_EQ(lp.input_extra[1].filename, "tmp") << "llama-server's name for a file without one";
