@@ -88,6 +88,11 @@ struct ServeBenchOptions {
     /// Runs of every scheme, alternating the order (forward, backward, ...); each row sums its
     /// scheme's passes and gives the lowest and highest ratio to the baseline of one pass.
     int passes = 1;
+    /// Turns of each client's conversation (`--rounds` conversations per client): a later turn's
+    /// prompt is the turn before's prompt and output and `turn_tokens` new tokens. With more than
+    /// one, every scheme runs with the prompt cache off and on (EngineOptions::cache_prompt).
+    int turns = 1;
+    int turn_tokens = 64;
 };
 /// The serving engine under a closed-loop load per scheme: sequences that fit, output tokens/s,
 /// TTFT and TPOT p50/p99, KV bytes per sequence, ratios to the first scheme.

@@ -1,7 +1,9 @@
 // `aqpim bench serve`: the serving engine (src/serve) under a closed-loop load, every scheme side
 // by side in one run with the same KV budget, prompt and output lengths: how many sequences fit,
 // aggregate output tokens/s, time to first token and per output token (p50/p99), KV bytes per
-// sequence. Each client submits its next request when the previous one ends (docs/serve.md).
+// sequence. Each client submits its next request when the previous one ends (docs/serve.md); with
+// --turns, its requests are the turns of conversations, and every scheme runs with the prompt
+// cache off and on.
 
 #include <fmt/format.h>
 
@@ -38,13 +40,23 @@ struct Load {
     int peak_active = 0;
     std::uint64_t peak_kv = 0;
     std::vector<double> ttft, tpot;
+    std::vector<double> ttft_later;  ///< turns after a conversation's first
     std::uint64_t tokens = 0;
     std::string error;
+    std::vector<std::vector<std::int32_t>> history;  ///< each client's conversation so far: prompt and output
 };
+
+/// `n` prompt tokens of a fixed rule of `salt` (ids in [3, n_vocab)).
+void append_tokens(std::vector<std::int32_t>& out, int n, std::uint64_t salt, int n_vocab) {
+    const std::size_t first = out.size();
+    for (int i = 0; i < n; ++i)
+        out.push_back(3 + std::int32_t((std::uint64_t(first + std::size_t(i)) * 2654435761u + salt * 40503u) %
+                                       std::uint64_t(n_vocab - 3)));
+}
 
 /// Whether the client that finished its request of `round` sends another.
 bool issue_another(Load& load, const ServeBenchOptions& opt, int round) {
-    if (opt.requests == 0) return round + 1 < opt.rounds;
+    if (opt.requests == 0) return round + 1 < opt.rounds * opt.turns;
     std::lock_guard<std::mutex> lk(load.mu);
     if (load.unissued == 0) return false;
     --load.unissued;
@@ -53,33 +65,44 @@ bool issue_another(Load& load, const ServeBenchOptions& opt, int round) {
 
 void submit_next(serve::Engine& e, Load& load, const ServeBenchOptions& opt, int n_vocab, int client, int round) {
     serve::GenerationRequest r;
-    r.prompt.push_back(1);
-    for (int i = 1; i < opt.prompt_tokens; ++i)
-        r.prompt.push_back(3 + std::int32_t((std::uint64_t(i) * 2654435761u + std::uint64_t(client * 97 + round) * 40503u) %
-                                            std::uint64_t(n_vocab - 3)));
+    const int turn = round % opt.turns;
+    const std::uint64_t salt = std::uint64_t(client * 97 + round);
+    if (turn == 0) {
+        r.prompt.push_back(1);
+        append_tokens(r.prompt, opt.prompt_tokens - 1, salt, n_vocab);
+    } else {
+        std::lock_guard<std::mutex> lk(load.mu);
+        r.prompt = load.history[std::size_t(client)];
+        append_tokens(r.prompt, opt.turn_tokens, salt, n_vocab);
+    }
     r.max_tokens = opt.output_tokens;
     r.sampler.temperature = 0.8f;
     r.sampler.seed = std::uint64_t(client) * 1000 + std::uint64_t(round);
     auto timer = std::make_shared<Timer>();
     auto first = std::make_shared<double>(-1.0);
-    const serve::SubmitResult res = e.submit(std::move(r), [&e, &load, &opt, n_vocab, client, round, timer, first](const serve::TokenEvent& ev) {
+    auto sequence = std::make_shared<std::vector<std::int32_t>>(r.prompt);
+    const serve::SubmitResult res = e.submit(std::move(r), [&e, &load, &opt, n_vocab, client, round, turn, timer, first,
+                                                            sequence](const serve::TokenEvent& ev) {
         if (ev.finish == serve::FinishReason::none) {
             const serve::EngineStats s = e.stats();
             std::lock_guard<std::mutex> lk(load.mu);
             ++load.tokens;
+            sequence->push_back(ev.token);
             load.peak_active = std::max(load.peak_active, s.active);
             load.peak_kv = std::max(load.peak_kv, s.kv_bytes_used);
             if (ev.n_generated == 1) {
                 *first = timer->seconds();
-                load.ttft.push_back(*first);
+                (turn == 0 ? load.ttft : load.ttft_later).push_back(*first);
             } else if (ev.n_generated == opt.output_tokens) {
                 load.tpot.push_back((timer->seconds() - *first) / (ev.n_generated - 1));
             }
             return false;
         }
-        if (ev.finish != serve::FinishReason::length) {
+        {
             std::lock_guard<std::mutex> lk(load.mu);
-            load.error = fmt::format("a request ended with {}: {}", serve::finish_reason_name(ev.finish), ev.error);
+            if (ev.finish != serve::FinishReason::length)
+                load.error = fmt::format("a request ended with {}: {}", serve::finish_reason_name(ev.finish), ev.error);
+            load.history[std::size_t(client)] = std::move(*sequence);
         }
         if (issue_another(load, opt, round)) submit_next(e, load, opt, n_vocab, client, round + 1);
         std::lock_guard<std::mutex> lk(load.mu);
@@ -96,9 +119,10 @@ struct SchemeRun {
     int clients = 0, n_requests = 0, peak_active = 0;
     std::uint64_t peak_kv = 0, tokens = 0;
     double secs = 0;
-    std::vector<double> ttft, tpot;
+    std::vector<double> ttft, tpot, ttft_later;
     std::uint64_t prefill_tokens = 0, decode_tokens = 0;
     double prefill_seconds = 0, decode_seconds = 0;
+    std::uint64_t cache_hits = 0, cache_tokens = 0;
 
     /// Adds another pass of the same scheme.
     void add(const SchemeRun& o) {
@@ -108,6 +132,9 @@ struct SchemeRun {
         secs += o.secs;
         ttft.insert(ttft.end(), o.ttft.begin(), o.ttft.end());
         tpot.insert(tpot.end(), o.tpot.begin(), o.tpot.end());
+        ttft_later.insert(ttft_later.end(), o.ttft_later.begin(), o.ttft_later.end());
+        cache_hits += o.cache_hits;
+        cache_tokens += o.cache_tokens;
         prefill_tokens += o.prefill_tokens;
         decode_tokens += o.decode_tokens;
         prefill_seconds += o.prefill_seconds;
@@ -115,12 +142,19 @@ struct SchemeRun {
     }
 };
 
-SchemeRun run_scheme(const LoadedModel& m, const ServeBenchOptions& opt, const std::string& kv) {
+/// A scheme and whether the engine keeps a prompt cache.
+struct Config {
+    KvSchemeSpec scheme;
+    bool cache_prompt = true;
+};
+
+SchemeRun run_scheme(const LoadedModel& m, const ServeBenchOptions& opt, const Config& config) {
     SchemeRun run;
     serve::EngineOptions eo;
-    eo.kv = kv;
+    eo.kv = config.scheme.text;
+    eo.cache_prompt = config.cache_prompt;
     eo.kv_budget_bytes = opt.kv_budget_bytes;
-    eo.ctx = opt.prompt_tokens + opt.output_tokens;
+    eo.ctx = opt.prompt_tokens + std::int64_t(opt.turns - 1) * opt.turn_tokens + std::int64_t(opt.turns) * opt.output_tokens;
     eo.threads = default_threads();
     eo.prefill_chunk = opt.prefill_chunk;
     // The sequences that fit, from the engine's own admission arithmetic.
@@ -139,7 +173,8 @@ SchemeRun run_scheme(const LoadedModel& m, const ServeBenchOptions& opt, const s
     eo.queue_capacity = run.clients;
     serve::Engine e(m.weights, eo);
     Load load;
-    run.n_requests = opt.requests > 0 ? opt.requests : run.clients * opt.rounds;
+    run.n_requests = opt.requests > 0 ? opt.requests : run.clients * opt.rounds * opt.turns;
+    load.history.resize(std::size_t(run.clients));
     load.remaining = run.n_requests;
     load.unissued = run.n_requests - run.clients;
     const int n_vocab = m.weights.config.n_vocab;
@@ -157,6 +192,9 @@ SchemeRun run_scheme(const LoadedModel& m, const ServeBenchOptions& opt, const s
     run.tokens = load.tokens;
     run.ttft = std::move(load.ttft);
     run.tpot = std::move(load.tpot);
+    run.ttft_later = std::move(load.ttft_later);
+    run.cache_hits = st.prompt_cache.hits;
+    run.cache_tokens = st.prompt_cache.tokens_reused;
     run.prefill_tokens = st.prefill_tokens;
     run.decode_tokens = st.decode_tokens;
     run.prefill_seconds = st.prefill_seconds;
@@ -167,18 +205,23 @@ SchemeRun run_scheme(const LoadedModel& m, const ServeBenchOptions& opt, const s
 }  // namespace
 
 json bench_serve(const ServeBenchOptions& opt) {
+    AQPIM_CHECK(opt.turns == 1 || opt.requests == 0, "bench serve: --turns runs --rounds conversations per client, not --requests");
     const LoadedModel m = load_model(opt.model);
-    const std::vector<KvSchemeSpec> schemes = parse_kv_schemes(opt.kv);
-    const std::size_t n = schemes.size();
-    // Every pass runs every scheme once, forward on even passes and backward on odd ones, so a
-    // drift of the machine's speed during the run falls on every scheme alike.
+    std::vector<Config> configs;
+    for (const KvSchemeSpec& scheme : parse_kv_schemes(opt.kv)) {
+        if (opt.turns > 1) configs.push_back({scheme, false});  // the cache's effect, in the same run
+        configs.push_back({scheme, true});
+    }
+    const std::size_t n = configs.size();
+    // Every pass runs every configuration once, forward on even passes and backward on odd ones, so
+    // a drift of the machine's speed during the run falls on every one alike.
     std::vector<SchemeRun> total(n);
     std::vector<double> ratio_min(n, 0.0), ratio_max(n, 0.0);
     for (int pass = 0; pass < opt.passes; ++pass) {
         std::vector<double> tps(n);
         for (std::size_t k = 0; k < n; ++k) {
             const std::size_t is = pass % 2 == 0 ? k : n - 1 - k;
-            const SchemeRun run = run_scheme(m, opt, schemes[is].text);
+            const SchemeRun run = run_scheme(m, opt, configs[is]);
             tps[is] = double(run.tokens) / run.secs;
             if (pass == 0) total[is] = run;
             else total[is].add(run);
@@ -191,32 +234,41 @@ json bench_serve(const ServeBenchOptions& opt) {
     }
     json rows = json::array();
     const double base_tps = double(total[0].tokens) / total[0].secs, base_fit = double(total[0].fit);
-    const std::string base = schemes[0].name;
+    const std::string base = configs[0].scheme.name;
     for (std::size_t is = 0; is < n; ++is) {
         const SchemeRun& r = total[is];
         const double tps = double(r.tokens) / r.secs;
-        rows.push_back({{"section", "serve"},
-                        {"kv", schemes[is].text},
-                        {"fit", r.fit},
-                        {"fit_vs_" + base, double(r.fit) / base_fit},
-                        {"clients", r.clients},
-                        {"requests", r.n_requests},
-                        {"passes", opt.passes},
-                        {"peak_active", r.peak_active},
-                        {"out_tokens", r.tokens},
-                        {"out_tok_s", tps},
-                        {"tok_s_vs_" + base, tps / base_tps},
-                        {"pass_ratio_min", ratio_min[is]},
-                        {"pass_ratio_max", ratio_max[is]},
-                        {"ttft_p50_s", percentile(r.ttft, 0.5)},
-                        {"ttft_p99_s", percentile(r.ttft, 0.99)},
-                        {"tpot_p50_ms", 1e3 * percentile(r.tpot, 0.5)},
+        json row = {{"section", "serve"},
+                    {"kv", configs[is].scheme.text},
+                    {"prompt_cache", configs[is].cache_prompt},
+                    {"fit", r.fit},
+                    {"fit_vs_" + base, double(r.fit) / base_fit},
+                    {"clients", r.clients},
+                    {"requests", r.n_requests},
+                    {"passes", opt.passes},
+                    {"peak_active", r.peak_active},
+                    {"out_tokens", r.tokens},
+                    {"out_tok_s", tps},
+                    {"tok_s_vs_" + base, tps / base_tps},
+                    {"pass_ratio_min", ratio_min[is]},
+                    {"pass_ratio_max", ratio_max[is]},
+                    {"ttft_p50_s", percentile(r.ttft, 0.5)},
+                    {"ttft_p99_s", percentile(r.ttft, 0.99)}};
+        if (opt.turns > 1) {
+            row["ttft_later_p50_s"] = percentile(r.ttft_later, 0.5);
+            row["ttft_later_p99_s"] = percentile(r.ttft_later, 0.99);
+            row["prompt_cache_hits"] = r.cache_hits;
+            row["prompt_tokens_reused"] = r.cache_tokens;
+        }
+        row.update(json{{"tpot_p50_ms", 1e3 * percentile(r.tpot, 0.5)},
                         {"tpot_p99_ms", 1e3 * percentile(r.tpot, 0.99)},
                         {"kv_bytes_per_seq", r.per_seq},
                         {"kv_peak_mib", double(r.peak_kv) / 1048576.0},
+                        {"prefill_tokens", r.prefill_tokens},
                         {"prefill_tok_s", r.prefill_tokens / std::max(r.prefill_seconds, 1e-9)},
                         {"decode_tok_s", r.decode_tokens / std::max(r.decode_seconds, 1e-9)},
                         {"wall_s", r.secs}});
+        rows.push_back(std::move(row));
     }
     return rows;
 }

@@ -170,6 +170,12 @@ void add_bench_command(CLI::App& app) {
     serve->add_option("--clients", sopt->clients, "concurrent clients (0: as many sequences as fit)")->check(CLI::Range(0, 4096));
     serve->add_option("--rounds", sopt->rounds, "requests per client (the first round is one wave of every client)")->check(CLI::Range(1, 1000));
     serve->add_option("--prefill-chunk", sopt->prefill_chunk, "prompt tokens prefilled per step")->check(CLI::Range(1, 1 << 20));
+    serve->add_option("--turns", sopt->turns,
+                      "turns of each conversation (--rounds conversations per client); more than 1: every scheme runs "
+                      "with the prompt cache off and on")
+        ->check(CLI::Range(1, 1000));
+    serve->add_option("--turn-tokens", sopt->turn_tokens, "new prompt tokens of each turn after the first")
+        ->capture_default_str()->check(CLI::Range(1, 1 << 20));
     serve->add_option("--passes", sopt->passes,
                       "runs of every scheme, the order reversed every other pass (rows sum them; pass_ratio_min/max)")
         ->check(CLI::Range(1, 100));
@@ -196,12 +202,13 @@ void add_bench_command(CLI::App& app) {
     serve->add_option("--requests", sopt->requests,
                       "requests per scheme in all, to whichever client is free, instead of --rounds (with --kv-store: "
                       "requests of the workload, default 24)")
-        ->check(CLI::Range(1, 1 << 20))->excludes("--rounds");
+        ->check(CLI::Range(1, 1 << 20))->excludes("--rounds")->excludes("--turns");
     serve->callback([serve, sopt, sbudget, sjson, store] {
         sopt->kv_budget_bytes = parse_byte_size(*sbudget, "--kv-budget");
         if (!store->kv_store.empty()) {
             AQPIM_CHECK(serve->count("--passes") == 0,
                         "bench serve: --passes is for the load without --kv-store (the store's TTFT has --repeats)");
+            AQPIM_CHECK(serve->count("--turns") == 0, "bench serve: --turns is for the load without --kv-store");
             store->model = sopt->model;
             if (serve->count("--kv") > 0) store->kv = sopt->kv;
             if (serve->count("--kv-budget") > 0) store->kv_budget_bytes = sopt->kv_budget_bytes;

@@ -13,6 +13,14 @@ constexpr std::string_view kDeepSeekUser = "<\uFF5CUser\uFF5C>", kDeepSeekAssist
 
 bool contains(std::string_view s, std::string_view what) { return s.find(what) != std::string_view::npos; }
 
+/// The plain format's assistant turn: "Assistant:" then the text, a space between them unless the
+/// text starts with white space, so that a reply the model generated after "Assistant:" is sent
+/// back as the same text (and tokens: the prompt cache continues that sequence).
+std::string assistant_turn(const std::string& content) {
+    const bool spaced = !content.empty() && (content[0] == ' ' || content[0] == '\n' || content[0] == '\t');
+    return (spaced ? "Assistant:" : "Assistant: ") + content + "\n";
+}
+
 void check_roles(const std::vector<ChatMessage>& messages) {
     AQPIM_CHECK(!messages.empty(), "messages: at least one message is required");
     for (std::size_t i = 0; i < messages.size(); ++i) {
@@ -145,7 +153,8 @@ std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messa
         case ChatFormat::plain:
             for (const ChatMessage& m : messages) {
                 if (m.role == "system") out += m.content + "\n\n";
-                else out += (m.role == "user" ? "User: " : "Assistant: ") + m.content + "\n";
+                else if (m.role == "user") out += "User: " + m.content + "\n";
+                else out += assistant_turn(m.content);
             }
             return out + "Assistant:";
     }

@@ -53,6 +53,11 @@ struct EngineOptions {
     int kv_store_block = store::kDefaultBlockTokens;     ///< tokens per stored block (a multiple of prefill_chunk)
     int kv_store_tail_every = store::kDefaultTailEvery;  ///< a block's tail is stored for every this many blocks (docs/kv-store.md)
     WarnFn warn;                            ///< warnings of the store (a dead Redis, a refused entry); may be empty
+    /// The prompt cache (llama-server's cache_prompt): a finished sequence stays in its slot,
+    /// `cached`, its bytes still counted, until admission needs the slot or the bytes (the least
+    /// recently used goes first); a later prompt that begins with every token it holds continues
+    /// it and prefills only the rest (docs/serve.md "Prompt cache").
+    bool cache_prompt = true;
 
     /// Throws aqpim::Error naming the first bad field.
     void validate() const;
@@ -123,6 +128,12 @@ struct GenerationRequest {
     /// The KV store shares stored blocks only between requests with the same salt (empty: the
     /// unsalted space every request without one shares).
     std::string cache_salt;
+    /// With EngineOptions::cache_prompt: continue a cached sequence this prompt begins with (same
+    /// cache_salt; not with prompt_logprobs, which scores every prompt row), and leave this
+    /// sequence cached when it ends. The tokens are then those of the conversation continued, not
+    /// of a fresh prefill of the whole prompt (decode and prefill round differently). False: the
+    /// whole prompt is prefilled (no KV store lookup either) and the sequence released at its end.
+    bool cache_prompt = true;
     /// An output constraint's token texts: the generated text is kept a prefix of what the
     /// constraint accepts (mask_guided before each draw, before the processing above, so top_k
     /// and min_p choose among what it lets through) and the request ends with `stop` once nothing
@@ -168,6 +179,15 @@ struct StoreStats {
     std::uint64_t spilled_sequences = 0, spilled_bytes = 0;  ///< parked sequences on disk now
 };
 
+/// The prompt cache's counters (EngineOptions::cache_prompt).
+struct PromptCacheStats {
+    std::uint64_t hits = 0;           ///< requests that continued a cached sequence
+    std::uint64_t tokens_reused = 0;  ///< prompt tokens those requests did not prefill
+    std::uint64_t evictions = 0;      ///< cached sequences dropped for admission's room
+    int sequences = 0;                ///< cached sequences now
+    std::uint64_t bytes_reserved = 0; ///< their reservations (part of kv_bytes_reserved)
+};
+
 struct EngineStats {
     std::uint64_t requests_accepted = 0, requests_rejected = 0, requests_finished = 0;
     std::uint64_t prompt_tokens = 0, generated_tokens = 0;
@@ -184,10 +204,12 @@ struct EngineStats {
     std::uint64_t prefill_tokens = 0, decode_tokens = 0; ///< tokens through each phase
     Histogram ttft, tpot;                 ///< time to first token, time per output token (seconds)
     StoreStats store;
+    PromptCacheStats prompt_cache;
 };
 
-/// fetch: its prompt's stored blocks are being looked up; spilled: parked, its KV on disk.
-enum class SlotPhase { idle, fetch, prefill, decode, parked, spilled };
+/// fetch: its prompt's stored blocks are being looked up; spilled: parked, its KV on disk;
+/// cached: a finished sequence kept for the prompt cache (dropped when admission needs the room).
+enum class SlotPhase { idle, fetch, prefill, decode, parked, spilled, cached };
 struct SlotInfo {
     int id = 0;
     SlotPhase phase = SlotPhase::idle;
@@ -224,10 +246,10 @@ public:
     /// Write the sequence of slot id (running: as of the last step; parked) to path
     /// (aqpim/kv_state.h format). Blocks until done; throws aqpim::Error (idle slot, I/O).
     void save_slot(int slot_id, const std::string& path);
-    /// Load a state file into idle slot id, parked (its bytes reserved; too big for the budget now:
+    /// Load a state file into slot id (idle, or cached: then dropped first), parked (its bytes reserved; too big for the budget now:
     /// aqpim::Error naming the numbers). Blocks until done.
     void restore_slot(int slot_id, const std::string& path);
-    /// Free a parked slot. Blocks until done.
+    /// Free a parked or cached slot. Blocks until done.
     void release_slot(int slot_id);
 
     const EngineOptions& options() const;

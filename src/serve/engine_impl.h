@@ -60,7 +60,7 @@ struct Engine::Impl {
         int n_prompt_fed = 0;              ///< prompt tokens prefilled by this request
         double prompt_seconds = -1;        ///< start to first token (-1: none yet)
         std::unique_ptr<store::PrefixStore::Recorder> recorder;  ///< records the prompt's blocks (with --kv-store)
-        std::uint64_t parked_at = 0;   ///< when it was parked (the oldest goes to disk first)
+        std::uint64_t kept_at = 0;     ///< when it was parked or cached (the oldest goes first: to disk, out of the cache)
         std::string spilled_key;       ///< spilled: where its state lies in the disk tier
         bool spill_failed = false;     ///< a spill was tried and failed: kept in memory
     };
@@ -79,7 +79,8 @@ struct Engine::Impl {
     std::vector<Slot> slots;
     std::uint64_t reserved = 0;  ///< base_bytes + every slot's reserve
     std::size_t prefill_cursor = 0;
-    std::uint64_t parked_count = 0;
+    std::uint64_t kept_count = 0;
+    std::uint64_t cache_hits = 0, cache_tokens_reused = 0, cache_evictions = 0;  ///< PromptCacheStats
     std::vector<float> logits;
     std::vector<TokenEvent> draws;  ///< decode_all: each sequence's token of the step
 
@@ -140,6 +141,25 @@ struct Engine::Impl {
     void admit();
 
     bool start_new(Pending& p);
+
+    // the prompt cache (scheduler thread): engine_prompt_cache.cpp
+
+    /// The cached sequence r continues (every token it holds begins r's prompt, with tokens left
+    /// to feed; the longest), or -1.
+    int cached_match(const GenerationRequest& r) const;
+
+    /// The cached sequence to drop so that `head` can start (the least recently used; never the
+    /// one head continues), or null: none, or head waits on running requests, not on the cache.
+    Slot* eviction_candidate(const Pending& head);
+
+    /// The prompt of p continues cached slot s (cached_match): only its new tokens are prefilled.
+    void start_cached(Slot& s, Pending& p);
+
+    /// Whether a finished sequence stays cached.
+    bool keeps_cached(const Slot& s, FinishReason reason) const;
+
+    /// Keep s in the prompt cache: its reservation shrinks to the tokens it holds.
+    void cache_finished(Slot& s);
 
     /// A lookup ended: restore what it found into the slot's sequence and prefill the rest.
     void fetched(EngineStore::Fetched& f);

@@ -74,6 +74,8 @@ bool Engine::Impl::admissible(const Pending& p) const {
         const std::uint64_t need = resume_reservation(s, p.request);
         return base_bytes + need > opt.kv_budget_bytes || reserved - s.reserve + need <= opt.kv_budget_bytes;
     }
+    if (const int m = cached_match(p.request); m >= 0)
+        return reserved - slots[std::size_t(m)].reserve + p.reserve <= opt.kv_budget_bytes;
     return free_slot() >= 0 && reserved + p.reserve <= opt.kv_budget_bytes;
 }
 
@@ -86,7 +88,8 @@ void Engine::Impl::run() {
             std::unique_lock<std::mutex> lk(mu);
             cv.wait(lk, [&] {
                 return stopping || !tasks.empty() || !cancels.empty() || busy() || (store && store->has_fetched()) ||
-                       (!queue.empty() && (admissible(queue.front()) || spill_candidate(queue.front())));
+                       (!queue.empty() && (admissible(queue.front()) || eviction_candidate(queue.front()) ||
+                                             spill_candidate(queue.front())));
             });
             if (stopping) {
                 for (Pending& p : queue) cancelled.push_back(std::move(p));
@@ -129,10 +132,11 @@ bool Engine::Impl::stopping_now() {
 }
 
 /// Start queued requests in order while the head fits (FIFO: no request overtakes an older one);
-/// parked sequences go to disk while that makes room for the head.
+/// cached sequences are dropped, then parked ones go to disk, while that makes room for the head.
 void Engine::Impl::admit() {
     for (;;) {
         Pending p;
+        Slot* evicted = nullptr;
         Slot* victim = nullptr;
         {
             std::lock_guard<std::mutex> lk(mu);
@@ -140,9 +144,15 @@ void Engine::Impl::admit() {
             if (admissible(queue.front())) {
                 p = std::move(queue.front());
                 queue.pop_front();
+            } else if ((evicted = eviction_candidate(queue.front()))) {
+                ++cache_evictions;
             } else if (!(victim = spill_candidate(queue.front()))) {
                 return;
             }
+        }
+        if (evicted) {
+            release(*evicted);
+            continue;
         }
         if (victim) {  // to disk outside the lock: submit() does not wait for the write
             spill(*victim);
@@ -153,6 +163,10 @@ void Engine::Impl::admit() {
 }
 
 bool Engine::Impl::start_new(Pending& p) {
+    if (const int m = cached_match(p.request); m >= 0) {
+        start_cached(slots[std::size_t(m)], p);
+        return true;
+    }
     const int id = free_slot();
     Slot& s = slots[std::size_t(id)];
     s = Slot{};
@@ -160,7 +174,7 @@ bool Engine::Impl::start_new(Pending& p) {
     s.sampler = std::make_unique<Sampler>(p.request.sampler);
     s.reserve = p.reserve;
     start(s, p);
-    if (store && !s.request.prompt_logprobs && store->worth_lookup(s.tokens)) {  // scores need every row
+    if (store && s.request.cache_prompt && !s.request.prompt_logprobs && store->worth_lookup(s.tokens)) {  // scores need every row
         s.phase = SlotPhase::fetch;  // fetched() adds the sequence, restored or empty
         store->start_lookup(id, s.request_id, s.tokens, s.request.cache_salt);
         return true;
@@ -206,7 +220,7 @@ Engine::Impl::Slot* Engine::Impl::spill_candidate(const Pending& head) {
     for (Slot& s : slots)
         if (s.phase == SlotPhase::parked && !s.spill_failed && int(&s - slots.data()) != own) {
             spillable += s.reserve;
-            if (!oldest || s.parked_at < oldest->parked_at) oldest = &s;
+            if (!oldest || s.kept_at < oldest->kept_at) oldest = &s;
         }
     if (reserved - spillable + need > opt.kv_budget_bytes) return nullptr;
     return oldest;
@@ -500,9 +514,11 @@ void Engine::Impl::finish(Slot& s, FinishReason reason, const std::string& error
     if (park) {
         s.recorder.reset();
         s.phase = SlotPhase::parked;
-        s.parked_at = ++parked_count;
+        s.kept_at = ++kept_count;
         s.spill_failed = false;
         s.on_event = nullptr;
+    } else if (keeps_cached(s, reason)) {
+        cache_finished(s);
     } else {
         release(s);
     }
@@ -556,8 +572,18 @@ void Engine::Impl::publish() {
         }
     }
     int active = 0;
-    for (const Slot& s : slots) active += running(s);
+    PromptCacheStats cached;
+    for (const Slot& s : slots) {
+        active += running(s);
+        if (s.phase != SlotPhase::cached) continue;
+        ++cached.sequences;
+        cached.bytes_reserved += s.reserve;
+    }
     std::lock_guard<std::mutex> lk(mu);
+    cached.hits = cache_hits;
+    cached.tokens_reused = cache_tokens_reused;
+    cached.evictions = cache_evictions;
+    published.prompt_cache = cached;
     published.active = active;
     published.queued = int(queue.size());
     published.kv_bytes_used = mem.bytes;

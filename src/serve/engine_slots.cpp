@@ -36,6 +36,7 @@ void Engine::Impl::save(int id, const std::string& path) {
 
 void Engine::Impl::restore(int id, const std::string& path) {
     Slot& s = slot_at(id);
+    if (s.phase == SlotPhase::cached) release(s);  // the prompt cache's: dropped for what is asked
     AQPIM_CHECK(s.phase == SlotPhase::idle, "serve: slot {} is {}, not idle: release it first", id, slot_phase_name(s.phase));
     const std::vector<std::uint8_t> bytes = read_kv_state_file(path);
     const KvStateInfo info = read_kv_state_info(bytes);
@@ -56,8 +57,8 @@ void Engine::Impl::restore(int id, const std::string& path) {
 
 void Engine::Impl::release_parked(int id) {
     Slot& s = slot_at(id);
-    AQPIM_CHECK(s.phase == SlotPhase::parked || s.phase == SlotPhase::spilled, "serve: slot {} is {}, not parked", id,
-                slot_phase_name(s.phase));
+    AQPIM_CHECK(s.phase == SlotPhase::parked || s.phase == SlotPhase::spilled || s.phase == SlotPhase::cached,
+                "serve: slot {} is {}, not parked or cached", id, slot_phase_name(s.phase));
     release(s);
 }
 

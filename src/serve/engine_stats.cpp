@@ -38,6 +38,7 @@ const char* slot_phase_name(SlotPhase p) {
         case SlotPhase::parked: return "parked";
         case SlotPhase::fetch: return "fetch";
         case SlotPhase::spilled: return "spilled";
+        case SlotPhase::cached: return "cached";
         default: return "idle";
     }
 }

@@ -90,10 +90,13 @@ std::vector<SubmitResult> Engine::Impl::submit_all(std::vector<GenerationRequest
     }
     // A request the next step admits (nothing ahead of it, an idle slot, room in the budget)
     // does not wait: queue_capacity 0 still serves while a slot and the bytes are free.
-    const bool idle_slot = std::any_of(published_slots.begin(), published_slots.end(),
-                                       [](const SlotInfo& s) { return s.phase == SlotPhase::idle; });
+    // Cached sequences (the prompt cache) give their slots and bytes up to it.
+    const bool idle_slot = std::any_of(published_slots.begin(), published_slots.end(), [](const SlotInfo& s) {
+        return s.phase == SlotPhase::idle || s.phase == SlotPhase::cached;
+    });
     const bool taken_now = queue.empty() && idle_slot && requests[0].resume_slot < 0 &&
-                           published.kv_bytes_reserved + need[0] <= opt.kv_budget_bytes;
+                           published.kv_bytes_reserved - published.prompt_cache.bytes_reserved + need[0] <=
+                               opt.kv_budget_bytes;
     if (int(queue.size() + k) > opt.queue_capacity + (taken_now ? 1 : 0)) {  // all or none
         lk.unlock();
         return all(reject(Rejection::queue_full, fmt::format("the queue is full ({} requests wait)", opt.queue_capacity)));

@@ -16,6 +16,12 @@ using namespace std::chrono_literals;
 
 namespace {
 
+/// Counts a choice's prompt in usage (once per prompt): the tokens, and those not prefilled.
+void add_prompt(Usage& usage, const Channel::Final& f) {
+    usage.prompt_tokens += f.n_prompt;
+    usage.cached_tokens += std::max(0, f.n_prompt - f.n_prompt_fed);
+}
+
 const char* finish_name(const Channel::Final& f) {
     return f.finish == FinishReason::length ? "length" : "stop";  // eos, a stop sequence or a stop string
 }
@@ -90,6 +96,7 @@ std::shared_ptr<Wakeup> HttpServer::Impl::submit_choices(const CompletionParams&
         g.resume_slot = p.id_slot;
         g.park = p.keep_slot;
         g.cache_salt = p.cache_salt;
+        g.cache_prompt = p.cache_prompt;
         if (p.constrained()) g.guide_vocabulary = guide_vocabulary;
         g.json_schema = p.json_schema;
         g.regex = p.regex;
@@ -245,7 +252,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                     }
                 }
                 out.push_back(std::move(choice));
-                if ((&c - choices.data()) % p.best_of == 0) usage.prompt_tokens += fin.n_prompt;  // a prompt once, whatever n
+                if ((&c - choices.data()) % p.best_of == 0) add_prompt(usage, fin);  // a prompt once, whatever n
                 usage.completion_tokens += fin.n_generated;  // every sequence generated, as OpenAI counts best_of
             }
             if (p.best_of > p.n) out = best_of_each(std::move(out), mean_logprob, p.n, p.best_of);
@@ -370,7 +377,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                     }
                 }
                 if (!send(sse_event(stream_chunk_json(h, i, "", nullptr, finish)))) return gone();
-                if (i % std::size_t(p.best_of) == 0) usage.prompt_tokens += fin.n_prompt;  // a prompt once, whatever n
+                if (i % std::size_t(p.best_of) == 0) add_prompt(usage, fin);  // a prompt once, whatever n
                 usage.completion_tokens += fin.n_generated;
             }
             if (n_open == 0) break;

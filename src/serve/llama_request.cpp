@@ -208,7 +208,7 @@ LlamaCompletionParams parse_llama_completion_request(const json& body, bool infi
     read_processing(body, limits, Dialect::llama, tokenize, p.processing);
     read_output_constraints(body, body_text, p);
     if (const json* v = field(body, "ignore_eos")) lp.ignore_eos = boolean(*v, "ignore_eos");
-    if (const json* v = field(body, "cache_prompt")) (void)boolean(*v, "cache_prompt");
+    if (const json* v = field(body, "cache_prompt")) p.cache_prompt = boolean(*v, "cache_prompt");
     if (const json* v = field(body, "n_keep")) (void)integer(*v, "n_keep", -1, kIntMax);
     if (const json* v = field(body, "n_discard")) (void)integer(*v, "n_discard", 0, kIntMax);
     if (const json* v = field(body, "t_max_prompt_ms")) (void)integer(*v, "t_max_prompt_ms", -1, kIntMax);

@@ -275,7 +275,7 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
     static const std::set<std::string> common = {
         "model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "user", "n",
         "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "id_slot", "keep_slot", "cache_salt",
-        "top_k", "min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n", "response_format",
+        "cache_prompt", "top_k", "min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n", "response_format",
         "structured_outputs", "guided_regex", "guided_choice", "guided_json", "guided_grammar", "grammar", "json_schema"};
     static const std::set<std::string> completions_only = {"prompt", "echo", "best_of", "suffix"};
     static const std::set<std::string> chat_only = {"messages", "top_logprobs", "max_completion_tokens", "tools",
@@ -338,6 +338,7 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
     }
     if (const json* v = field(body, "id_slot")) p.id_slot = int(integer(*v, "id_slot", -1, 1 << 20));
     if (const json* v = field(body, "keep_slot")) p.keep_slot = boolean(*v, "keep_slot");
+    if (const json* v = field(body, "cache_prompt")) p.cache_prompt = boolean(*v, "cache_prompt");
     if (const json* v = field(body, "cache_salt")) {
         p.cache_salt = string(*v, "cache_salt");
         if (p.cache_salt.empty() || p.cache_salt.size() > 256) bad("cache_salt", "must be 1 to 256 bytes");

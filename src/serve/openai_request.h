@@ -105,6 +105,9 @@ struct CompletionParams {
     /// vLLM's: the KV store shares stored prefixes only between requests with the same salt (a
     /// tenant's secret keeps its prompts' blocks, and their timing, to itself)
     std::string cache_salt;
+    /// llama-server's: continue a cached sequence the prompt begins with, and leave this one cached
+    /// (with the server's prompt cache on; docs/serve.md "Prompt cache").
+    bool cache_prompt = true;
 };
 
 /// Read a request body. Unknown fields are refused as OpenAI refuses them ("Unrecognized request

@@ -10,7 +10,8 @@ namespace {
 
 json usage_json(const Usage& u) {
     return {{"prompt_tokens", u.prompt_tokens}, {"completion_tokens", u.completion_tokens},
-            {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+            {"total_tokens", u.prompt_tokens + u.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
 json header_json(const ResponseHeader& h, const char* object) {

@@ -23,6 +23,7 @@ struct ResponseHeader {
 
 struct Usage {
     int prompt_tokens = 0, completion_tokens = 0;
+    int cached_tokens = 0;  ///< prompt tokens not prefilled (the prompt cache, the KV store): prompt_tokens_details
 };
 
 /// The logprobs object of a choice for `tokens` (completions: tokens / token_logprobs /

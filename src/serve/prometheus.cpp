@@ -93,6 +93,18 @@ void store_metrics(std::string& out, const StoreStats& s) {
     metric(out, "aqpim_kv_unspills_total", "counter", "Parked sequences read back from disk.", double(s.unspills));
 }
 
+void prompt_cache_metrics(std::string& out, const PromptCacheStats& c) {
+    metric(out, "aqpim_prompt_cache_hits_total", "counter", "Requests that continued a cached sequence.", double(c.hits));
+    metric(out, "aqpim_prompt_cache_tokens_total", "counter", "Prompt tokens taken from cached sequences, not prefilled.",
+           double(c.tokens_reused));
+    metric(out, "aqpim_prompt_cache_evictions_total", "counter", "Cached sequences dropped to admit a request.",
+           double(c.evictions));
+    metric(out, "aqpim_prompt_cache_sequences", "gauge", "Finished sequences kept in their slots (the prompt cache).",
+           double(c.sequences));
+    metric(out, "aqpim_prompt_cache_bytes_reserved", "gauge", "Reservations of the cached sequences (part of aqpim_kv_bytes_reserved).",
+           double(c.bytes_reserved));
+}
+
 }  // namespace
 
 std::string prometheus_text(const EngineStats& s, const HttpCounters& http) {
@@ -132,6 +144,7 @@ std::string prometheus_text(const EngineStats& s, const HttpCounters& http) {
         out += fmt::format("aqpim_http_responses_total{{status=\"{}\"}} {}\n", status, n);
     metric(out, "aqpim_http_disconnects_total", "counter", "Requests cancelled because the client went away.",
            double(http.disconnects));
+    prompt_cache_metrics(out, s.prompt_cache);
     store_metrics(out, s.store);
     return out;
 }

@@ -34,6 +34,18 @@ struct Collected {
     }
 };
 
+/// Release every sequence the prompt cache keeps (EngineOptions::cache_prompt); returns how many.
+/// What the engine holds afterwards, requests hold: the pool is empty once they are done.
+inline int drop_prompt_cache(serve::Engine& engine) {
+    int n = 0;
+    for (const serve::SlotInfo& s : engine.slots())
+        if (s.phase == serve::SlotPhase::cached) {
+            engine.release_slot(s.id);
+            ++n;
+        }
+    return n;
+}
+
 /// Submit r; the events go to the returned collector. `stop_after`: the callback asks to stop once
 /// that many tokens arrived (0: never).
 inline std::shared_ptr<Collected> submit_collect(serve::Engine& engine, const serve::GenerationRequest& r,

@@ -15,6 +15,7 @@
 
 #include "aqpim/model.h"
 #include "serve/engine.h"
+#include "serve/engine_test_util.h"
 #include "serve/http_server.h"
 #include "support/cli.h"
 #include "support/shared_data.h"
@@ -93,6 +94,9 @@ struct TestServer {
         return c;
     }
 };
+
+/// A /slots entry that holds no request's sequence: idle, or kept by the prompt cache.
+inline bool slot_free(const nlohmann::json& slot) { return slot["state"] == "idle" || slot["state"] == "cached"; }
 
 /// POST a JSON body; the response (status, body) or a test failure.
 inline httplib::Result post_json(httplib::Client& c, const std::string& path, const nlohmann::json& body) {

@@ -101,6 +101,10 @@ TEST_F(ServeAdmission, QueueFullWhileTheBudgetHoldsOne) {
     EXPECT_EQ(second->final_event().finish, serve::FinishReason::length);
     EXPECT_EQ(third->final_event().finish, serve::FinishReason::length);
     EXPECT_EQ(second->tokens().size(), 56u);
+    // The budget holds one sequence: each request dropped the one the prompt cache kept before it.
+    EXPECT_EQ(e.stats().prompt_cache.sequences, 1);
+    EXPECT_EQ(e.stats().prompt_cache.evictions, 2u);
+    EXPECT_EQ(test::drop_prompt_cache(e), 1);
     const serve::EngineStats s = e.stats();
     EXPECT_EQ(s.kv_bytes_used, 0u);
     EXPECT_EQ(s.active, 0);

@@ -36,6 +36,7 @@ serve::EngineOptions options(const std::string& kv, std::vector<std::string> sto
     o.prefill_chunk = 64;
     o.kv_store_block = 128;
     o.kv_store = std::move(store);
+    o.cache_prompt = false;  // what the store restores is measured here, and the pages it leaves
     return o;
 }
 
@@ -107,6 +108,22 @@ void check_restores_exactly(const std::string& kv) {
     EXPECT_EQ(e.stats().store.restore_refused, 0u);
     EXPECT_EQ(e.stats().pages_in_use, 0);
     EXPECT_EQ(e.stats().kv_bytes_reserved, plain.stats().kv_bytes_reserved);
+}
+
+TEST(ServeKvStore, CachePromptFalsePrefillsTheWholePrompt) {
+    serve::EngineOptions o = options("f16", {"memory"});
+    o.cache_prompt = true;  // the engine keeps a prompt cache; this request asks for neither
+    serve::Engine e(austen().weights, o);
+    serve::GenerationRequest r = request(prompt_sharing(300, 300, 1));
+    EXPECT_EQ(test::submit_collect(e, r)->final_event().n_prompt_fed, 300);
+    e.flush_store();
+    ASSERT_EQ(e.stats().store.prefix->blocks_stored, 2u);
+    r.cache_prompt = false;
+    EXPECT_EQ(test::submit_collect(e, r)->final_event().n_prompt_fed, 300);
+    EXPECT_EQ(e.stats().store.prefix->lookups, 1u) << "the first request's only";
+    r.cache_prompt = true;
+    EXPECT_EQ(test::submit_collect(e, r)->final_event().n_prompt_fed, 300 - 256);
+    EXPECT_EQ(e.stats().prompt_cache.hits, 0u) << "the same prompt does not begin with a whole cached sequence";
 }
 
 TEST(ServeKvStore, RestoredPrefixGivesExactlyThePrefilledOutputPq) {

@@ -111,6 +111,7 @@ void check_scores(const std::string& kv) {
     serve::SubmitResult refused;
     test::submit_collect(e, r, &refused);
     EXPECT_EQ(refused.rejection, serve::Rejection::invalid) << "max_tokens 0 without scores";
+    test::drop_prompt_cache(e);
     EXPECT_EQ(e.stats().pages_in_use, 0);
 }
 

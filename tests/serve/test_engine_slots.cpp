@@ -28,6 +28,7 @@ void check_restore_continues(const std::string& kv) {
     r.sampler.temperature = 0.8f;
     r.sampler.seed = 77;
     r.max_tokens = 24;
+    r.cache_prompt = false;  // no sequence kept but the parked one
     serve::Engine e(m.weights, o);
     const std::vector<std::int32_t> whole = test::submit_collect(e, r)->tokens();
     ASSERT_EQ(whole.size(), 24u);
@@ -51,6 +52,7 @@ void check_restore_continues(const std::string& kv) {
     more.resume_slot = 2;
     more.max_tokens = 12;
     more.sampler.seed = 999;  // ignored: the saved sampler continues
+    more.cache_prompt = false;
     auto c = test::submit_collect(e, more);
     std::vector<std::int32_t> joined = first;
     for (std::int32_t t : c->tokens()) joined.push_back(t);

@@ -64,14 +64,14 @@ long held_kib() {
 #endif
 }
 
-/// Wait until every accepted request has ended and the engine holds nothing (no sequence running
-/// or queued, nothing reserved); false after `limit`.
+/// Wait until every accepted request has ended and the engine holds nothing for them (no sequence
+/// running or queued, nothing reserved but the prompt cache's finished sequences); false after `limit`.
 bool wait_empty(const serve::Engine& e, std::chrono::milliseconds limit) {
     const auto end = std::chrono::steady_clock::now() + limit;
     while (std::chrono::steady_clock::now() < end) {
         const serve::EngineStats st = e.stats();
         if (st.requests_finished == st.requests_accepted && st.active == 0 && st.queued == 0 &&
-            st.kv_bytes_reserved == 0)
+            st.kv_bytes_reserved == st.prompt_cache.bytes_reserved)
             return true;
         std::this_thread::sleep_for(20ms);
     }

@@ -55,7 +55,8 @@ TEST(HttpLoad, SixtyFourStreamsEachEqualTheRequestAlone) {
     for (auto& t : clients) t.join();
     const serve::EngineStats after = s.engine->stats();
     EXPECT_EQ(after.active, 0);
-    EXPECT_EQ(after.kv_bytes_reserved, 0u);
+    EXPECT_EQ(after.kv_bytes_reserved, after.prompt_cache.bytes_reserved);  // only the finished sequences kept
+    EXPECT_EQ(after.prompt_cache.sequences, kClients);
     EXPECT_EQ(after.requests_finished, std::uint64_t(kClients));
 
     auto c = s.client(120);
@@ -65,6 +66,10 @@ TEST(HttpLoad, SixtyFourStreamsEachEqualTheRequestAlone) {
         EXPECT_FALSE(alone.empty() || alone[0] == '<') << alone;
     }
     EXPECT_EQ(s.engine->stats().kv_bytes_used, after.kv_bytes_used);
+    EXPECT_EQ(s.engine->stats().prompt_cache.hits, 0u) << "no prompt begins with another's whole sequence";
+    EXPECT_EQ(test::drop_prompt_cache(*s.engine), kClients);
+    EXPECT_EQ(s.engine->stats().kv_bytes_reserved, 0u);
+    EXPECT_EQ(s.engine->stats().pages_in_use, 0);
 }
 
 TEST(HttpLoad, SlotSavedErasedRestoredContinuesExactly) {
@@ -82,6 +87,7 @@ TEST(HttpLoad, SlotSavedErasedRestoredContinuesExactly) {
     const json base = {{"prompt", "once upon a time there was a"}, {"temperature", 0.9}, {"seed", 77}};
     json whole = base;
     whole["max_tokens"] = 20;
+    whole["cache_prompt"] = false;  // its sequence is not kept: the budget holds the parked one only
     auto w = test::post_json(c, "/v1/completions", whole);
     ASSERT_TRUE(w && w->status == 200);
     const std::string expect = json::parse(w->body)["choices"][0]["text"];

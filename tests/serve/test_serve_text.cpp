@@ -70,6 +70,9 @@ TEST(ChatTemplate, RendersEachFormatAsItsModelsExpect) {
               "[INST] <<SYS>>\nS\n<</SYS>>\n\nU1 [/INST] A1 </s><s>[INST] U2 [/INST]");
     EXPECT_EQ(serve::render_chat(ChatFormat::mistral, conv, t), "[INST] S\n\nU1 [/INST]A1</s>[INST] U2 [/INST]");
     EXPECT_EQ(serve::render_chat(ChatFormat::plain, conv, t), "S\n\nUser: U1\nAssistant: A1\nUser: U2\nAssistant:");
+    // A reply as the model generated it after "Assistant:" (a leading space) is sent back unchanged.
+    const std::vector<serve::ChatMessage> generated = {{"user", "U1"}, {"assistant", " A1"}, {"user", "U2"}};
+    EXPECT_EQ(serve::render_chat(ChatFormat::plain, generated, t), "User: U1\nAssistant: A1\nUser: U2\nAssistant:");
     // Gemma 3's template: the system text opens the first user turn, each turn's text trimmed.
     const std::vector<serve::ChatMessage> spaced = {{"system", "S"}, {"user", " U1\n"}, {"assistant", "A1 "}, {"user", "U2"}};
     EXPECT_EQ(serve::render_chat(ChatFormat::gemma, spaced, t),

@@ -1,6 +1,7 @@
 // `aqpim bench serve` without a store: --requests gives every scheme the same number of requests
 // (handed to whichever client is free), whatever number of sequences the scheme fits; --passes runs
-// every scheme again, the order alternating, and sums them.
+// every scheme again, the order alternating, and sums them; --turns runs conversations, every scheme
+// with the prompt cache off and on.
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -61,6 +62,34 @@ TEST(BenchServeCli, PassesRunEverySchemeAgainAndSumThem) {
     const auto with_store = run_cli("bench serve -m " + kStoriesGguf + " --passes 2 --kv-store memory");
     EXPECT_NE(with_store.exit_code, 0);
     EXPECT_NE(with_store.output.find("--passes"), std::string::npos) << with_store.output;
+}
+
+TEST(BenchServeCli, TurnsRunEverySchemeWithThePromptCacheOffAndOn) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+    // Two clients, one conversation of 3 turns each: 16 prompt tokens, then 4 more a turn, 8 out.
+    const auto r = run_cli("-t 1 bench serve -m " + kStoriesGguf +
+                           " --kv 'f16;int8:g=8' --kv-budget 64KiB --prompt-tokens 16 -n 8 --turns 3 --turn-tokens 4"
+                           " --clients 2 --rounds 1 --json 2>/dev/null");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto rows = nlohmann::json::parse(r.output.substr(r.output.find('{')))["rows"];
+    ASSERT_EQ(rows.size(), 4u);
+    for (std::size_t i = 0; i < 4; ++i) {
+        const auto& row = rows[i];
+        const bool cache = i % 2 == 1;
+        EXPECT_EQ(row["kv"], i < 2 ? "f16" : "int8:g=8") << row.dump();
+        EXPECT_EQ(row["prompt_cache"], cache) << row.dump();
+        EXPECT_EQ(row["requests"], 6) << row.dump();
+        EXPECT_EQ(row["out_tokens"], 6 * 8) << row.dump();
+        // Prompts of 16, 16 + 8 + 4 and 28 + 8 + 4 tokens; a later turn continues the sequence of
+        // the turn before, which holds its prompt and 7 of its 8 tokens.
+        EXPECT_EQ(row["prompt_cache_hits"], cache ? 4 : 0) << row.dump();
+        EXPECT_EQ(row["prompt_tokens_reused"], cache ? 2 * (23 + 35) : 0) << row.dump();
+        EXPECT_EQ(row["prefill_tokens"], 2 * (16 + 28 + 40) - (cache ? 2 * (23 + 35) : 0)) << row.dump();
+        EXPECT_GT(row["ttft_later_p50_s"].get<double>(), 0.0) << row.dump();
+    }
+    const auto refused = run_cli("bench serve -m " + kStoriesGguf + " --turns 2 --requests 4");
+    EXPECT_NE(refused.exit_code, 0);
+    EXPECT_NE(refused.output.find("--turns excludes --requests"), std::string::npos) << refused.output;
 }
 
 TEST(BenchServeCli, RequestsAndRoundsExcludeEachOther) {

@@ -1,0 +1,177 @@
+// The prompt cache (EngineOptions::cache_prompt, llama-server's cache_prompt): a finished sequence
+// stays in its slot; a prompt that begins with every token it holds continues it, with exactly the
+// tokens of the same conversation parked and continued; other prompts prefill anew; the least
+// recently used sequence goes when admission needs a slot or bytes.
+
+#include <gtest/gtest.h>
+
+#include "serve/http_test_util.h"
+
+namespace aqpim {
+namespace {
+
+constexpr const char* kPq = "pq:calib=16,refresh=0,window=4,sinks=2";  // coded after 16 tokens
+
+serve::EngineOptions options(const std::string& kv, int parallel) {
+    serve::EngineOptions o = test::small_engine(kv);
+    o.parallel = parallel;
+    o.ctx = 256;
+    o.prefill_chunk = 16;
+    return o;
+}
+
+serve::GenerationRequest greedy(std::vector<std::int32_t> prompt, int max_tokens) {
+    serve::GenerationRequest r;
+    r.prompt = std::move(prompt);
+    r.max_tokens = max_tokens;
+    r.sampler.temperature = 0.0f;
+    return r;
+}
+
+std::vector<std::int32_t> joined(std::vector<std::int32_t> a, const std::vector<std::int32_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+/// n tokens without the BOS test_prompt starts with.
+std::vector<std::int32_t> words(int n, int salt) {
+    std::vector<std::int32_t> p = test::test_prompt(n + 1, salt, test::synth_serve_model().weights.config.n_vocab);
+    p.erase(p.begin());
+    return p;
+}
+
+int slot_in(const serve::Engine& e, serve::SlotPhase phase) {
+    for (const serve::SlotInfo& s : e.slots())
+        if (s.phase == phase) return s.id;
+    return -1;
+}
+
+TEST(ServePromptCache, TheNextTurnContinuesTheCachedSequenceAsAParkedOneWouldBe) {
+    const LoadedModel& m = test::synth_serve_model();
+    for (const std::string kv : {"f16", kPq}) {
+        const std::vector<std::int32_t> prompt = test::test_prompt(40, 1, m.weights.config.n_vocab);
+        const std::vector<std::int32_t> user = words(9, 2);
+        serve::Engine e(m.weights, options(kv, 4));
+        const std::vector<std::int32_t> reply = test::submit_collect(e, greedy(prompt, 12))->tokens();
+        ASSERT_EQ(reply.size(), 12u) << kv;
+        EXPECT_EQ(slot_in(e, serve::SlotPhase::cached), 0) << kv;
+        EXPECT_EQ(e.stats().prompt_cache.sequences, 1) << kv;
+        // The cache holds the prompt and 11 generated tokens (the 12th was drawn, never fed).
+        auto next = test::submit_collect(e, greedy(joined(joined(prompt, reply), user), 10));
+        const std::vector<std::int32_t> continued = next->tokens();
+        const serve::TokenEvent fin = next->final_event();
+        EXPECT_EQ(fin.n_prompt, 40 + 12 + 9) << kv;
+        EXPECT_EQ(fin.n_prompt_fed, 1 + 9) << kv;
+        EXPECT_EQ(fin.slot, 0) << kv;
+        const serve::PromptCacheStats st = e.stats().prompt_cache;
+        EXPECT_EQ(st.hits, 1u) << kv;
+        EXPECT_EQ(st.tokens_reused, 51u) << kv;
+        EXPECT_EQ(st.sequences, 1) << kv;  // the continued sequence, cached again
+        EXPECT_EQ(st.evictions, 0u) << kv;
+
+        // The same conversation parked and continued (id_slot) computes the same KV: same tokens.
+        serve::Engine ref(m.weights, options(kv, 4));
+        serve::GenerationRequest first = greedy(prompt, 12);
+        first.park = true;
+        ASSERT_EQ(test::submit_collect(ref, first)->tokens(), reply) << kv;
+        serve::GenerationRequest resume = greedy(user, 10);
+        resume.resume_slot = 0;
+        EXPECT_EQ(test::submit_collect(ref, resume)->tokens(), continued) << kv;
+    }
+}
+
+TEST(ServePromptCache, OnlyAPromptBeginningWithTheWholeSequenceOfTheSameSaltContinuesIt) {
+    const LoadedModel& m = test::synth_serve_model();
+    const std::vector<std::int32_t> prompt = test::test_prompt(30, 3, m.weights.config.n_vocab);
+    serve::Engine e(m.weights, options(kPq, 8));
+    const std::vector<std::int32_t> reply = test::submit_collect(e, greedy(prompt, 8))->tokens();
+    ASSERT_EQ(reply.size(), 8u);
+    std::vector<std::int32_t> held = joined(prompt, reply);
+    held.pop_back();  // the last token drawn, never fed
+    auto fed = [&](serve::GenerationRequest r) {
+        auto c = test::submit_collect(e, r);
+        const serve::TokenEvent fin = c->final_event();
+        EXPECT_EQ(fin.finish, serve::FinishReason::length);
+        return fin.n_prompt_fed;
+    };
+    EXPECT_EQ(fed(greedy(joined(prompt, words(5, 4)), 2)), 35) << "the prompt without the reply";
+    EXPECT_EQ(fed(greedy(held, 2)), int(held.size())) << "nothing left to feed after the cached tokens";
+    serve::GenerationRequest salted = greedy(joined(held, words(3, 5)), 2);
+    salted.cache_salt = "tenant";
+    EXPECT_EQ(fed(salted), int(held.size()) + 3) << "another salt";
+    serve::GenerationRequest scored = greedy(joined(held, words(3, 6)), 2);
+    scored.prompt_logprobs = true;
+    EXPECT_EQ(fed(scored), int(held.size()) + 3) << "prompt scores need every row";
+    const int kept = e.stats().prompt_cache.sequences;
+    serve::GenerationRequest off = greedy(joined(held, words(3, 7)), 2);
+    off.cache_prompt = false;
+    EXPECT_EQ(fed(off), int(held.size()) + 3) << "cache_prompt false";
+    EXPECT_EQ(e.stats().prompt_cache.sequences, kept) << "cache_prompt false keeps nothing";
+    EXPECT_EQ(e.stats().prompt_cache.hits, 0u);
+    EXPECT_EQ(fed(greedy(joined(held, words(3, 8)), 2)), 3);
+    EXPECT_EQ(e.stats().prompt_cache.hits, 1u);
+}
+
+TEST(ServePromptCache, TheLeastRecentlyUsedGoesForASlot) {
+    const LoadedModel& m = test::synth_serve_model();
+    const int n_vocab = m.weights.config.n_vocab;
+    serve::Engine e(m.weights, options("f16", 2));
+    std::vector<std::vector<std::int32_t>> held;
+    for (int i = 0; i < 3; ++i) {
+        const std::vector<std::int32_t> prompt = test::test_prompt(20, 10 + i, n_vocab);
+        held.push_back(joined(prompt, test::submit_collect(e, greedy(prompt, 4))->tokens()));
+    }
+    EXPECT_EQ(e.stats().prompt_cache.evictions, 1u);  // the third took the first's slot
+    EXPECT_EQ(e.stats().prompt_cache.sequences, 2);
+    auto continue_from = [&](int i) {
+        return test::submit_collect(e, greedy(joined(held[std::size_t(i)], words(2, 20 + i)), 2))->final_event().n_prompt_fed;
+    };
+    EXPECT_EQ(continue_from(1), 1 + 2) << "the second is cached";
+    EXPECT_EQ(continue_from(0), 24 + 2) << "the first was dropped";
+    EXPECT_EQ(e.stats().prompt_cache.evictions, 2u);  // the third, now the least recently used
+    EXPECT_EQ(continue_from(2), 24 + 2) << "the third was dropped";
+    EXPECT_EQ(e.stats().prompt_cache.hits, 1u);
+}
+
+TEST(ServePromptCache, ASequenceContinuedInABudgetOfOneGivesItsOwnRoomUp) {
+    const LoadedModel& m = test::synth_serve_model();
+    serve::EngineOptions o = options(kPq, 4);
+    std::uint64_t base = 0, one = 0;
+    {
+        const serve::Engine probe(m.weights, o);
+        base = probe.stats().kv_bytes_used;
+        one = probe.reservation_bytes(64);
+    }
+    o.kv_budget_bytes = base + one;  // one request of 64 tokens at a time
+    serve::Engine e(m.weights, o);
+    const std::vector<std::int32_t> prompt = test::test_prompt(30, 30, m.weights.config.n_vocab);
+    const std::vector<std::int32_t> reply = test::submit_collect(e, greedy(prompt, 10))->tokens();
+    auto next = test::submit_collect(e, greedy(joined(joined(prompt, reply), words(4, 31)), 20));
+    EXPECT_EQ(next->final_event().n_prompt_fed, 5);
+    EXPECT_EQ(e.stats().prompt_cache.evictions, 0u);
+    // Another conversation takes the room: the cached one goes.
+    EXPECT_EQ(test::submit_collect(e, greedy(test::test_prompt(30, 32, m.weights.config.n_vocab), 34))->final_event().finish,
+              serve::FinishReason::length);
+    EXPECT_EQ(e.stats().prompt_cache.evictions, 1u);
+    EXPECT_EQ(e.stats().prompt_cache.sequences, 1);
+    EXPECT_EQ(test::drop_prompt_cache(e), 1);
+    EXPECT_EQ(e.stats().kv_bytes_reserved, 0u);
+    EXPECT_EQ(e.stats().pages_in_use, 0);
+}
+
+TEST(ServePromptCache, OffReleasesEverySequenceAtItsEnd) {
+    const LoadedModel& m = test::synth_serve_model();
+    serve::EngineOptions o = options(kPq, 2);
+    o.cache_prompt = false;
+    serve::Engine e(m.weights, o);
+    const std::vector<std::int32_t> prompt = test::test_prompt(30, 40, m.weights.config.n_vocab);
+    const std::vector<std::int32_t> reply = test::submit_collect(e, greedy(prompt, 6))->tokens();
+    EXPECT_EQ(slot_in(e, serve::SlotPhase::cached), -1);
+    EXPECT_EQ(e.stats().kv_bytes_reserved, 0u);
+    EXPECT_EQ(test::submit_collect(e, greedy(joined(joined(prompt, reply), words(2, 41)), 2))->final_event().n_prompt_fed,
+              30 + 6 + 2);
+    EXPECT_EQ(e.stats().prompt_cache.hits, 0u);
+}
+
+}  // namespace
+}  // namespace aqpim
