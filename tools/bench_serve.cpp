@@ -209,8 +209,9 @@ json bench_serve(const ServeBenchOptions& opt) {
     const LoadedModel m = load_model(opt.model);
     std::vector<Config> configs;
     for (const KvSchemeSpec& scheme : parse_kv_schemes(opt.kv)) {
-        if (opt.turns > 1) configs.push_back({scheme, false});  // the cache's effect, in the same run
-        configs.push_back({scheme, true});
+        // Without turns no prompt continues another: the cache would only hold finished sequences.
+        configs.push_back({scheme, false});
+        if (opt.turns > 1) configs.push_back({scheme, true});  // the cache's effect, in the same run
     }
     const std::size_t n = configs.size();
     // Every pass runs every configuration once, forward on even passes and backward on odd ones, so

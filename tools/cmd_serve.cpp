@@ -95,8 +95,8 @@ void add_serve_command(CLI::App& app) {
                     "store a block's tail (a PQ sequence's f16 window) for every N blocks, and where a chain ends")
         ->capture_default_str()->check(CLI::Range(1, 1 << 20));
     cmd->add_flag("--cache-prompt,!--no-cache-prompt", o->engine.cache_prompt,
-                  "keep finished sequences cached in their slots and continue one whose tokens a new prompt begins "
-                  "with (dropped, least recently used first, when admission needs the room)")
+                  "the prompt cache (default on): keep finished sequences in their slots and continue one whose "
+                  "tokens a new prompt begins with (dropped, least recently used first, when admission needs the room)")
         ->capture_default_str();
     cmd->add_option("--host", o->server.host, "address to listen on")->capture_default_str();
     cmd->add_option("--port", o->server.port, "port (0: any free one, printed)")->capture_default_str()

@@ -130,6 +130,15 @@ struct Engine::Impl {
 
     int free_slot() const;
 
+    /// What a queued request asks of the cache: the slot it takes over (the parked sequence it
+    /// resumes, the cached one it continues; -1: it needs an idle slot), that slot's reservation,
+    /// which it gives up, and the worst case it reserves instead.
+    struct Claim {
+        int own = -1;
+        std::uint64_t released = 0, need = 0;
+    };
+    Claim claim(const Pending& p) const;
+
     /// Whether the queue's head can start now (called under mu, from the scheduler thread).
     bool admissible(const Pending& p) const;
 
@@ -151,6 +160,9 @@ struct Engine::Impl {
     /// The cached sequence to drop so that `head` can start (the least recently used; never the
     /// one head continues), or null: none, or head waits on running requests, not on the cache.
     Slot* eviction_candidate(const Pending& head);
+
+    /// The least recently used cached sequence but slot `except`'s, or null.
+    Slot* oldest_cached(int except);
 
     /// The prompt of p continues cached slot s (cached_match): only its new tokens are prefilled.
     void start_cached(Slot& s, Pending& p);

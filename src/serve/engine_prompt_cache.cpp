@@ -15,37 +15,38 @@ int Engine::Impl::cached_match(const GenerationRequest& r) const {
         const Slot& s = slots[id];
         if (s.phase != SlotPhase::cached || s.n_cached >= std::int64_t(r.prompt.size())) continue;
         if (best >= 0 && s.n_cached <= slots[std::size_t(best)].n_cached) continue;
-        if (s.request.cache_salt != r.cache_salt) continue;
-        if (std::equal(s.tokens.begin(), s.tokens.begin() + s.n_cached, r.prompt.begin())) best = int(id);
+        const std::size_t n = std::size_t(s.n_cached);
+        // The last token first: a prompt that shares a long system prompt with a sequence and then
+        // departs from it is told apart in one comparison (this runs under the queue's lock).
+        if (s.tokens[n - 1] != r.prompt[n - 1] || s.request.cache_salt != r.cache_salt) continue;
+        if (std::equal(s.tokens.begin(), s.tokens.begin() + std::ptrdiff_t(n), r.prompt.begin())) best = int(id);
     }
     return best;
 }
 
-Engine::Impl::Slot* Engine::Impl::eviction_candidate(const Pending& head) {
-    const int own = head.request.resume_slot >= 0 ? head.request.resume_slot : cached_match(head.request);
+Engine::Impl::Slot* Engine::Impl::oldest_cached(int except) {
     Slot* oldest = nullptr;
-    std::uint64_t evictable = 0;
     for (Slot& s : slots)
-        if (s.phase == SlotPhase::cached && int(&s - slots.data()) != own) {
-            evictable += s.reserve;
-            if (!oldest || s.kept_at < oldest->kept_at) oldest = &s;
-        }
-    if (!oldest) return nullptr;
-    std::uint64_t need = head.reserve, released = 0;
-    if (own >= 0) {
-        const Slot& s = slots[std::size_t(own)];
-        need = head.request.resume_slot >= 0 ? resume_reservation(s, head.request) : head.reserve;
-        released = s.reserve;  // the sequence head continues gives its reservation up for need
-    } else if (free_slot() < 0) {
-        return oldest;  // short of a slot: the least recently used makes one
-    }
-    // Parked sequences that could go to disk count as room too: the cache goes before them.
-    std::uint64_t spillable = 0;
-    if (store && store->can_spill())
-        for (const Slot& s : slots)
-            if (s.phase == SlotPhase::parked && !s.spill_failed && int(&s - slots.data()) != own) spillable += s.reserve;
-    if (reserved - released - evictable - spillable + need > opt.kv_budget_bytes) return nullptr;
+        if (s.phase == SlotPhase::cached && int(&s - slots.data()) != except && (!oldest || s.kept_at < oldest->kept_at))
+            oldest = &s;
     return oldest;
+}
+
+Engine::Impl::Slot* Engine::Impl::eviction_candidate(const Pending& head) {
+    const Claim c = claim(head);
+    Slot* oldest = oldest_cached(c.own);
+    if (!oldest) return nullptr;
+    // The room every other cached sequence and every parked one that could go to disk would give
+    // (the cache goes first): not enough, and head waits on running requests, the cache kept meanwhile.
+    const bool spills = store && store->can_spill();
+    std::uint64_t room = 0;
+    for (std::size_t id = 0; id < slots.size(); ++id) {
+        const Slot& s = slots[id];
+        if (int(id) != c.own && (s.phase == SlotPhase::cached || (spills && s.phase == SlotPhase::parked && !s.spill_failed)))
+            room += s.reserve;
+    }
+    if (reserved - c.released - room + c.need > opt.kv_budget_bytes) return nullptr;
+    return oldest;  // short of the bytes or of a slot: the least recently used goes
 }
 
 void Engine::Impl::start_cached(Slot& s, Pending& p) {

@@ -66,17 +66,28 @@ int Engine::Impl::free_slot() const {
     return -1;
 }
 
+Engine::Impl::Claim Engine::Impl::claim(const Pending& p) const {
+    Claim c;
+    if (p.request.resume_slot >= 0) {
+        c.own = p.request.resume_slot;
+        c.need = resume_reservation(slots[std::size_t(c.own)], p.request);
+    } else {
+        c.own = cached_match(p.request);
+        c.need = p.reserve;
+    }
+    if (c.own >= 0) c.released = slots[std::size_t(c.own)].reserve;
+    return c;
+}
+
 /// Whether the queue's head can start now (called under mu, from the scheduler thread).
 bool Engine::Impl::admissible(const Pending& p) const {
-    if (p.request.resume_slot >= 0) {
+    if (p.request.resume_slot >= 0) {  // start_resume reports a slot with nothing parked or a sequence too big
         const Slot& s = slots[std::size_t(p.request.resume_slot)];
-        if (s.phase != SlotPhase::parked && s.phase != SlotPhase::spilled) return true;  // start_resume reports it
-        const std::uint64_t need = resume_reservation(s, p.request);
-        return base_bytes + need > opt.kv_budget_bytes || reserved - s.reserve + need <= opt.kv_budget_bytes;
+        if (s.phase != SlotPhase::parked && s.phase != SlotPhase::spilled) return true;
+        if (base_bytes + resume_reservation(s, p.request) > opt.kv_budget_bytes) return true;
     }
-    if (const int m = cached_match(p.request); m >= 0)
-        return reserved - slots[std::size_t(m)].reserve + p.reserve <= opt.kv_budget_bytes;
-    return free_slot() >= 0 && reserved + p.reserve <= opt.kv_budget_bytes;
+    const Claim c = claim(p);
+    return (c.own >= 0 || free_slot() >= 0) && reserved - c.released + c.need <= opt.kv_budget_bytes;
 }
 
 void Engine::Impl::run() {
@@ -145,7 +156,7 @@ void Engine::Impl::admit() {
                 p = std::move(queue.front());
                 queue.pop_front();
             } else if ((evicted = eviction_candidate(queue.front()))) {
-                ++cache_evictions;
+                ++cache_evictions;  // scheduler-thread state (under mu only because the queue is)
             } else if (!(victim = spill_candidate(queue.front()))) {
                 return;
             }
@@ -208,21 +219,16 @@ void Engine::Impl::fetched(EngineStore::Fetched& f) {
 /// (running requests hold the budget), or head is short of a slot, not of bytes.
 Engine::Impl::Slot* Engine::Impl::spill_candidate(const Pending& head) {
     if (!store || !store->can_spill()) return nullptr;
-    const int own = head.request.resume_slot;
-    if (own < 0 && free_slot() < 0) return nullptr;
-    std::uint64_t need = head.reserve, spillable = 0;
-    if (own >= 0) {
-        const Slot& s = slots[std::size_t(own)];
-        const std::uint64_t full = resume_reservation(s, head.request);
-        need = full > s.reserve ? full - s.reserve : 0;
-    }
+    const Claim c = claim(head);
+    if (c.own < 0 && free_slot() < 0) return nullptr;
+    std::uint64_t spillable = 0;
     Slot* oldest = nullptr;
     for (Slot& s : slots)
-        if (s.phase == SlotPhase::parked && !s.spill_failed && int(&s - slots.data()) != own) {
+        if (s.phase == SlotPhase::parked && !s.spill_failed && int(&s - slots.data()) != c.own) {
             spillable += s.reserve;
             if (!oldest || s.kept_at < oldest->kept_at) oldest = &s;
         }
-    if (reserved - spillable + need > opt.kv_budget_bytes) return nullptr;
+    if (reserved - c.released - spillable + c.need > opt.kv_budget_bytes) return nullptr;
     return oldest;
 }
 

@@ -36,14 +36,21 @@ void Engine::Impl::save(int id, const std::string& path) {
 
 void Engine::Impl::restore(int id, const std::string& path) {
     Slot& s = slot_at(id);
-    if (s.phase == SlotPhase::cached) release(s);  // the prompt cache's: dropped for what is asked
-    AQPIM_CHECK(s.phase == SlotPhase::idle, "serve: slot {} is {}, not idle: release it first", id, slot_phase_name(s.phase));
+    AQPIM_CHECK(s.phase == SlotPhase::idle || s.phase == SlotPhase::cached, "serve: slot {} is {}, not idle: release it first",
+                id, slot_phase_name(s.phase));
     const std::vector<std::uint8_t> bytes = read_kv_state_file(path);
     const KvStateInfo info = read_kv_state_info(bytes);
     const std::uint64_t need = reservation(std::max<std::int64_t>(1, std::int64_t(info.slot.tokens.size())));
-    AQPIM_CHECK(reserved + need <= opt.kv_budget_bytes,
+    // The prompt cache's sequences give their room up, this slot's first, then the least recently used.
+    const std::uint64_t own = s.phase == SlotPhase::cached ? s.reserve : 0;
+    for (Slot* v; reserved - own + need > opt.kv_budget_bytes && (v = oldest_cached(id));) {
+        release(*v);
+        ++cache_evictions;
+    }
+    AQPIM_CHECK(reserved - own + need <= opt.kv_budget_bytes,
                 "serve: restoring {} into slot {} needs {} bytes of KV; {} of the budget's {} are reserved", path, id,
-                need, reserved, opt.kv_budget_bytes);
+                need, reserved - own, opt.kv_budget_bytes);
+    if (s.phase == SlotPhase::cached) release(s);
     SlotState st = restore_kv_state(bytes, *cache, id, model_id());
     s = Slot{};
     s.in_cache = true;

@@ -61,11 +61,11 @@ std::shared_ptr<Wakeup> HttpServer::Impl::submit_choices(const CompletionParams&
     if (p.id_slot >= 0)
         for (const SlotInfo& s : engine.slots()) {
             if (s.id != p.id_slot) continue;
-            // An idle slot holds nothing to continue: refused here, before the response starts (any
-            // other phase may be parked by the time the request starts; the engine checks it then).
-            if (s.phase == SlotPhase::idle)
-                throw ApiError(400, fmt::format("slot {} holds no parked sequence (idle): park one with keep_slot first",
-                                                p.id_slot), "id_slot");
+            // An idle or cached slot holds nothing to continue: refused here, before the response
+            // starts (a running one may be parked by the time the request starts; the engine checks it then).
+            if (s.phase == SlotPhase::idle || s.phase == SlotPhase::cached)
+                throw ApiError(400, fmt::format("slot {} holds no parked sequence ({}): park one with keep_slot first",
+                                                p.id_slot, slot_phase_name(s.phase)), "id_slot");
             slot_token = s.last_token;
         }
     const std::uint64_t seed = p.seed ? *p.seed : draw_seed();

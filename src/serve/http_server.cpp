@@ -211,7 +211,7 @@ void HttpServer::Impl::routes() {
 
     http.Get("/health", [this](const Request&, Response& res) {
         int busy = 0;
-        for (const SlotInfo& s : engine.slots()) busy += s.phase != SlotPhase::idle;
+        for (const SlotInfo& s : engine.slots()) busy += s.phase != SlotPhase::idle && s.phase != SlotPhase::cached;
         send_json(res, {{"status", "ok"}, {"slots_idle", engine.options().parallel - busy}, {"slots_processing", busy}});
     });
     http.Get("/v1/models", [this](const Request&, Response& res) {

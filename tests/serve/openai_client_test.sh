@@ -17,20 +17,24 @@ cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 "$aqpim" synth --shape custom --hidden 128 --ffn 256 --heads 4 --kv-heads 2 --layers 2 --vocab 600 --ctx 512 \
   -o "$work/m.gguf" >/dev/null
-"$aqpim" serve -m "$work/m.gguf" --kv pq --kv-budget 64MiB --parallel 4 -c 512 --port 0 --api-key sk-test --reasoning-format deepseek \
-  -t 1 2>"$work/serve.log" &
-server=$!
-port=""
-for _ in $(seq 1 200); do
-  port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$work/serve.log")
-  [ -n "$port" ] && break
-  kill -0 "$server" 2>/dev/null || { cat "$work/serve.log"; exit 1; }
-  sleep 0.1
-done
-[ -n "$port" ] || { echo "error: the server did not start"; cat "$work/serve.log"; exit 1; }
-node "$here/client/openai_client.mjs" "http://127.0.0.1:$port/v1" sk-test
-kill -TERM "$server"
-wait "$server"; status=$?
-server=""
-grep -q "aqpim serve: stopped" "$work/serve.log" || { echo "error: no clean stop"; cat "$work/serve.log"; exit 1; }
-exit $status
+# run_client [SERVER OPTION] [CLIENT MODE]: a server on a free port, the client against it, a clean stop.
+run_client() {
+  "$aqpim" serve -m "$work/m.gguf" --kv pq --kv-budget 64MiB --parallel 4 -c 512 --port 0 --api-key sk-test \
+    --reasoning-format deepseek -t 1 $1 2>"$work/serve.log" &
+  server=$!
+  port=""
+  for _ in $(seq 1 200); do
+    port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$work/serve.log")
+    [ -n "$port" ] && break
+    kill -0 "$server" 2>/dev/null || { cat "$work/serve.log"; exit 1; }
+    sleep 0.1
+  done
+  [ -n "$port" ] || { echo "error: the server did not start"; cat "$work/serve.log"; exit 1; }
+  node "$here/client/openai_client.mjs" "http://127.0.0.1:$port/v1" sk-test $2
+  kill -TERM "$server"
+  wait "$server" || { echo "error: the server exited with $?"; cat "$work/serve.log"; exit 1; }
+  server=""
+  grep -q "aqpim serve: stopped" "$work/serve.log" || { echo "error: no clean stop"; cat "$work/serve.log"; exit 1; }
+}
+run_client "" ""
+run_client --no-cache-prompt no-cache

@@ -5,6 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <filesystem>
+
+#include "aqpim/error.h"
 #include "serve/http_test_util.h"
 
 namespace aqpim {
@@ -157,6 +161,69 @@ TEST(ServePromptCache, ASequenceContinuedInABudgetOfOneGivesItsOwnRoomUp) {
     EXPECT_EQ(test::drop_prompt_cache(e), 1);
     EXPECT_EQ(e.stats().kv_bytes_reserved, 0u);
     EXPECT_EQ(e.stats().pages_in_use, 0);
+}
+
+/// Whether c's request ends within `limit` (a request that never can is a failure, not a hang).
+bool ends_within(test::Collected& c, std::chrono::seconds limit) {
+    std::unique_lock<std::mutex> lk(c.mu);
+    return c.cv.wait_for(lk, limit, [&] { return c.done; });
+}
+
+TEST(ServePromptCache, AContinuedSequenceMakesAParkedOneGoToDisk) {
+    const LoadedModel& m = test::synth_serve_model();
+    serve::EngineOptions o = options("f16", 2);  // no idle slot: the head needs none, it continues one
+    o.kv_store = {"disk:" + test::temp_path("prompt-cache-spill")};
+    std::uint64_t base = 0;
+    {
+        const serve::Engine probe(m.weights, o);
+        base = probe.stats().kv_bytes_used;
+        o.kv_budget_bytes = base + probe.reservation_bytes(300);
+    }
+    serve::Engine e(m.weights, o);
+    serve::GenerationRequest parked = greedy(test::test_prompt(200, 50, m.weights.config.n_vocab), 50);
+    parked.park = true;
+    ASSERT_EQ(test::submit_collect(e, parked)->final_event().finish, serve::FinishReason::length);
+    const std::vector<std::int32_t> prompt = test::test_prompt(20, 51, m.weights.config.n_vocab);
+    const std::vector<std::int32_t> reply = test::submit_collect(e, greedy(prompt, 5))->tokens();
+    // 24 tokens cached; continuing them with 200 more to generate needs the parked sequence's room.
+    auto next = test::submit_collect(e, greedy(joined(joined(prompt, reply), words(5, 52)), 200));
+    ASSERT_TRUE(ends_within(*next, std::chrono::seconds(60))) << "the request waited for room the disk could give";
+    EXPECT_EQ(next->final_event().finish, serve::FinishReason::length);
+    EXPECT_EQ(next->final_event().n_prompt_fed, 1 + 5);
+    EXPECT_EQ(e.stats().store.spills, 1u);
+    EXPECT_EQ(slot_in(e, serve::SlotPhase::spilled), 0);
+}
+
+TEST(ServePromptCache, ARestoreTakesTheRoomOfCachedSequences) {
+    const LoadedModel& m = test::synth_serve_model();
+    serve::EngineOptions o = options(kPq, 4);
+    {
+        const serve::Engine probe(m.weights, o);
+        o.kv_budget_bytes = probe.stats().kv_bytes_used + probe.reservation_bytes(120);
+    }
+    serve::Engine e(m.weights, o);
+    serve::GenerationRequest first = greedy(test::test_prompt(60, 60, m.weights.config.n_vocab), 40);
+    first.park = true;
+    const std::vector<std::int32_t> tokens = test::submit_collect(e, first)->tokens();
+    const std::string path = test::temp_path("prompt-cache-restore.kvs");
+    e.save_slot(0, path);
+    e.release_slot(0);
+    // A cached sequence of 109 tokens: the budget (120) has no room left for the saved 99.
+    ASSERT_EQ(test::submit_collect(e, greedy(test::test_prompt(100, 61, m.weights.config.n_vocab), 10))->tokens().size(), 10u);
+    ASSERT_EQ(e.stats().prompt_cache.sequences, 1);
+    const int cached = slot_in(e, serve::SlotPhase::cached);
+    EXPECT_THROW(e.restore_slot(cached, path + ".missing"), Error);
+    EXPECT_EQ(e.slots()[std::size_t(cached)].phase, serve::SlotPhase::cached) << "a failed restore keeps what the slot held";
+    const int idle = slot_in(e, serve::SlotPhase::idle);
+    e.restore_slot(idle, path);
+    EXPECT_EQ(e.slots()[std::size_t(idle)].phase, serve::SlotPhase::parked);
+    EXPECT_EQ(e.stats().prompt_cache.sequences, 0);
+    EXPECT_EQ(e.stats().prompt_cache.evictions, 1u);
+    serve::GenerationRequest more;
+    more.resume_slot = idle;
+    more.max_tokens = 4;
+    EXPECT_EQ(test::submit_collect(e, more)->final_event().finish, serve::FinishReason::length);
+    std::filesystem::remove(path);
 }
 
 TEST(ServePromptCache, OffReleasesEverySequenceAtItsEnd) {

@@ -37,6 +37,14 @@ TEST(HttpPromptCache, AChatsNextTurnPrefillsOnlyWhatIsNew) {
     int cached = 0;
     for (const json& slot : json::parse(c.Get("/slots")->body)) cached += slot["state"] == "cached";
     EXPECT_EQ(cached, 1) << "the second turn's sequence (it took the first's slot); the third was not kept";
+    // A cached slot is idle to /health and holds nothing id_slot could continue (a 400 up front).
+    const json health = json::parse(c.Get("/health")->body);
+    EXPECT_EQ(health["slots_processing"], 0) << health;
+    int cached_id = -1;
+    for (const json& slot : json::parse(c.Get("/slots")->body))
+        if (slot["state"] == "cached") cached_id = slot["id"];
+    const json refused = test::post(c, "/v1/completions", {{"prompt", "x"}, {"id_slot", cached_id}, {"stream", true}}, 400);
+    EXPECT_EQ(refused["error"]["param"], "id_slot") << refused;
     const std::string metrics = c.Get("/metrics")->body;
     EXPECT_NE(metrics.find("aqpim_prompt_cache_hits_total 1\n"), std::string::npos);
     EXPECT_NE(metrics.find(fmt::format("aqpim_prompt_cache_tokens_total {}\n", held)), std::string::npos);

@@ -4,7 +4,8 @@
 import OpenAI from 'openai';
 import assert from 'node:assert/strict';
 
-const [baseURL, apiKey] = process.argv.slice(2);
+// A third argument `no-cache`: the server runs with --no-cache-prompt; only the next-turn check runs.
+const [baseURL, apiKey, mode] = process.argv.slice(2);
 const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60000 });
 
 const models = await client.models.list();
@@ -17,6 +18,18 @@ assert.equal(whole.object, 'text_completion');
 assert.equal(whole.choices[0].finish_reason, 'length');
 assert.equal(whole.usage.completion_tokens, 8, 'usage.completion_tokens');
 assert.ok(whole.usage.prompt_tokens > 0, 'usage.prompt_tokens');
+
+// The next turn sends the text back: the prompt cache continues the sequence (its prompt and 7 of
+// its 8 tokens are not prefilled again), unless the server runs without it. Greedy: tokens drawn
+// at a temperature may be ones the text does not tokenize back into.
+const greedy = await client.completions.create({ ...params, temperature: 0 });
+const turn = await client.completions.create({ ...params, prompt: params.prompt + greedy.choices[0].text + ' jumps' });
+assert.equal(turn.usage.prompt_tokens_details.cached_tokens, mode === 'no-cache' ? 0 : greedy.usage.prompt_tokens + 7,
+             'usage.prompt_tokens_details.cached_tokens of the next turn');
+if (mode === 'no-cache') {
+  console.log('openai client ok without the prompt cache');
+  process.exit(0);
+}
 
 let streamed = '';
 let finish = null;
