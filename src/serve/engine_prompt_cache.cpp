@@ -70,6 +70,14 @@ bool Engine::Impl::keeps_cached(const Slot& s, FinishReason reason) const {
 
 void Engine::Impl::cache_finished(Slot& s) {
     s.recorder.reset();
+    // What only a running request reads goes: a cached slot holds its KV, tokens and salt.
+    std::vector<float>().swap(s.processed);
+    std::vector<ScoredToken>().swap(s.prompt_scores);
+    s.guide = OutputGuide();
+    s.request.guide_vocabulary.reset();
+    s.request.json_schema.reset();
+    s.request.regex.reset();
+    s.request.grammar.reset();
     s.phase = SlotPhase::cached;
     s.kept_at = ++kept_count;
     s.on_event = nullptr;
