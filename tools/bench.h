@@ -93,6 +93,10 @@ struct ServeBenchOptions {
     /// one, every scheme runs with the prompt cache off and on (EngineOptions::cache_prompt).
     int turns = 1;
     int turn_tokens = 64;
+    /// With turns: a `disk:DIR[:BYTES]` tier (`--kv-store`); every scheme also runs with the prompt
+    /// cache on and this tier (each run in a fresh directory below DIR, removed after it), so that
+    /// the sequences the cache drops go to disk and come back.
+    std::string disk_tier;
 };
 /// The serving engine under a closed-loop load per scheme: sequences that fit, output tokens/s,
 /// TTFT and TPOT p50/p99, KV bytes per sequence, ratios to the first scheme.

@@ -3,12 +3,13 @@
 // aggregate output tokens/s, time to first token and per output token (p50/p99), KV bytes per
 // sequence. Each client submits its next request when the previous one ends (docs/serve.md); with
 // --turns, its requests are the turns of conversations, and every scheme runs with the prompt
-// cache off and on.
+// cache off and on (and with --kv-store disk:DIR, on with the disk tier under it).
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <condition_variable>
+#include <filesystem>
 #include <mutex>
 
 #include "aqpim/error.h"
@@ -18,6 +19,7 @@
 #include "aqpim/timer.h"
 #include "bench.h"
 #include "serve/engine.h"
+#include "store/tiers.h"
 
 namespace aqpim::cli {
 
@@ -122,7 +124,8 @@ struct SchemeRun {
     std::vector<double> ttft, tpot, ttft_later;
     std::uint64_t prefill_tokens = 0, decode_tokens = 0;
     double prefill_seconds = 0, decode_seconds = 0;
-    std::uint64_t cache_hits = 0, cache_tokens = 0;
+    std::uint64_t cache_hits = 0, cache_tokens = 0, disk_hits = 0;
+    std::uint64_t store_tokens = 0;  ///< prompt tokens the prefix store restored (the disk tier's runs)
 
     /// Adds another pass of the same scheme.
     void add(const SchemeRun& o) {
@@ -135,6 +138,8 @@ struct SchemeRun {
         ttft_later.insert(ttft_later.end(), o.ttft_later.begin(), o.ttft_later.end());
         cache_hits += o.cache_hits;
         cache_tokens += o.cache_tokens;
+        disk_hits += o.disk_hits;
+        store_tokens += o.store_tokens;
         prefill_tokens += o.prefill_tokens;
         decode_tokens += o.decode_tokens;
         prefill_seconds += o.prefill_seconds;
@@ -142,17 +147,29 @@ struct SchemeRun {
     }
 };
 
-/// A scheme and whether the engine keeps a prompt cache.
+/// A scheme, whether the engine keeps a prompt cache, and whether a disk tier takes what it drops.
 struct Config {
     KvSchemeSpec scheme;
     bool cache_prompt = true;
+    bool disk = false;
 };
 
-SchemeRun run_scheme(const LoadedModel& m, const ServeBenchOptions& opt, const Config& config) {
+/// Run `run_index`'s directory below the disk tier's DIR, and its BYTES.
+store::DiskSpec run_disk(const ServeBenchOptions& opt, int run_index) {
+    const std::optional<store::DiskSpec> d = store::parse_disk_spec(opt.disk_tier);
+    AQPIM_CHECK(d.has_value(), "bench serve: --kv-store {} with --turns: a disk:DIR[:BYTES] tier only", opt.disk_tier);
+    return {(std::filesystem::path(d->dir) / fmt::format("bench-serve-{}", run_index)).string(), d->capacity_bytes};
+}
+
+SchemeRun run_scheme(const LoadedModel& m, const ServeBenchOptions& opt, const Config& config, int run_index) {
     SchemeRun run;
     serve::EngineOptions eo;
     eo.kv = config.scheme.text;
     eo.cache_prompt = config.cache_prompt;
+    if (config.disk) {
+        const store::DiskSpec d = run_disk(opt, run_index);
+        eo.kv_store = {fmt::format("disk:{}:{}", d.dir, d.capacity_bytes)};
+    }
     eo.kv_budget_bytes = opt.kv_budget_bytes;
     eo.ctx = opt.prompt_tokens + std::int64_t(opt.turns - 1) * opt.turn_tokens + std::int64_t(opt.turns) * opt.output_tokens;
     eo.threads = default_threads();
@@ -195,6 +212,8 @@ SchemeRun run_scheme(const LoadedModel& m, const ServeBenchOptions& opt, const C
     run.ttft_later = std::move(load.ttft_later);
     run.cache_hits = st.prompt_cache.hits;
     run.cache_tokens = st.prompt_cache.tokens_reused;
+    run.disk_hits = st.prompt_cache.disk_hits;
+    if (st.store.prefix) run.store_tokens = st.store.prefix->tokens_restored;
     run.prefill_tokens = st.prefill_tokens;
     run.decode_tokens = st.decode_tokens;
     run.prefill_seconds = st.prefill_seconds;
@@ -206,12 +225,14 @@ SchemeRun run_scheme(const LoadedModel& m, const ServeBenchOptions& opt, const C
 
 json bench_serve(const ServeBenchOptions& opt) {
     AQPIM_CHECK(opt.turns == 1 || opt.requests == 0, "bench serve: --turns runs --rounds conversations per client, not --requests");
+    if (!opt.disk_tier.empty()) (void)run_disk(opt, 0);  // a bad tier refused before any run
     const LoadedModel m = load_model(opt.model);
     std::vector<Config> configs;
     for (const KvSchemeSpec& scheme : parse_kv_schemes(opt.kv)) {
         // Without turns no prompt continues another: the cache would only hold finished sequences.
         configs.push_back({scheme, false});
         if (opt.turns > 1) configs.push_back({scheme, true});  // the cache's effect, in the same run
+        if (!opt.disk_tier.empty()) configs.push_back({scheme, true, true});
     }
     const std::size_t n = configs.size();
     // Every pass runs every configuration once, forward on even passes and backward on odd ones, so
@@ -222,7 +243,12 @@ json bench_serve(const ServeBenchOptions& opt) {
         std::vector<double> tps(n);
         for (std::size_t k = 0; k < n; ++k) {
             const std::size_t is = pass % 2 == 0 ? k : n - 1 - k;
-            const SchemeRun run = run_scheme(m, opt, configs[is]);
+            const int run_index = pass * int(n) + int(k);
+            const SchemeRun run = run_scheme(m, opt, configs[is], run_index);
+            if (configs[is].disk) {  // the prefix blocks stored there would serve the next pass
+                std::error_code ec;
+                std::filesystem::remove_all(run_disk(opt, run_index).dir, ec);
+            }
             tps[is] = double(run.tokens) / run.secs;
             if (pass == 0) total[is] = run;
             else total[is].add(run);
@@ -260,6 +286,11 @@ json bench_serve(const ServeBenchOptions& opt) {
             row["ttft_later_p99_s"] = percentile(r.ttft_later, 0.99);
             row["prompt_cache_hits"] = r.cache_hits;
             row["prompt_tokens_reused"] = r.cache_tokens;
+            if (!opt.disk_tier.empty()) {
+                row["disk_tier"] = configs[is].disk;
+                row["prompt_cache_disk_hits"] = r.disk_hits;
+                row["kv_store_tokens_restored"] = r.store_tokens;  // the tier also holds the prefix store's blocks
+            }
         }
         row.update(json{{"tpot_p50_ms", 1e3 * percentile(r.tpot, 0.5)},
                         {"tpot_p99_ms", 1e3 * percentile(r.tpot, 0.99)},

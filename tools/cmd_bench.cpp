@@ -183,7 +183,8 @@ void add_bench_command(CLI::App& app) {
     // With --kv-store: the prefix store's benchmark (bench_serve_store.cpp); the options above keep
     // their meaning where they have one (--prompt-tokens: the shared prefix, -n: tokens per request).
     auto store = std::make_shared<StoreBenchOptions>();
-    serve->add_option("--kv-store", store->kv_store, "KV store tiers to measure (repeatable): memory, disk:DIR, redis://HOST:PORT");
+    serve->add_option("--kv-store", store->kv_store, "KV store tiers to measure (repeatable): memory, disk:DIR, redis://HOST:PORT; with --turns, "
+                      "one disk:DIR[:BYTES] tier for the sequences the prompt cache drops");
     serve->add_option("--kv-store-block", store->block_tokens, "tokens per stored block")->capture_default_str()
         ->check(CLI::Range(1, 1 << 20));
     serve->add_option("--kv-store-tail-every", store->tail_every, "a block's tail stored every N blocks")
@@ -205,10 +206,17 @@ void add_bench_command(CLI::App& app) {
         ->check(CLI::Range(1, 1 << 20))->excludes("--rounds")->excludes("--turns");
     serve->callback([serve, sopt, sbudget, sjson, store] {
         sopt->kv_budget_bytes = parse_byte_size(*sbudget, "--kv-budget");
-        if (!store->kv_store.empty()) {
+        AQPIM_CHECK(store->kv_store.empty() || serve->count("--turns") == 0 || sopt->turns > 1,
+                    "bench serve: --kv-store with --turns needs more than one turn (the prompt cache's disk tier)");
+        if (!store->kv_store.empty() && sopt->turns > 1) {  // the prompt cache's disk tier
+            AQPIM_CHECK(store->kv_store.size() == 1, "bench serve: --turns takes one --kv-store (disk:DIR[:BYTES])");
+            for (const char* o : {"--kv-store-block", "--kv-store-tail-every", "--suffix-tokens", "--repeats",
+                                  "--workload-prefix-tokens", "--workload-suffix-tokens", "--shared-prefixes"})
+                AQPIM_CHECK(serve->count(o) == 0, "bench serve: {} is for the store's benchmark, not with --turns", o);
+            sopt->disk_tier = store->kv_store[0];
+        } else if (!store->kv_store.empty()) {
             AQPIM_CHECK(serve->count("--passes") == 0,
                         "bench serve: --passes is for the load without --kv-store (the store's TTFT has --repeats)");
-            AQPIM_CHECK(serve->count("--turns") == 0, "bench serve: --turns is for the load without --kv-store");
             store->model = sopt->model;
             if (serve->count("--kv") > 0) store->kv = sopt->kv;
             if (serve->count("--kv-budget") > 0) store->kv_budget_bytes = sopt->kv_budget_bytes;

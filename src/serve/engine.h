@@ -186,6 +186,12 @@ struct PromptCacheStats {
     std::uint64_t evictions = 0;      ///< cached sequences dropped for admission's room
     int sequences = 0;                ///< cached sequences now
     std::uint64_t bytes_reserved = 0; ///< their reservations (part of kv_bytes_reserved)
+    // With a disk tier (--kv-store disk:DIR), dropped sequences go to disk:
+    std::uint64_t disk_writes = 0;     ///< cached sequences written to disk when admission dropped them
+    std::uint64_t disk_hits = 0;       ///< of `hits`, those that brought their sequence back from disk
+    std::uint64_t disk_evictions = 0;  ///< sequences on disk dropped for the disk tier's BYTES
+    std::uint64_t disk_write_failures = 0;  ///< dropped sequences not written (no room in BYTES or on the disk)
+    std::uint64_t disk_sequences = 0, disk_bytes = 0;  ///< on disk now
 };
 
 struct EngineStats {

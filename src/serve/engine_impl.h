@@ -80,7 +80,7 @@ struct Engine::Impl {
     std::uint64_t reserved = 0;  ///< base_bytes + every slot's reserve
     std::size_t prefill_cursor = 0;
     std::uint64_t kept_count = 0;
-    std::uint64_t cache_hits = 0, cache_tokens_reused = 0, cache_evictions = 0;  ///< PromptCacheStats
+    std::uint64_t cache_hits = 0, cache_tokens_reused = 0, cache_evictions = 0, cache_disk_hits = 0;  ///< PromptCacheStats
     std::vector<float> logits;
     std::vector<TokenEvent> draws;  ///< decode_all: each sequence's token of the step
 
@@ -172,6 +172,20 @@ struct Engine::Impl {
 
     /// Keep s in the prompt cache: its reservation shrinks to the tokens it holds.
     void cache_finished(Slot& s);
+
+    /// A request continues a cached sequence of `reused` tokens (in its slot, or from disk).
+    void count_hit(std::int64_t reused, bool from_disk);
+
+    /// Drop cached sequence s for admission's room: to disk first when a disk tier takes it (the
+    /// sequence on disk named `keep`, which the request being admitted continues, stays there).
+    void drop_cached(Slot& s, const std::string& keep = {});
+
+    /// The cached sequence on disk that r's prompt continues (continue_from_disk's rule), or none.
+    std::optional<EngineStore::DiskCachedHit> disk_match(const GenerationRequest& r) const;
+
+    /// s has just started a new request in an idle slot: when its prompt continues a cached sequence
+    /// on disk, that sequence comes back into s and only the rest is prefilled (true).
+    bool continue_from_disk(Slot& s);
 
     /// A lookup ended: restore what it found into the slot's sequence and prefill the rest.
     void fetched(EngineStore::Fetched& f);

@@ -1,9 +1,13 @@
 // The serving engine's prompt cache (llama-server's cache_prompt; docs/serve.md "Prompt cache"):
-// finished sequences stay in their slots until admission needs the room, and a prompt that begins
-// with every token of one continues it (scheduler thread).
+// finished sequences stay in their slots until admission needs the room (then they go to disk when
+// a disk tier takes them), and a prompt that begins with every token of one continues it
+// (scheduler thread).
+
+#include <fmt/format.h>
 
 #include <algorithm>
 
+#include "aqpim/error.h"
 #include "serve/engine_impl.h"
 
 namespace aqpim::serve {
@@ -57,10 +61,43 @@ void Engine::Impl::start_cached(Slot& s, Pending& p) {
     s.sampler = std::make_unique<Sampler>(p.request.sampler);
     s.recorder.reset();  // its chunks do not start at position 0: nothing to store
     start(s, p);
+    count_hit(reused, false);
+}
+
+void Engine::Impl::count_hit(std::int64_t reused, bool from_disk) {
     std::lock_guard<std::mutex> lk(mu);
     ++cache_hits;
+    cache_disk_hits += from_disk ? 1 : 0;
     cache_tokens_reused += std::uint64_t(reused);
     published.prompt_tokens += std::uint64_t(reused);
+}
+
+void Engine::Impl::drop_cached(Slot& s, const std::string& keep) {
+    if (store && store->can_spill()) {
+        SlotState st;
+        st.tokens.assign(s.tokens.begin(), s.tokens.begin() + s.n_cached);  // the last drawn token was never fed
+        st.n_cached = s.n_cached;
+        try {
+            store->cache_on_disk(*cache, int(&s - slots.data()), st, s.request.cache_salt, keep);
+        } catch (const Error& e) {
+            if (opt.warn) opt.warn(fmt::format("serve: a cached sequence was dropped, not written to disk: {}", e.what()));
+        }
+    }
+    release(s);
+}
+
+std::optional<EngineStore::DiskCachedHit> Engine::Impl::disk_match(const GenerationRequest& r) const {
+    if (!store || !opt.cache_prompt || !r.cache_prompt || r.prompt_logprobs || r.resume_slot >= 0) return std::nullopt;
+    return store->disk_cached_match(r.prompt, r.cache_salt);
+}
+
+bool Engine::Impl::continue_from_disk(Slot& s) {
+    const std::optional<EngineStore::DiskCachedHit> hit = disk_match(s.request);
+    if (!hit || !store->restore_disk_cached(*cache, int(&s - slots.data()), *hit, s.tokens)) return false;
+    s.n_cached = hit->n_tokens;
+    s.in_cache = true;  // no recorder: its chunks do not start at position 0
+    count_hit(hit->n_tokens, true);
+    return true;
 }
 
 bool Engine::Impl::keeps_cached(const Slot& s, FinishReason reason) const {

@@ -149,6 +149,7 @@ void Engine::Impl::admit() {
         Pending p;
         Slot* evicted = nullptr;
         Slot* victim = nullptr;
+        std::string keep;  // the sequence on disk that the head continues: an eviction does not push it out
         {
             std::lock_guard<std::mutex> lk(mu);
             if (queue.empty()) return;
@@ -157,12 +158,14 @@ void Engine::Impl::admit() {
                 queue.pop_front();
             } else if ((evicted = eviction_candidate(queue.front()))) {
                 ++cache_evictions;  // scheduler-thread state (under mu only because the queue is)
+                if (claim(queue.front()).own < 0)  // it continues no sequence in memory (which start_new prefers)
+                    if (const auto hit = disk_match(queue.front().request)) keep = hit->key;
             } else if (!(victim = spill_candidate(queue.front()))) {
                 return;
             }
         }
         if (evicted) {
-            release(*evicted);
+            drop_cached(*evicted, keep);
             continue;
         }
         if (victim) {  // to disk outside the lock: submit() does not wait for the write
@@ -185,6 +188,7 @@ bool Engine::Impl::start_new(Pending& p) {
     s.sampler = std::make_unique<Sampler>(p.request.sampler);
     s.reserve = p.reserve;
     start(s, p);
+    if (continue_from_disk(s)) return true;
     if (store && s.request.cache_prompt && !s.request.prompt_logprobs && store->worth_lookup(s.tokens)) {  // scores need every row
         s.phase = SlotPhase::fetch;  // fetched() adds the sequence, restored or empty
         store->start_lookup(id, s.request_id, s.tokens, s.request.cache_salt);
@@ -579,6 +583,7 @@ void Engine::Impl::publish() {
     }
     int active = 0;
     PromptCacheStats cached;
+    if (store) cached = store->disk_cached_stats();
     for (const Slot& s : slots) {
         active += running(s);
         if (s.phase != SlotPhase::cached) continue;
@@ -586,6 +591,7 @@ void Engine::Impl::publish() {
         cached.bytes_reserved += s.reserve;
     }
     std::lock_guard<std::mutex> lk(mu);
+    cached.disk_hits = cache_disk_hits;
     cached.hits = cache_hits;
     cached.tokens_reused = cache_tokens_reused;
     cached.evictions = cache_evictions;

@@ -44,13 +44,13 @@ void Engine::Impl::restore(int id, const std::string& path) {
     // The prompt cache's sequences give their room up, this slot's first, then the least recently used.
     const std::uint64_t own = s.phase == SlotPhase::cached ? s.reserve : 0;
     for (Slot* v; reserved - own + need > opt.kv_budget_bytes && (v = oldest_cached(id));) {
-        release(*v);
+        drop_cached(*v);
         ++cache_evictions;
     }
     AQPIM_CHECK(reserved - own + need <= opt.kv_budget_bytes,
                 "serve: restoring {} into slot {} needs {} bytes of KV; {} of the budget's {} are reserved", path, id,
                 need, reserved - own, opt.kv_budget_bytes);
-    if (s.phase == SlotPhase::cached) release(s);
+    if (s.phase == SlotPhase::cached) drop_cached(s);
     SlotState st = restore_kv_state(bytes, *cache, id, model_id());
     s = Slot{};
     s.in_cache = true;

@@ -63,11 +63,17 @@ EngineStore::EngineStore(const EngineOptions& opt, const KvCache& cache, const M
         std::random_device rd;
         parked_dir_ = (std::filesystem::path(disk->dir) / fmt::format("parked-{}-{:08x}", ::getpid(), rd())).string();
         parked_ = store::make_disk_store("disk:" + parked_dir_, parked_dir_, ~std::uint64_t(0), opt.warn);
+        if (opt.cache_prompt) {
+            const std::string dir = parked_dir_ + "/cached";
+            cached_ = store::make_disk_store("disk:" + dir, dir, ~std::uint64_t(0), opt.warn);
+            disk_cached_capacity_ = disk->capacity_bytes;
+        }
     }
 }
 
 EngineStore::~EngineStore() {
     prefix_.reset();  // queued lookups dropped, the one running finished: no callback comes after this
+    cached_.reset();
     parked_.reset();
     if (!parked_dir_.empty()) {
         std::error_code ec;
@@ -100,15 +106,20 @@ std::vector<EngineStore::Fetched> EngineStore::take_fetched() {
 bool EngineStore::has_fetched() const { return any_fetched_.load(); }
 
 bool EngineStore::restore(KvCache& cache, int id, const store::PrefixHit& hit, std::span<const std::int32_t> prompt) {
+    return restore_state(cache, id, hit.state, hit.n_tokens, prompt, "a restored prefix");
+}
+
+bool EngineStore::restore_state(KvCache& cache, int id, std::span<const std::uint8_t> state, std::int64_t n_tokens,
+                                std::span<const std::int32_t> prompt, const char* what) {
     try {
-        const SlotState s = restore_kv_state(hit.state, cache, id, model_);
-        const bool same = s.n_cached == hit.n_tokens && std::int64_t(s.tokens.size()) == hit.n_tokens &&
+        const SlotState s = restore_kv_state(state, cache, id, model_);
+        const bool same = s.n_cached == n_tokens && std::int64_t(s.tokens.size()) == n_tokens &&
                           std::equal(s.tokens.begin(), s.tokens.end(), prompt.begin());
         if (same) return true;
         cache.remove_sequence(id);
-        if (opt_.warn) opt_.warn("kv store: a restored prefix holds other tokens than the prompt's (ignored)");
+        if (opt_.warn) opt_.warn(fmt::format("kv store: {} holds other tokens than the prompt's (ignored)", what));
     } catch (const Error& e) {
-        if (opt_.warn) opt_.warn(fmt::format("kv store: a restored prefix was refused: {}", e.what()));
+        if (opt_.warn) opt_.warn(fmt::format("kv store: {} was refused: {}", what, e.what()));
     }
     std::lock_guard<std::mutex> lk(mu_);
     ++stats_.restore_refused;
@@ -156,6 +167,94 @@ std::vector<std::uint8_t> EngineStore::spilled_state(const std::string& key, boo
 }
 
 void EngineStore::drop(const std::string& key) { parked_->remove(key); }
+
+bool EngineStore::cache_on_disk(const KvCache& cache, int id, const SlotState& slot, const std::string& salt,
+                                const std::string& keep) {
+    if (!cached_) return false;
+    const std::vector<std::uint8_t> bytes = save_kv_state(cache, id, slot, model_, opt_.ctx);
+    std::uint64_t held = 0, kept = 0;
+    for (const DiskCached& d : disk_cached_) (d.key == keep ? kept : held) += d.bytes;
+    std::string why;
+    if (kept + bytes.size() > disk_cached_capacity_) {
+        why = fmt::format("{} bytes, beside {} kept for the request being admitted, exceed the tier's {}", bytes.size(), kept,
+                          disk_cached_capacity_);
+    } else {
+        try {
+            check_free_space(parked_dir_ + "/x", bytes.size() + kSpillFreeMargin, "kv store");
+        } catch (const Error& e) {
+            why = e.what();
+        }
+    }
+    std::uint64_t evicted = 0;
+    bool written = false;
+    if (why.empty()) {
+        for (auto it = disk_cached_.begin(); it != disk_cached_.end() && kept + held + bytes.size() > disk_cached_capacity_;) {
+            if (it->key == keep) {
+                ++it;
+                continue;
+            }
+            held -= it->bytes;
+            cached_->remove(it->key);
+            it = disk_cached_.erase(it);
+            ++evicted;
+        }
+        const std::string key = fmt::format("cached{}", next_spill_++);
+        written = cached_->put(key, bytes);
+        if (written)
+            disk_cached_.push_back({key, {slot.tokens.begin(), slot.tokens.begin() + slot.n_cached}, salt, bytes.size()});
+        else
+            why = "the write failed";
+    }
+    std::uint64_t failures = 0;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        disk_cached_stats_.disk_evictions += evicted;
+        disk_cached_stats_.disk_writes += written ? 1 : 0;
+        failures = disk_cached_stats_.disk_write_failures += written ? 0 : 1;
+        disk_cached_stats_.disk_sequences = disk_cached_.size();
+        disk_cached_stats_.disk_bytes = kept + held + (written ? bytes.size() : 0);
+    }
+    if (!written && opt_.warn && (failures & (failures - 1)) == 0)  // the 1st, 2nd, 4th, 8th, ...: no flood
+        opt_.warn(fmt::format("kv store: a cached sequence was dropped, not written to disk ({} so far): {}", failures, why));
+    return written;
+}
+
+std::optional<EngineStore::DiskCachedHit> EngineStore::disk_cached_match(std::span<const std::int32_t> prompt,
+                                                                        const std::string& salt) const {
+    const DiskCached* best = nullptr;
+    for (const DiskCached& d : disk_cached_) {
+        const std::size_t n = d.tokens.size();
+        if (n == 0 || n >= prompt.size() || (best && n <= best->tokens.size())) continue;
+        if (d.tokens[n - 1] != prompt[n - 1] || d.salt != salt) continue;  // the last token first, as in memory
+        if (std::equal(d.tokens.begin(), d.tokens.end(), prompt.begin())) best = &d;
+    }
+    if (!best) return std::nullopt;
+    return DiskCachedHit{best->key, std::int64_t(best->tokens.size())};
+}
+
+bool EngineStore::restore_disk_cached(KvCache& cache, int id, const DiskCachedHit& hit,
+                                      std::span<const std::int32_t> prompt) {
+    const std::optional<Bytes> b = cached_->get_one(hit.key);
+    cached_->remove(hit.key);
+    std::erase_if(disk_cached_, [&](const DiskCached& d) { return d.key == hit.key; });
+    std::uint64_t held = 0;
+    for (const DiskCached& d : disk_cached_) held += d.bytes;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        disk_cached_stats_.disk_sequences = disk_cached_.size();
+        disk_cached_stats_.disk_bytes = held;
+    }
+    if (b) return restore_state(cache, id, *b, hit.n_tokens, prompt, "a cached sequence read back from disk");
+    if (opt_.warn) opt_.warn(fmt::format("kv store: the cached sequence {} cannot be read back from {}", hit.key, parked_dir_));
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.restore_refused;
+    return false;
+}
+
+PromptCacheStats EngineStore::disk_cached_stats() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return disk_cached_stats_;
+}
 
 StoreStats EngineStore::stats() const {
     StoreStats s;

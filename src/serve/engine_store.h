@@ -66,6 +66,27 @@ public:
     std::vector<std::uint8_t> spilled_state(const std::string& key, bool coming_back);
     void drop(const std::string& key);
 
+    // ---- the prompt cache's sequences on disk -------------------------------------------------------
+    /// Write a cached sequence that admission drops (`slot`: its tokens, n_cached of them fed) to the
+    /// disk tier, for requests of `salt`; false when not written (a full disk, or no room beside
+    /// `keep`). The least recently written but `keep` (the one the request being admitted continues)
+    /// go while these hold more than the disk tier's BYTES.
+    bool cache_on_disk(const KvCache& cache, int id, const SlotState& slot, const std::string& salt,
+                       const std::string& keep);
+    struct DiskCachedHit {
+        std::string key;
+        std::int64_t n_tokens = 0;
+    };
+    /// The longest sequence on disk whose fed tokens begin `prompt`, with tokens of `prompt` left
+    /// over, written for `salt`; nullopt: none.
+    std::optional<DiskCachedHit> disk_cached_match(std::span<const std::int32_t> prompt, const std::string& salt) const;
+    /// Restore a matched sequence into free sequence `id` of the cache and forget it on disk: true when
+    /// it is restored and holds the prompt's first hit.n_tokens tokens; false (counted as refused, the
+    /// cache as it was) otherwise.
+    bool restore_disk_cached(KvCache& cache, int id, const DiskCachedHit& hit, std::span<const std::int32_t> prompt);
+    /// Counters and sizes of the sequences on disk (the disk_* fields; the rest left 0).
+    PromptCacheStats disk_cached_stats() const;
+
     StoreStats stats() const;
 
     /// Finish queued writes (tests, benchmarks).
@@ -84,6 +105,19 @@ private:
     std::uint64_t next_spill_ = 0;
     std::unique_ptr<KvStore> parked_;  ///< the disk tier's directory for parked sequences (none: no spilling)
     std::string parked_dir_;
+    struct DiskCached {
+        std::string key;
+        std::vector<std::int32_t> tokens;  ///< the fed tokens
+        std::string salt;
+        std::uint64_t bytes = 0;
+    };
+    std::unique_ptr<KvStore> cached_;          ///< the prompt cache's sequences on disk (beside parked_)
+    std::vector<DiskCached> disk_cached_;      ///< oldest first (scheduler thread)
+    std::uint64_t disk_cached_capacity_ = 0;   ///< the disk tier's BYTES
+    PromptCacheStats disk_cached_stats_;       ///< under mu_
+    /// restore_kv_state of a prefix of `prompt` (`what` names it in warnings): as restore().
+    bool restore_state(KvCache& cache, int id, std::span<const std::uint8_t> state, std::int64_t n_tokens,
+                       std::span<const std::int32_t> prompt, const char* what);
     /// Last: destroyed first, its fetch thread gone before what its callbacks touch.
     std::unique_ptr<store::PrefixStore> prefix_;
 };

@@ -94,15 +94,31 @@ void store_metrics(std::string& out, const StoreStats& s) {
 }
 
 void prompt_cache_metrics(std::string& out, const PromptCacheStats& c) {
-    metric(out, "aqpim_prompt_cache_hits_total", "counter", "Requests that continued a cached sequence.", double(c.hits));
-    metric(out, "aqpim_prompt_cache_tokens_total", "counter", "Prompt tokens taken from cached sequences, not prefilled.",
-           double(c.tokens_reused));
-    metric(out, "aqpim_prompt_cache_evictions_total", "counter", "Cached sequences dropped to admit a request.",
-           double(c.evictions));
-    metric(out, "aqpim_prompt_cache_sequences", "gauge", "Finished sequences kept in their slots (the prompt cache).",
-           double(c.sequences));
-    metric(out, "aqpim_prompt_cache_bytes_reserved", "gauge", "Reservations of the cached sequences (part of aqpim_kv_bytes_reserved).",
-           double(c.bytes_reserved));
+    const struct {
+        const char *name, *type, *help;
+        double value;
+    } rows[] = {
+        {"aqpim_prompt_cache_hits_total", "counter", "Requests that continued a cached sequence.", double(c.hits)},
+        {"aqpim_prompt_cache_tokens_total", "counter", "Prompt tokens taken from cached sequences, not prefilled.",
+         double(c.tokens_reused)},
+        {"aqpim_prompt_cache_evictions_total", "counter", "Cached sequences dropped to admit a request.", double(c.evictions)},
+        {"aqpim_prompt_cache_sequences", "gauge", "Finished sequences kept in their slots (the prompt cache).",
+         double(c.sequences)},
+        {"aqpim_prompt_cache_bytes_reserved", "gauge",
+         "Reservations of the cached sequences (part of aqpim_kv_bytes_reserved).", double(c.bytes_reserved)},
+        {"aqpim_prompt_cache_disk_writes_total", "counter",
+         "Cached sequences written to the disk tier when admission dropped them.", double(c.disk_writes)},
+        {"aqpim_prompt_cache_disk_write_failures_total", "counter",
+         "Cached sequences dropped without a copy on disk (no room in the tier's bytes or on the disk).",
+         double(c.disk_write_failures)},
+        {"aqpim_prompt_cache_disk_hits_total", "counter", "Requests that continued a cached sequence read back from disk.",
+         double(c.disk_hits)},
+        {"aqpim_prompt_cache_disk_evictions_total", "counter", "Cached sequences on disk dropped for the disk tier's bytes.",
+         double(c.disk_evictions)},
+        {"aqpim_prompt_cache_disk_sequences", "gauge", "Cached sequences on disk.", double(c.disk_sequences)},
+        {"aqpim_prompt_cache_disk_bytes", "gauge", "Bytes of the cached sequences on disk.", double(c.disk_bytes)},
+    };
+    for (const auto& r : rows) metric(out, r.name, r.type, r.help, r.value);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The prompt cache over HTTP (docs/serve.md "Prompt cache"): a chat's next turn continues the
 // sequence of the turn before, usage's prompt_tokens_details.cached_tokens and llama-server's
-// tokens_cached count what it did not prefill, cache_prompt false turns it off per request, and
-// /slots and /metrics show it.
+// tokens_cached count what it did not prefill (also when the sequence comes back from the disk
+// tier), cache_prompt false turns it off per request, and /slots and /metrics show it.
 
 #include <gtest/gtest.h>
 
@@ -75,6 +75,26 @@ TEST(HttpPromptCache, LlamaServersTokensCachedAndItsCachePromptField) {
     const json v1 = test::post(c, "/v1/completions", {{"prompt", next}, {"max_tokens", 4}, {"temperature", 0}});
     EXPECT_EQ(v1["usage"]["prompt_tokens_details"]["cached_tokens"], 16 + 4 - 1) << v1["usage"];
     EXPECT_EQ(test::post(c, "/v1/completions", {{"prompt", next}, {"cache_prompt", 1}}, 400)["error"]["param"], "cache_prompt");
+}
+
+TEST(HttpPromptCache, AConversationBackFromDiskCountsItsCachedTokens) {
+    serve::EngineOptions o = test::small_engine("f16");
+    o.parallel = 1;  // a second conversation drops the first from memory
+    o.kv_store = {"disk:" + test::temp_path("http-prompt-cache-disk")};
+    test::TestServer s(test::synth_serve_model(), o);
+    auto c = s.client();
+    const json a = {1, 17, 42, 99, 7, 300, 5, 8};
+    const json first = test::post(c, "/completion", {{"prompt", a}, {"n_predict", 6}, {"temperature", 0}, {"return_tokens", true}});
+    test::post(c, "/completion", {{"prompt", {1, 50, 51, 52}}, {"n_predict", 3}, {"temperature", 0}});
+    json next = a;
+    for (const json& t : first["tokens"]) next.push_back(t);
+    next.push_back(12);
+    const json r = test::post(c, "/v1/completions", {{"prompt", next}, {"max_tokens", 4}, {"temperature", 0}});
+    EXPECT_EQ(r["usage"]["prompt_tokens_details"]["cached_tokens"], 8 + 6 - 1) << r["usage"];
+    const std::string metrics = c.Get("/metrics")->body;
+    EXPECT_NE(metrics.find("aqpim_prompt_cache_disk_hits_total 1\n"), std::string::npos) << metrics;
+    EXPECT_NE(metrics.find("aqpim_prompt_cache_disk_writes_total 2\n"), std::string::npos);
+    EXPECT_NE(metrics.find("aqpim_prompt_cache_disk_sequences 1\n"), std::string::npos);
 }
 
 }  // namespace

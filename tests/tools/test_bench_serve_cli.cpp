@@ -1,12 +1,15 @@
 // `aqpim bench serve` without a store: --requests gives every scheme the same number of requests
 // (handed to whichever client is free), whatever number of sequences the scheme fits; --passes runs
 // every scheme again, the order alternating, and sums them; --turns runs conversations, every scheme
-// with the prompt cache off and on.
+// with the prompt cache off and on, and with --kv-store disk:DIR on with that disk tier too.
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+
 #include "support/cli.h"
+#include "support/temp_dir.h"
 
 using aqpim::test::run_cli;
 using aqpim::test::shared_dir;
@@ -90,6 +93,44 @@ TEST(BenchServeCli, TurnsRunEverySchemeWithThePromptCacheOffAndOn) {
     const auto refused = run_cli("bench serve -m " + kStoriesGguf + " --turns 2 --requests 4");
     EXPECT_NE(refused.exit_code, 0);
     EXPECT_NE(refused.output.find("--turns excludes --requests"), std::string::npos) << refused.output;
+}
+
+TEST(BenchServeCli, TurnsWithADiskTierBringDroppedSequencesBackFromIt) {
+    AQPIM_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+    // Four clients, room for two sequences (24 KiB of f16 a sequence of 40 tokens): the cache drops
+    // conversations that come back, from disk when the tier takes them.
+    const std::string dir = aqpim::test::temp_path("bench-serve-disk");
+    const auto r = run_cli("-t 1 bench serve -m " + kStoriesGguf +
+                           " --kv f16 --kv-budget 64KiB --prompt-tokens 16 -n 8 --turns 3 --turn-tokens 4"
+                           " --clients 4 --rounds 1 --kv-store disk:" + dir + " --json 2>/dev/null");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto rows = nlohmann::json::parse(r.output.substr(r.output.find('{')))["rows"];
+    ASSERT_EQ(rows.size(), 3u);
+    for (std::size_t i = 0; i < 3; ++i) {
+        const auto& row = rows[i];
+        EXPECT_EQ(row["prompt_cache"], i > 0) << row.dump();
+        EXPECT_EQ(row["disk_tier"], i == 2) << row.dump();
+        EXPECT_EQ(row["fit"], 2) << row.dump();
+        EXPECT_EQ(row["prefill_tokens"].get<int>() + row["prompt_tokens_reused"].get<int>() +
+                      row["kv_store_tokens_restored"].get<int>(), 4 * (16 + 28 + 40)) << row.dump();
+    }
+    EXPECT_EQ(rows[0]["prompt_cache_hits"], 0);
+    EXPECT_LT(rows[1]["prompt_cache_hits"].get<int>(), 8) << "four conversations in two slots: some were dropped";
+    EXPECT_EQ(rows[1]["prompt_cache_disk_hits"], 0);
+    EXPECT_EQ(rows[2]["prompt_cache_hits"], 8) << "every later turn continued its sequence, from memory or from disk";
+    EXPECT_GE(rows[2]["prompt_cache_disk_hits"].get<int>(), 1);
+    EXPECT_EQ(rows[2]["prompt_tokens_reused"], 4 * (23 + 35));
+    EXPECT_TRUE(std::filesystem::is_empty(dir)) << "each run's directory is removed after it";
+
+    const auto memory = run_cli("bench serve -m " + kStoriesGguf + " --turns 2 --kv-store memory");
+    EXPECT_NE(memory.exit_code, 0);
+    EXPECT_NE(memory.output.find("a disk:DIR[:BYTES] tier only"), std::string::npos) << memory.output;
+    const auto one_turn = run_cli("bench serve -m " + kStoriesGguf + " --turns 1 --kv-store disk:" + dir);
+    EXPECT_NE(one_turn.exit_code, 0);
+    EXPECT_NE(one_turn.output.find("needs more than one turn"), std::string::npos) << one_turn.output;
+    const auto store_option = run_cli("bench serve -m " + kStoriesGguf + " --turns 2 --kv-store disk:" + dir + " --repeats 3");
+    EXPECT_NE(store_option.exit_code, 0);
+    EXPECT_NE(store_option.output.find("--repeats is for the store's benchmark"), std::string::npos) << store_option.output;
 }
 
 TEST(BenchServeCli, RequestsAndRoundsExcludeEachOther) {
