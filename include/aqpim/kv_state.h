@@ -74,6 +74,11 @@ void save_kv_state_file(const std::string& path, const KvCache& cache, int seq_i
 
 // ---- restore ------------------------------------------------------------------------------------
 
+/// What restore_kv_state checks of a state (read_kv_state_info) before it reads the cache's bytes:
+/// saved for `model`, from a cache of `cache`'s shape and scheme (aqpim::Error naming the
+/// difference). A caller that must give something up for a restore's room checks this first.
+void check_kv_state_target(const KvStateInfo& info, const KvCache& cache, const ModelIdentity& model);
+
 /// Check and parse everything but the cache's bytes: magic, version, size, checksum, sections.
 KvStateInfo read_kv_state_info(std::span<const std::uint8_t> bytes);
 

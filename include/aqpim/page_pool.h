@@ -4,14 +4,13 @@
 // tables of ids and give their pages back when they end, and later sequences reuse them (most recently
 // freed first, so they are likely still in cache).
 //
-// Memory: pages are carved out of slabs of several pages (fewer, larger allocations; the pages of a
-// slab are adjacent, which keeps a short sequence's pages close together). A page counts as held from
-// the first time it is handed out (the untouched rest of a slab is address space, not memory); a page
-// handed out is zeroed.
+// Memory: each page is its own 64-byte-aligned allocation, made when the page is first handed out
+// and zeroed at every hand-out. Freed pages stay with the pool (counted by bytes_held()) until
+// release_free() gives every one of them back to the allocator (where the other pools of the process
+// can take the bytes: the PQ cache's code pages and its f16 rows grow and shrink with the lengths of
+// its sequences); their ids are handed out again with new memory.
 // The pool never holds more than max_pages pages (0 = no limit): allocate() beyond it throws
 // aqpim::Error naming the limit, so a cache with a memory budget refuses rather than overcommits.
-// Freed pages stay with the pool (counted by bytes_held()) until release_free() returns whole free
-// slabs to the system.
 //
 // Not thread-safe: the caches allocate and free from their append() / remove_sequence(), which the
 // KvCache contract runs on one thread; page() may be read concurrently.
@@ -48,23 +47,16 @@ public:
     std::int64_t n_pages() const { return n_used_ + n_free(); }                       ///< used + free
     std::uint64_t bytes_held() const { return std::uint64_t(n_pages()) * stride_; }   ///< all pages
 
-    /// Return the slabs whose pages are all free to the system (their ids are never reused).
+    /// Give every free page's memory back to the allocator (their ids are reused, with new memory).
     void release_free();
 
 private:
-    struct Slab {
-        std::uint8_t* data = nullptr;
-        std::int32_t first_id = 0;  ///< id of its first page
-        std::int32_t n_carved = 0;  ///< pages handed out at least once
-        std::int32_t capacity = 0;  ///< pages it has room for
-    };
     std::size_t stride_;
     std::int64_t max_pages_;
-    std::int32_t pages_per_slab_;
-    std::vector<std::uint8_t*> pages_;  ///< [id] page start (nullptr once its slab is released)
+    std::vector<std::uint8_t*> pages_;  ///< [id] page start (nullptr: no memory, the id is in dead_)
     std::vector<std::uint8_t> in_use_;  ///< [id] 1 while handed out
-    std::vector<std::int32_t> free_;    ///< ids ready for reuse, most recently freed last
-    std::vector<Slab> slabs_;
+    std::vector<std::int32_t> free_;    ///< ids with memory ready for reuse, most recently freed last
+    std::vector<std::int32_t> dead_;    ///< ids whose memory release_free() gave back
     std::int64_t n_used_ = 0;
 };
 

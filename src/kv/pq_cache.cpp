@@ -58,25 +58,34 @@ struct EncodeScratch {
 
 // ---- budget ------------------------------------------------------------------------------------------
 
-void PqKvCache::charge(const PqSequence& s, int seq_id, int il, std::int64_t n_new, std::int64_t n1) const {
-    if (budget_ == 0 || n1 <= s.n_max) return;
-    std::uint64_t others = 0;
+std::uint64_t PqKvCache::bytes_after(const PqSequence& s, std::int64_t n1) const {
+    std::uint64_t after = footprint(n1);
     for (const auto& [id, o] : seqs_)
-        if (&o != &s) others += footprint(o.n_max);
-    const std::uint64_t now = others + footprint(s.n_max) + free_pool_bytes();
-    // New pages come from the free list first.
-    std::int64_t free_code = code_pool_ ? code_pool_->n_free() : 0, free_dense = dense_pool_ ? dense_pool_->n_free() : 0;
+        if (&o != &s) after += footprint(o.n_max);
+    // New pages come from the free list first; the free pages left stay held.
     if (code_pool_) {
         const std::int64_t need = ceil_div(L_.sched.coded(n1), p_.page) - std::int64_t(s.code_pages.size());
-        free_code = std::max<std::int64_t>(0, free_code - std::max<std::int64_t>(need, 0));
+        after += std::uint64_t(std::max<std::int64_t>(0, code_pool_->n_free() - std::max<std::int64_t>(need, 0))) *
+                 code_pool_->page_bytes();
     }
     if (dense_pool_) {
         const std::int64_t need = ceil_div(n1, p_.page) - std::int64_t(s.dense_pages.size());
-        free_dense = std::max<std::int64_t>(0, free_dense - std::max<std::int64_t>(need, 0));
+        after += std::uint64_t(std::max<std::int64_t>(0, dense_pool_->n_free() - std::max<std::int64_t>(need, 0))) *
+                 dense_pool_->page_bytes();
     }
-    std::uint64_t after = others + footprint(n1);
-    if (code_pool_) after += std::uint64_t(free_code) * code_pool_->page_bytes();
-    if (dense_pool_) after += std::uint64_t(free_dense) * dense_pool_->page_bytes();
+    return after;
+}
+
+void PqKvCache::charge(const PqSequence& s, int seq_id, int il, std::int64_t n_new, std::int64_t n1) {
+    if (budget_ == 0 || n1 <= s.n_max) return;
+    std::uint64_t now = free_pool_bytes();  // what it holds (s among the sequences)
+    for (const auto& [id, o] : seqs_) now += footprint(o.n_max);
+    std::uint64_t after = bytes_after(s, n1);
+    if (after > budget_ && free_pool_bytes() > 0) {
+        if (code_pool_) code_pool_->release_free();
+        if (dense_pool_) dense_pool_->release_free();
+        after = bytes_after(s, n1);
+    }
     AQPIM_CHECK(after <= budget_,
                 "kv cache {}: appending {} tokens to layer {} of sequence {} (to {} tokens) needs {} bytes in all, over "
                 "the memory budget of {} bytes (holding {} bytes now)",

@@ -172,8 +172,12 @@ private:
     std::uint64_t footprint(std::int64_t n) const { return pq_footprint_parts(p_, shape(), L_, n).total(); }
 
     /// Refuse (aqpim::Error, nothing changed) when growing sequence s to n1 tokens would hold more
-    /// than the budget. Every layer's growth is reserved when the first layer reaches n1.
-    void charge(const PqSequence& s, int seq_id, int il, std::int64_t n_new, std::int64_t n1) const;
+    /// than the budget. Every layer's growth is reserved when the first layer reaches n1. Free pool
+    /// pages it would not reuse are given back first when they are what passes the budget (the code
+    /// pages of long sequences that ended cannot hold a short one's f16 rows).
+    void charge(const PqSequence& s, int seq_id, int il, std::int64_t n_new, std::int64_t n1);
+    /// What the cache would hold once s grows to n1 tokens (its new pages from the free lists first).
+    std::uint64_t bytes_after(const PqSequence& s, std::int64_t n1) const;
 
     void train_version(PqSequence& s, PqLayerState& l, int il, int j);
     /// Codes of positions [c0, c1) (after the sinks) of every stream, blocks of streams side by side.

@@ -183,11 +183,15 @@ void check_shape(const KvStateInfo& info, const KvShape& shape) {
                 int(shape.rope_pairs));
 }
 
-void restore_into(const ParsedState& ps, KvCache& cache, int seq_id) {
-    const KvStateInfo& info = ps.info;
+void check_cache(const KvStateInfo& info, const KvCache& cache) {
     check_shape(info, cache.shape());
     AQPIM_CHECK(info.scheme == cache.scheme(), "kv state: saved by a cache of scheme '{}', this cache is '{}'",
                 info.scheme, cache.scheme());
+}
+
+void restore_into(const ParsedState& ps, KvCache& cache, int seq_id) {
+    const KvStateInfo& info = ps.info;
+    check_cache(info, cache);
     AQPIM_CHECK(!cache.has_sequence(seq_id), "kv state: sequence {} is in use; restore into a free sequence id",
                 seq_id);
     ByteReader r(ps.cache, "kv state", ps.cache_offset);
@@ -279,6 +283,11 @@ void save_kv_state_file(const std::string& path, const KvCache& cache, int seq_i
 // ---- restore -----------------------------------------------------------------------------------------
 
 KvStateInfo read_kv_state_info(std::span<const std::uint8_t> bytes) { return parse(bytes).info; }
+
+void check_kv_state_target(const KvStateInfo& info, const KvCache& cache, const ModelIdentity& model) {
+    check_model(info, model);
+    check_cache(info, cache);
+}
 
 SlotState restore_kv_state(std::span<const std::uint8_t> bytes, KvCache& cache, int seq_id, const ModelIdentity& model) {
     const ParsedState ps = parse(bytes);

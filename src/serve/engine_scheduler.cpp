@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "aqpim/error.h"
@@ -13,6 +14,9 @@
 namespace aqpim::serve {
 
 namespace {
+
+/// How long a failed spill waits before the scheduler tries that parked sequence again.
+constexpr std::chrono::seconds kSpillRetry{1};
 
 /// The final event of a request that never started in a slot.
 TokenEvent unstarted(std::uint64_t id, FinishReason reason, std::string error = {}) {
@@ -97,11 +101,19 @@ void Engine::Impl::run() {
         std::set<std::uint64_t> to_cancel;
         {
             std::unique_lock<std::mutex> lk(mu);
-            cv.wait(lk, [&] {
+            const auto ready = [&] {
                 return stopping || !tasks.empty() || !cancels.empty() || busy() || (store && store->has_fetched()) ||
                        (!queue.empty() && (admissible(queue.front()) || eviction_candidate(queue.front()) ||
                                              spill_candidate(queue.front())));
-            });
+            };
+            // A parked sequence whose spill failed (a disk short of room) is tried again after a
+            // while: nothing else may come to wake a head that waits on its room.
+            const auto failed = [&](const Slot& s) { return s.phase == SlotPhase::parked && s.spill_failed; };
+            if (!std::any_of(slots.begin(), slots.end(), failed)) {
+                cv.wait(lk, ready);
+            } else if (!cv.wait_for(lk, kSpillRetry, ready)) {
+                for (Slot& s : slots) s.spill_failed = false;
+            }
             if (stopping) {
                 for (Pending& p : queue) cancelled.push_back(std::move(p));
                 queue.clear();

@@ -40,16 +40,24 @@ void Engine::Impl::restore(int id, const std::string& path) {
                 id, slot_phase_name(s.phase));
     const std::vector<std::uint8_t> bytes = read_kv_state_file(path);
     const KvStateInfo info = read_kv_state_info(bytes);
+    // Everything that can refuse the state is checked before anything is given up for its room.
+    check_kv_state_target(info, *cache, model_id());
+    AQPIM_CHECK(std::int64_t(info.slot.tokens.size()) >= info.slot.n_cached,
+                "serve: {} holds {} cached tokens and {} token ids: a slot continues a sequence from its ids", path,
+                info.slot.n_cached, info.slot.tokens.size());
     const std::uint64_t need = reservation(std::max<std::int64_t>(1, std::int64_t(info.slot.tokens.size())));
     // The prompt cache's sequences give their room up, this slot's first, then the least recently used.
     const std::uint64_t own = s.phase == SlotPhase::cached ? s.reserve : 0;
+    std::uint64_t cached_room = 0;
+    for (const Slot& c : slots)
+        if (c.phase == SlotPhase::cached && &c != &s) cached_room += c.reserve;
+    AQPIM_CHECK(reserved - own - cached_room + need <= opt.kv_budget_bytes,
+                "serve: restoring {} into slot {} needs {} bytes of KV; {} of the budget's {} are reserved by running "
+                "and parked sequences", path, id, need, reserved - own - cached_room, opt.kv_budget_bytes);
     for (Slot* v; reserved - own + need > opt.kv_budget_bytes && (v = oldest_cached(id));) {
         drop_cached(*v);
         ++cache_evictions;
     }
-    AQPIM_CHECK(reserved - own + need <= opt.kv_budget_bytes,
-                "serve: restoring {} into slot {} needs {} bytes of KV; {} of the budget's {} are reserved", path, id,
-                need, reserved - own, opt.kv_budget_bytes);
     if (s.phase == SlotPhase::cached) drop_cached(s);
     SlotState st = restore_kv_state(bytes, *cache, id, model_id());
     s = Slot{};

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 
@@ -27,13 +28,28 @@ namespace {
 /// Room left beside a spilled state: a spill never fills the disk.
 constexpr std::uint64_t kSpillFreeMargin = std::uint64_t(256) << 20;
 
-/// Remove the parked-sequence directories of servers that are gone (a crash leaves them).
-void sweep_parked_dirs(const std::string& dir) {
+/// This machine's name as a directory name may hold it (letters, digits, '.', '_'; others '_').
+std::string host_name() {
+    char buf[256] = {};
+    if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "host";
+    std::string h(buf);
+    for (char& c : h)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_') c = '_';
+    return h;
+}
+
+/// Remove the parked-sequence directories of this machine's servers that are gone (a crash leaves
+/// them): `parked-HOST-PID-NONCE`. A DIR shared with other machines keeps theirs (their PIDs mean
+/// nothing here).
+void sweep_parked_dirs(const std::string& dir, const std::string& host) {
     std::error_code ec;
+    const std::string prefix = "parked-" + host + "-";
     for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
         const std::string name = e.path().filename().string();
         int pid = 0;
-        if (!e.is_directory() || std::sscanf(name.c_str(), "parked-%d-", &pid) != 1 || pid <= 0) continue;
+        if (!e.is_directory() || name.rfind(prefix, 0) != 0 || std::sscanf(name.c_str() + prefix.size(), "%d-", &pid) != 1 ||
+            pid <= 0)
+            continue;
         if (::kill(pid, 0) != 0 && errno == ESRCH) std::filesystem::remove_all(e.path(), ec);
     }
 }
@@ -59,9 +75,10 @@ EngineStore::EngineStore(const EngineOptions& opt, const KvCache& cache, const M
     prefix_ = std::make_unique<store::PrefixStore>(std::move(tiers), std::move(o));
     if (disk) {
         // Parked sequences are this process's own: a directory of its own, removed at the end.
-        sweep_parked_dirs(disk->dir);
+        const std::string host = host_name();
+        sweep_parked_dirs(disk->dir, host);
         std::random_device rd;
-        parked_dir_ = (std::filesystem::path(disk->dir) / fmt::format("parked-{}-{:08x}", ::getpid(), rd())).string();
+        parked_dir_ = (std::filesystem::path(disk->dir) / fmt::format("parked-{}-{}-{:08x}", host, ::getpid(), rd())).string();
         parked_ = store::make_disk_store("disk:" + parked_dir_, parked_dir_, ~std::uint64_t(0), opt.warn);
         if (opt.cache_prompt) {
             const std::string dir = parked_dir_ + "/cached";

@@ -61,11 +61,16 @@ std::shared_ptr<Wakeup> HttpServer::Impl::submit_choices(const CompletionParams&
     if (p.id_slot >= 0)
         for (const SlotInfo& s : engine.slots()) {
             if (s.id != p.id_slot) continue;
-            // An idle or cached slot holds nothing to continue: refused here, before the response
-            // starts (a running one may be parked by the time the request starts; the engine checks it then).
+            // Refused here, before the response starts: an idle or cached slot holds nothing to
+            // continue, a running one is another request's (admission would not wait for it: the
+            // queue is first in, first out). A slot that starts running between this check and the
+            // request's admission fails it inside the response (the engine checks it then).
             if (s.phase == SlotPhase::idle || s.phase == SlotPhase::cached)
                 throw ApiError(400, fmt::format("slot {} holds no parked sequence ({}): park one with keep_slot first",
                                                 p.id_slot, slot_phase_name(s.phase)), "id_slot");
+            if (s.phase == SlotPhase::fetch || s.phase == SlotPhase::prefill || s.phase == SlotPhase::decode)
+                throw ApiError(400, fmt::format("slot {} is busy ({}): continue it once its request has ended", p.id_slot,
+                                                slot_phase_name(s.phase)), "id_slot");
             slot_token = s.last_token;
         }
     const std::uint64_t seed = p.seed ? *p.seed : draw_seed();

@@ -154,7 +154,15 @@ void HttpServer::Impl::slot_action(const httplib::Request& req, httplib::Respons
         throw ApiError(400, fmt::format("action '{}': expected save, restore or erase", action.substr(0, 40)), "action");
     if (options.slot_save_path.empty())
         throw ApiError(400, "slot save and restore are disabled: start the server with --slot-save-path DIR");
-    const std::string filename = checked_filename(req.get_param_value("filename"));
+    // `?filename=F`, or llama-server's body `{"filename": F}`.
+    std::string name = req.get_param_value("filename");
+    if (!req.has_param("filename") && !req.body.empty()) {
+        const json body = parse_request_json(req.body);
+        const json* f = body.is_object() && body.contains("filename") ? &body["filename"] : nullptr;
+        if (!f || !f->is_string()) throw ApiError(400, "filename: give it as ?filename=F or in the body as {\"filename\": F}", "filename");
+        name = f->get<std::string>();
+    }
+    const std::string filename = checked_filename(name);
     const std::string path = (std::filesystem::path(options.slot_save_path) / filename).string();
     try {
         if (action == "save") engine.save_slot(id, path);

@@ -141,7 +141,7 @@ LlamaCompletionParams parse_llama_completion_request(const json& body, bool infi
     static const std::set<std::string> known = {
         "prompt", "n_predict", "max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop", "stream", "n_probs",
         "logprobs", "repeat_penalty", "repeat_last_n", "frequency_penalty", "presence_penalty", "logit_bias", "grammar",
-        "json_schema", "ignore_eos", "cache_prompt", "n_keep", "n_discard", "id_slot", "return_tokens", "response_fields",
+        "json_schema", "ignore_eos", "cache_prompt", "cache_salt", "n_keep", "n_discard", "id_slot", "return_tokens", "response_fields",
         "timings_per_token", "post_sampling_probs", "samplers", "typical_p", "dynatemp_range", "dynatemp_exponent",
         "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
         "xtc_probability", "xtc_threshold", "mirostat", "mirostat_tau", "mirostat_eta", "min_keep", "n_indent",
@@ -208,7 +208,7 @@ LlamaCompletionParams parse_llama_completion_request(const json& body, bool infi
     read_processing(body, limits, Dialect::llama, tokenize, p.processing);
     read_output_constraints(body, body_text, p);
     if (const json* v = field(body, "ignore_eos")) lp.ignore_eos = boolean(*v, "ignore_eos");
-    if (const json* v = field(body, "cache_prompt")) p.cache_prompt = boolean(*v, "cache_prompt");
+    read_cache_fields(body, p);
     if (const json* v = field(body, "n_keep")) (void)integer(*v, "n_keep", -1, kIntMax);
     if (const json* v = field(body, "n_discard")) (void)integer(*v, "n_discard", 0, kIntMax);
     if (const json* v = field(body, "t_max_prompt_ms")) (void)integer(*v, "t_max_prompt_ms", -1, kIntMax);

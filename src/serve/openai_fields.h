@@ -65,6 +65,9 @@ private:
     std::optional<nlohmann::ordered_json> parsed_;
 };
 
+/// llama-server's cache_prompt and vLLM's cache_salt into p (both dialects: docs/serve.md "Prompt cache").
+void read_cache_fields(const nlohmann::json& body, CompletionParams& p);
+
 /// A chat request's tools and tool_choice into p (openai_tools.cpp, docs/serve.md "Tool calls").
 void read_tools(const nlohmann::json& body, OrderedBody& ordered, CompletionParams& p);
 

@@ -270,6 +270,14 @@ void read_processing(const json& body, const RequestLimits& limits, Dialect dial
     if (const json* v = field(body, "min_p")) lp.min_p = float(number(*v, "min_p", 0, 1));
 }
 
+void read_cache_fields(const json& body, CompletionParams& p) {
+    if (const json* v = field(body, "cache_prompt")) p.cache_prompt = boolean(*v, "cache_prompt");
+    if (const json* v = field(body, "cache_salt")) {
+        p.cache_salt = string(*v, "cache_salt");
+        if (p.cache_salt.empty() || p.cache_salt.size() > 256) bad("cache_salt", "must be 1 to 256 bytes");
+    }
+}
+
 CompletionParams parse_completion_request(const json& body, bool chat, const RequestLimits& limits,
                                           std::string_view body_text) {
     static const std::set<std::string> common = {
@@ -338,11 +346,7 @@ CompletionParams parse_completion_request(const json& body, bool chat, const Req
     }
     if (const json* v = field(body, "id_slot")) p.id_slot = int(integer(*v, "id_slot", -1, 1 << 20));
     if (const json* v = field(body, "keep_slot")) p.keep_slot = boolean(*v, "keep_slot");
-    if (const json* v = field(body, "cache_prompt")) p.cache_prompt = boolean(*v, "cache_prompt");
-    if (const json* v = field(body, "cache_salt")) {
-        p.cache_salt = string(*v, "cache_salt");
-        if (p.cache_salt.empty() || p.cache_salt.size() > 256) bad("cache_salt", "must be 1 to 256 bytes");
-    }
+    read_cache_fields(body, p);
     if (const json* v = field(body, "echo")) p.echo = boolean(*v, "echo");
     if (const json* v = field(body, "suffix"); v && !v->is_null()) {
         p.suffix = string(*v, "suffix");

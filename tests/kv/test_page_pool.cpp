@@ -1,4 +1,4 @@
-// PagePool: aligned zeroed pages, reuse of freed pages, the page limit, giving slabs back.
+// PagePool: aligned zeroed pages, reuse of freed pages, the page limit, giving free pages back.
 
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@ TEST(PagePool, PagesAreAlignedZeroedAndDistinct) {
     EXPECT_EQ(pool.page_bytes(), 1024u);  // stride rounded up to 64
     std::set<std::uintptr_t> starts;
     std::vector<std::int32_t> ids;
-    for (int i = 0; i < 600; ++i) {  // more than one slab
+    for (int i = 0; i < 600; ++i) {
         const std::int32_t id = pool.allocate();
         ids.push_back(id);
         std::uint8_t* p = pool.page(id);
@@ -70,18 +70,38 @@ TEST(PagePool, LimitRefusesAndBadReleasesAreErrors) {
     EXPECT_THROW(PagePool(0), Error);
 }
 
-TEST(PagePool, ReleaseFreeReturnsWholeFreeSlabs) {
-    PagePool pool(std::size_t(512) << 10);  // 512 KiB pages: two per 1 MiB slab
+TEST(PagePool, ReleaseFreeGivesEveryFreePageBackAndReusesItsId) {
+    PagePool pool(std::size_t(512) << 10);
     std::vector<std::int32_t> ids;
     for (int i = 0; i < 5; ++i) ids.push_back(pool.allocate());
-    for (int i = 0; i < 4; ++i) pool.release(ids[i]);  // slabs {0,1} and {2,3} free, {4} in use
+    for (int i : {0, 2, 3}) pool.release(ids[std::size_t(i)]);  // free pages between live ones
+    pool.page(ids[1])[0] = 1;
+    pool.page(ids[4])[0] = 4;
     pool.release_free();
     EXPECT_EQ(pool.n_free(), 0);
-    EXPECT_EQ(pool.n_used(), 1);
-    EXPECT_EQ(pool.bytes_held(), pool.page_bytes());
-    pool.page(ids[4])[0] = 1;  // the live page is untouched
-    const std::int32_t fresh = pool.allocate();
-    EXPECT_GT(fresh, ids[4]);  // ids of released slabs are not reused
-    EXPECT_EQ(pool.page(fresh)[0], 0);
     EXPECT_EQ(pool.n_used(), 2);
+    EXPECT_EQ(pool.bytes_held(), 2 * pool.page_bytes());
+    EXPECT_EQ(pool.page(ids[1])[0], 1);  // the live pages are untouched
+    EXPECT_EQ(pool.page(ids[4])[0], 4);
+    std::set<std::int32_t> fresh;
+    for (int i = 0; i < 3; ++i) {
+        const std::int32_t id = pool.allocate();
+        fresh.insert(id);
+        EXPECT_EQ(pool.page(id)[0], 0);
+        EXPECT_EQ(reinterpret_cast<std::uintptr_t>(pool.page(id)) % 64, 0u);
+    }
+    EXPECT_EQ(fresh, (std::set<std::int32_t>{ids[0], ids[2], ids[3]})) << "the ids given back are handed out again";
+    EXPECT_EQ(pool.n_pages(), 5);
+    EXPECT_EQ(pool.allocate(), 5);  // then new ones
+}
+
+TEST(PagePool, TheLimitCountsPagesWhoseMemoryWasGivenBackOnlyWhenHandedOutAgain) {
+    PagePool pool(64, 2);
+    const std::int32_t a = pool.allocate();
+    pool.allocate();
+    pool.release(a);
+    pool.release_free();
+    EXPECT_EQ(pool.n_pages(), 1);
+    EXPECT_EQ(pool.allocate(), a);
+    EXPECT_THROW(pool.allocate(), Error);
 }

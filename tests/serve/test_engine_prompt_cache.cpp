@@ -9,6 +9,9 @@
 #include <filesystem>
 
 #include "aqpim/error.h"
+#include "aqpim/kv_scheme.h"
+#include "aqpim/kv_state.h"
+#include "aqpim/transformer.h"
 #include "serve/prompt_cache_test_util.h"
 
 namespace aqpim {
@@ -190,6 +193,76 @@ TEST(ServePromptCache, ARestoreTakesTheRoomOfCachedSequences) {
     more.max_tokens = 4;
     EXPECT_EQ(test::submit_collect(e, more)->final_event().finish, serve::FinishReason::length);
     std::filesystem::remove(path);
+}
+
+TEST(ServePromptCache, ARestoreThatCannotSucceedGivesNothingUp) {
+    const LoadedModel& m = test::synth_serve_model();
+    serve::EngineOptions o = options("f16", 4);
+    {
+        const serve::Engine probe(m.weights, o);
+        o.kv_budget_bytes = probe.stats().kv_bytes_used + probe.reservation_bytes(120);
+    }
+    serve::Engine e(m.weights, o);
+    ASSERT_EQ(test::submit_collect(e, greedy(test::test_prompt(100, 62, m.weights.config.n_vocab), 10))->tokens().size(), 10u);
+    const int cached = slot_in(e, serve::SlotPhase::cached);
+    const int idle = slot_in(e, serve::SlotPhase::idle);
+    auto expect_refused = [&](const std::string& path, const std::string& why) {
+        try {
+            e.restore_slot(idle, path);
+            ADD_FAILURE() << why << ": restored";
+        } catch (const Error& err) {
+            EXPECT_NE(std::string(err.what()).find(why), std::string::npos) << err.what();
+        }
+        EXPECT_EQ(e.slots()[std::size_t(cached)].phase, serve::SlotPhase::cached) << why << ": the cached sequence stays";
+        EXPECT_EQ(e.stats().prompt_cache.evictions, 0u) << why;
+    };
+    // A state of another scheme: refused before the cached sequence gives its room up.
+    const std::string other = test::temp_path("restore-other-scheme.kvs");
+    {
+        serve::Engine q(m.weights, options(kPq, 1));
+        serve::GenerationRequest r = greedy(test::test_prompt(60, 63, m.weights.config.n_vocab), 8);
+        r.park = true;
+        ASSERT_EQ(test::submit_collect(q, r)->tokens().size(), 8u);
+        q.save_slot(0, other);
+    }
+    expect_refused(other, "scheme");
+    // A state without its token ids (the format allows it: kv-state.md): a slot could not continue it.
+    const std::string no_ids = test::temp_path("restore-no-ids.kvs");
+    {
+        const KvShape shape = Transformer(m.weights).kv_shape();
+        auto c = make_kv_cache(parse_kv_scheme("f16"), shape);
+        c->add_sequence(0);
+        const std::vector<float> row(std::size_t(shape.n_kv_head * shape.head_dim) * 90, 0.25f);
+        for (int il = 0; il < shape.n_layer; ++il) c->append(il, 0, 90, row.data(), row.data());
+        save_kv_state_file(no_ids, *c, 0, SlotState{{}, 90, {}}, model_identity(m.weights));
+    }
+    expect_refused(no_ids, "token ids");
+    std::filesystem::remove(other);
+    std::filesystem::remove(no_ids);
+}
+
+TEST(ServePromptCache, ShortRequestsAfterLongOnesFitWhatAdmissionReserved) {
+    // The code pages of long PQ sequences dropped for short ones stay free in the cache's pool; a
+    // short sequence's rows are f16 until calibration and cannot use them. Admission let these
+    // requests in: the cache gives those pages back rather than refusing (until 2026-12-08 every
+    // short request here failed inside its prefill).
+    const LoadedModel& m = test::austen_serve_model();
+    serve::EngineOptions o = test::small_engine("pq:bits=2");
+    o.kv_budget_bytes = 3ULL << 20;
+    o.parallel = 6;
+    o.ctx = 1024;
+    serve::Engine e(m.weights, o);
+    const int n_vocab = m.weights.config.n_vocab;
+    for (int i = 0; i < 6; ++i) {
+        auto c = test::submit_collect(e, greedy(test::test_prompt(990, 200 + i, n_vocab), 10));
+        ASSERT_EQ(c->final_event().finish, serve::FinishReason::length) << c->final_event().error;
+    }
+    ASSERT_EQ(e.stats().prompt_cache.sequences, 6);
+    for (int i = 0; i < 6; ++i) {
+        auto c = test::submit_collect(e, greedy(test::test_prompt(215, 300 + i, n_vocab), 9));
+        EXPECT_EQ(c->final_event().finish, serve::FinishReason::length) << "short request " << i << ": " << c->final_event().error;
+        EXPECT_LE(e.stats().kv_bytes_used, o.kv_budget_bytes);
+    }
 }
 
 TEST(ServePromptCache, OffReleasesEverySequenceAtItsEnd) {

@@ -8,6 +8,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
+#include <fmt/format.h>
+
 #include "serve/prompt_cache_test_util.h"
 
 namespace aqpim {
@@ -150,6 +154,33 @@ TEST(ServePromptCacheDisk, AnotherSaltCachePromptFalseAndAnUnreadableFilePrefill
     bool named = false;
     for (const std::string& w : warnings) named = named || w.find("read back from disk") != std::string::npos;
     EXPECT_TRUE(named) << "a warning names the refused sequence";
+}
+
+TEST(ServePromptCacheDisk, AStartingServerSweepsOnlyTheDirectoriesOfItsMachinesGoneServers) {
+    const LoadedModel& m = test::synth_serve_model();
+    const fs::path tier = test::temp_path("disk-sweep");
+    std::string host;
+    {
+        serve::Engine first(m.weights, one_slot_on_disk("f16", "disk-sweep"));
+        const std::string own = fmt::format("-{}-", ::getpid());
+        for (const auto& d : fs::directory_iterator(tier)) {
+            const std::string name = d.path().filename().string();
+            if (name.rfind("parked-", 0) == 0 && name.find(own) != std::string::npos)
+                host = name.substr(7, name.find(own) - 7);
+        }
+    }
+    ASSERT_FALSE(host.empty()) << "the directory is parked-HOST-PID-NONCE";
+    const fs::path gone = tier / ("parked-" + host + "-2147483000-deadbeef");     // no such process
+    const fs::path alive = tier / fmt::format("parked-{}-{}-0000beef", host, ::getpid());  // this one
+    const fs::path elsewhere = tier / ("parked-" + host + "x-2147483000-deadbeef");  // another machine's
+    for (const fs::path& d : {gone, alive, elsewhere}) {
+        fs::create_directories(d / "cached");
+        std::ofstream(d / "cached" / "cached0.aqkv") << "state";
+    }
+    serve::Engine second(m.weights, one_slot_on_disk("f16", "disk-sweep"));
+    EXPECT_FALSE(fs::exists(gone));
+    EXPECT_TRUE(fs::exists(alive / "cached" / "cached0.aqkv"));
+    EXPECT_TRUE(fs::exists(elsewhere / "cached" / "cached0.aqkv"));
 }
 
 }  // namespace

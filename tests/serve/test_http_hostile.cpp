@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <thread>
 
 #include "serve/http_test_util.h"
 #include "serve/raw_socket.h"
@@ -175,6 +176,25 @@ TEST(HttpHostile, AdmissionAnswers400And503WithTheNumbers) {
     auto ok = test::post_json(c, "/v1/completions", {{"prompt", "hi"}, {"max_tokens", 4}});
     ASSERT_TRUE(ok);
     EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+TEST(HttpHostile, IdSlotOnABusySlotIsA400BeforeTheResponseStarts) {
+    test::TestServer s(test::austen_serve_model(), test::small_engine("f16"));
+    std::thread running([&] {  // a long request kept in its slot
+        auto c = s.client();
+        test::post_json(c, "/v1/completions", {{"prompt", "It was"}, {"max_tokens", 480}, {"keep_slot", true}});
+    });
+    auto c = s.client();
+    int busy = -1;
+    for (int i = 0; i < 500 && busy < 0; ++i) {
+        for (const nlohmann::json& slot : nlohmann::json::parse(c.Get("/slots")->body))
+            if (slot["state"] == "decode") busy = slot["id"];
+        if (busy < 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    ASSERT_GE(busy, 0) << "the long request was never seen decoding";
+    expect_error(test::post_json(c, "/v1/completions", {{"prompt", " more"}, {"max_tokens", 4}, {"id_slot", busy}}), 400,
+                 "is busy", "id_slot on a decoding slot");
+    running.join();
 }
 
 /// Wait until `pred(stats)`; false after `limit`.

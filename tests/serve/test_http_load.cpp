@@ -116,7 +116,11 @@ TEST(HttpLoad, SlotSavedErasedRestoredContinuesExactly) {
         EXPECT_EQ(json::parse(idle->body)["error"]["param"], "id_slot") << idle->body;
     }
     EXPECT_EQ(c.Post("/slots/1?action=restore&filename=missing.kvs", "", "application/json")->status, 400);
-    auto restored = c.Post("/slots/1?action=restore&filename=conv1.kvs", "", "application/json");
+    auto unnamed = c.Post("/slots/1?action=restore", R"({"file": "conv1.kvs"})", "application/json");
+    EXPECT_EQ(unnamed->status, 400);
+    EXPECT_EQ(json::parse(unnamed->body)["error"]["param"], "filename") << unnamed->body;
+    // llama-server's form: the file named in the body.
+    auto restored = c.Post("/slots/1?action=restore", R"({"filename": "conv1.kvs"})", "application/json");
     ASSERT_TRUE(restored && restored->status == 200) << restored->body;
 
     auto b = test::post_json(c, "/v1/completions", {{"prompt", ""}, {"id_slot", 1}, {"max_tokens", 8}});

@@ -69,6 +69,12 @@ TEST(HttpPromptCache, LlamaServersTokensCachedAndItsCachePromptField) {
         EXPECT_EQ(r["tokens_cached"], cache ? 8 + 6 - 1 : 0) << r;
         EXPECT_EQ(r["timings"]["prompt_n"], cache ? 1 + 2 : 8 + 6 + 2) << r["timings"];
     }
+    // A salted request shares nothing with unsalted ones (vLLM's cache_salt, on /completion too).
+    json salted_next = next;
+    salted_next.push_back(9);
+    const json salted = test::post(c, "/completion", {{"prompt", salted_next}, {"n_predict", 2}, {"temperature", 0},
+                                                     {"cache_salt", "tenant"}});
+    EXPECT_EQ(salted["tokens_cached"], 0) << salted;
     // The OpenAI endpoint continues the same conversation, and counts it in its usage.
     for (const json& t : r["tokens"]) next.push_back(t);
     next.push_back(14);
