@@ -88,7 +88,8 @@ void add_serve_command(CLI::App& app) {
         ->capture_default_str()->check(CLI::Range(1, 1 << 20));
     cmd->add_option("--kv-store", o->engine.kv_store,
                     "KV prefix store tier, repeatable, searched in order: memory[:BYTES], disk:DIR[:BYTES], "
-                    "redis://HOST[:PORT][/DB] (docs/kv-store.md)");
+                    "redis://HOST[:PORT][/DB] (docs/kv-store.md); a disk tier also takes parked sequences and the "
+                    "prompt cache's dropped ones");
     cmd->add_option("--kv-store-block", o->engine.kv_store_block, "tokens per stored block (a multiple of --prefill-chunk)")
         ->capture_default_str()->check(CLI::Range(1, 1 << 20));
     cmd->add_option("--kv-store-tail-every", o->engine.kv_store_tail_every,
