@@ -157,7 +157,11 @@ void quantize_x_ref(const float* x, std::int64_t n, QuantizedX& qx) {
         const float id = d != 0 ? 1.0f / d : 0.0f;
         int s[2] = {0, 0};
         for (int j = 0; j < QK; ++j) {
-            const int v = int(std::nearbyint(xb[j] * id));
+            // |x * id| <= 127 for finite x; a non-finite activation (from non-finite weights, which
+            // the forward pass reports) becomes -128, as the SIMD levels' conversion and saturating
+            // packs make it, not a float-to-int conversion out of range (undefined behaviour).
+            const float r = xb[j] * id;
+            const int v = std::fabs(r) <= 128.0f ? int(std::nearbyint(r)) : -128;
             qx.q[std::size_t(b * QK + j)] = std::int8_t(v);
             s[j / 16] += v;
         }
