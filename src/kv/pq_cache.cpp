@@ -78,8 +78,6 @@ std::uint64_t PqKvCache::bytes_after(const PqSequence& s, std::int64_t n1) const
 
 void PqKvCache::charge(const PqSequence& s, int seq_id, int il, std::int64_t n_new, std::int64_t n1) {
     if (budget_ == 0 || n1 <= s.n_max) return;
-    std::uint64_t now = free_pool_bytes();  // what it holds (s among the sequences)
-    for (const auto& [id, o] : seqs_) now += footprint(o.n_max);
     std::uint64_t after = bytes_after(s, n1);
     if (after > budget_ && free_pool_bytes() > 0) {
         if (code_pool_) code_pool_->release_free();
@@ -89,7 +87,11 @@ void PqKvCache::charge(const PqSequence& s, int seq_id, int il, std::int64_t n_n
     AQPIM_CHECK(after <= budget_,
                 "kv cache {}: appending {} tokens to layer {} of sequence {} (to {} tokens) needs {} bytes in all, over "
                 "the memory budget of {} bytes (holding {} bytes now)",
-                scheme(), n_new, il, seq_id, n1, after, budget_, now);
+                scheme(), n_new, il, seq_id, n1, after, budget_, [&] {  // what it holds: counted only to refuse
+                    std::uint64_t now = free_pool_bytes();
+                    for (const auto& [id, o] : seqs_) now += footprint(o.n_max);
+                    return now;
+                }());
 }
 
 void PqKvCache::ensure_pages(std::vector<std::int32_t>& pages, PagePool& pool, std::int64_t n_pages) {
